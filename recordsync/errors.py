@@ -1,0 +1,143 @@
+"""The one exception hierarchy of recordsync, grouped by what the caller does next.
+
+- ``ConfigurationError``: fix the configuration, then start again (exit code 2).
+- ``RetryableError``: wait (backoff with jitter, or Retry-After) and send the same request again.
+- ``CursorExpiredError``: recover as the spec says (restart the window, or rebuild).
+- ``FatalPlatformError``: stop and tell a person; sending again will not help.
+- ``InvalidRecordError``: skip the record and quarantine it with the reason.
+
+Every platform error carries the HTTP status, ``error.code``, ``retryable`` and ``request_id``
+so callers branch on the code, never on the message (spec: Errors).  Messages never contain the
+secret or a signature: they are built only from the endpoint, status, code and the server's own
+diagnostic message.
+"""
+
+from __future__ import annotations
+
+
+class RecordSyncError(Exception):
+    """Base of every error recordsync raises on purpose."""
+
+
+class ConfigurationError(RecordSyncError):
+    """A setting is missing or invalid; the operator must fix it."""
+
+
+class WarehouseUnavailableError(RecordSyncError):
+    """The warehouse cannot be reached now; wait and try again."""
+
+
+class PlatformError(RecordSyncError):
+    """An answer (or the lack of one) from the platform API."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        endpoint: str,
+        status: int | None = None,
+        code: str | None = None,
+        retryable: bool = False,
+        request_id: str | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.status = status
+        self.code = code
+        self.retryable = retryable
+        self.request_id = request_id
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        parts = [self.args[0] if self.args else type(self).__name__]
+        facts = [f"endpoint={self.endpoint}"]
+        if self.status is not None:
+            facts.append(f"status={self.status}")
+        if self.code is not None:
+            facts.append(f"code={self.code}")
+        if self.request_id is not None:
+            facts.append(f"request_id={self.request_id}")
+        return f"{parts[0]} ({', '.join(facts)})"
+
+
+class RetryableError(PlatformError):
+    """The same request may succeed later: timeouts, resets, 5xx, 503, 429, malformed pages."""
+
+
+class TransportError(RetryableError):
+    """No HTTP answer: timeout, refused or reset connection."""
+
+
+class ServerError(RetryableError):
+    """A 5xx answer other than the projection-lag 503."""
+
+
+class ProjectionLagError(RetryableError):
+    """503 from records or record-changes: the projection lags; never an empty page."""
+
+
+class RateLimitedError(RetryableError):
+    """429: the shared record budget was exceeded; ``retry_after`` is in seconds."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        endpoint: str,
+        retry_after: float,
+        status: int | None = 429,
+        code: str | None = None,
+        request_id: str | None = None,
+    ) -> None:
+        self.retry_after = retry_after
+        super().__init__(
+            message,
+            endpoint=endpoint,
+            status=status,
+            code=code,
+            retryable=True,
+            request_id=request_id,
+        )
+
+
+class ProtocolError(RetryableError):
+    """The answer is not a valid envelope: bad JSON, wrong content type, both or neither member.
+
+    Retryable because a truncated or garbled body is usually a transport accident; the cursor
+    is never advanced past a page that did not parse.
+    """
+
+
+class CursorExpiredError(PlatformError):
+    """410 CURSOR_EXPIRED: a records cursor older than 24 h or a change start beyond retention."""
+
+
+class FatalPlatformError(PlatformError):
+    """Sending the same request again will not help; a person must act."""
+
+
+class AuthenticationError(FatalPlatformError):
+    """401 AUTHENTICATION_FAILED: unknown merchant id or wrong secret."""
+
+
+class ClockSkewError(FatalPlatformError):
+    """401 REQUEST_EXPIRED: X-Timestamp is more than 300 s away from the platform's clock."""
+
+
+class RequestRejectedError(FatalPlatformError):
+    """Any other 4xx: the request itself is wrong (a bug, or an unsupported parameter)."""
+
+
+class UnexpectedRedirectError(FatalPlatformError):
+    """A 3xx answer: redirects are never followed, since the signature covers the target."""
+
+
+class ShutdownRequestedError(RecordSyncError):
+    """A stop was asked for while waiting (budget, backoff, poll): unwind without committing."""
+
+
+class InvalidRecordError(RecordSyncError):
+    """One record (or change) failed validation; it is quarantined, the page goes on."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)

@@ -1,0 +1,349 @@
+"""Typed, validated views of what the platform sends (spec: Record, Record change, Capabilities).
+
+Pure: no I/O.  Parsing is tolerant where the spec asks for tolerance and strict where data
+would otherwise be wrong:
+
+- unknown fields are ignored everywhere (spec: Versioning 3);
+- an unknown record status is kept as its string (``Record.status_known`` is False) so the
+  caller can count and log it; it is never a crash and never a silent drop;
+- a record that fails validation does not fail its page: the page parser returns it as a
+  ``RejectedItem`` (raw JSON, reason, position) for the quarantine;
+- a page whose *shape* is wrong (items not a list, a missing cursor) raises ``ProtocolError``:
+  such a page is retried and never advances a cursor.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Final, NoReturn
+
+import orjson
+
+from recordsync.errors import InvalidRecordError, ProtocolError
+from recordsync.money import parse_money
+from recordsync.times import parse_time
+
+KNOWN_STATUSES: Final = frozenset({"OPEN", "SETTLED", "VOID"})
+
+_SEQUENCE = re.compile(r"0|[1-9][0-9]*")
+# The exact form record responses use (three millisecond digits and Z): the hot path.
+_RECORD_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """``capabilities.limits``; ``record_requests`` per ``record_seconds`` is the shared budget."""
+
+    record_requests: int
+    record_seconds: int
+    max_page_size: int
+    query_requests: int | None = None
+    query_seconds: int | None = None
+    max_body_bytes: int | None = None
+
+
+DEFAULT_LIMITS: Final = Limits(record_requests=2, record_seconds=1, max_page_size=1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Currency:
+    code: str
+    decimal_scale: int
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    wallet_mode: str
+    currencies: tuple[Currency, ...]
+    limits: Limits
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One game round at one revision; amounts are exact ``Decimal`` values."""
+
+    record_id: str
+    revision: int
+    player_id: str
+    game_id: str
+    currency: str
+    round_id: str
+    parent_round_id: str | None
+    bet_amount: Decimal
+    refund_amount: Decimal
+    payout_amount: Decimal
+    net_amount: Decimal
+    status: str
+    created_at: datetime
+    settled_at: datetime | None
+    updated_at: datetime
+
+    @property
+    def status_known(self) -> bool:
+        return self.status in KNOWN_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class RecordChange:
+    """One change of the change stream; ``sequence`` is a decimal string of any length."""
+
+    sequence: str
+    record_id: str
+    revision: int
+    changed_at: datetime
+    record: Record
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedItem:
+    """An item that failed validation: kept whole for the quarantine, never dropped."""
+
+    position: int
+    raw: bytes
+    reason: str
+    record_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordsPage:
+    records: list[Record]
+    rejected: list[RejectedItem]
+    next_cursor: str | None
+    has_more: bool
+    snapshot_watermark: str
+    projection_as_of: datetime | None
+    request_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChangesPage:
+    changes: list[RecordChange]
+    rejected: list[RejectedItem]
+    next_cursor: str
+    has_more: bool
+    projection_as_of: datetime | None
+    request_id: str | None = None
+    unknown_statuses: list[str] = field(default_factory=list)
+
+
+def _text(raw: dict[str, Any], name: str) -> str:
+    value = raw.get(name)
+    if not isinstance(value, str) or not value:
+        raise InvalidRecordError(f"{name}: expected a non-empty string")
+    return value
+
+
+def _integer(raw: dict[str, Any], name: str) -> int:
+    value = raw.get(name)
+    # bool is an int in Python; the platform never means True as revision 1.
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidRecordError(f"{name}: expected a non-negative integer")
+    return value
+
+
+def _time(raw: dict[str, Any], name: str) -> datetime:
+    value = raw.get(name)
+    if isinstance(value, str) and _RECORD_TIME.fullmatch(value):
+        return datetime.fromisoformat(value)
+    return parse_time(value, field=name)
+
+
+def _optional_time(raw: dict[str, Any], name: str) -> datetime | None:
+    return None if raw.get(name) is None else _time(raw, name)
+
+
+def parse_record(raw: object) -> Record:
+    """Validate one record object or raise ``InvalidRecordError`` with a precise reason."""
+    if not isinstance(raw, dict):
+        raise InvalidRecordError(f"record: expected an object, got {type(raw).__name__}")
+    parent = raw.get("parent_round_id")
+    if parent is not None and not isinstance(parent, str):
+        raise InvalidRecordError("parent_round_id: expected a string or null")
+    status = raw.get("status")
+    if not isinstance(status, str) or not status:
+        raise InvalidRecordError("status: expected a non-empty string")
+    return Record(
+        record_id=_text(raw, "record_id"),
+        revision=_integer(raw, "revision"),
+        player_id=_text(raw, "player_id"),
+        game_id=_text(raw, "game_id"),
+        currency=_text(raw, "currency"),
+        round_id=_text(raw, "round_id"),
+        parent_round_id=parent,
+        bet_amount=parse_money(raw.get("bet_amount"), field="bet_amount"),
+        refund_amount=parse_money(raw.get("refund_amount"), field="refund_amount"),
+        payout_amount=parse_money(raw.get("payout_amount"), field="payout_amount"),
+        net_amount=parse_money(raw.get("net_amount"), field="net_amount"),
+        status=status,
+        created_at=_time(raw, "created_at"),
+        settled_at=_optional_time(raw, "settled_at"),
+        updated_at=_time(raw, "updated_at"),
+    )
+
+
+def parse_change(raw: object) -> RecordChange:
+    """Validate one change; its record_id and revision must agree with the embedded record."""
+    if not isinstance(raw, dict):
+        raise InvalidRecordError(f"change: expected an object, got {type(raw).__name__}")
+    sequence = raw.get("sequence")
+    if not isinstance(sequence, str) or _SEQUENCE.fullmatch(sequence) is None:
+        raise InvalidRecordError("sequence: expected a decimal string")
+    record = parse_record(raw.get("record"))
+    record_id = _text(raw, "record_id")
+    revision = _integer(raw, "revision")
+    if record_id != record.record_id or revision != record.revision:
+        raise InvalidRecordError(
+            "change: record_id/revision disagree with the embedded record "
+            f"({record_id}/{revision} vs {record.record_id}/{record.revision})"
+        )
+    return RecordChange(
+        sequence=sequence,
+        record_id=record_id,
+        revision=revision,
+        changed_at=_time(raw, "changed_at"),
+        record=record,
+    )
+
+
+def _reject(position: int, raw: object, error: InvalidRecordError) -> RejectedItem:
+    record_id = raw.get("record_id") if isinstance(raw, dict) else None
+    return RejectedItem(
+        position=position,
+        raw=orjson.dumps(raw, option=orjson.OPT_PASSTHROUGH_DATACLASS, default=str),
+        reason=error.reason,
+        record_id=record_id if isinstance(record_id, str) else None,
+    )
+
+
+class _PageShape:
+    """Reads the members every page has; wrong shapes raise ``ProtocolError``."""
+
+    def __init__(self, data: object, *, endpoint: str, request_id: str | None) -> None:
+        self.endpoint = endpoint
+        self.request_id = request_id
+        if not isinstance(data, dict):
+            self.fail("data is not an object")
+        self.data: dict[str, Any] = data
+
+    def fail(self, what: str) -> NoReturn:
+        raise ProtocolError(
+            f"malformed page: {what}", endpoint=self.endpoint, request_id=self.request_id
+        )
+
+    def items(self) -> list[Any]:
+        items = self.data.get("items")
+        if not isinstance(items, list):
+            self.fail("items is not a list")
+        return items
+
+    def has_more(self) -> bool:
+        has_more = self.data.get("has_more")
+        if not isinstance(has_more, bool):
+            self.fail("has_more is not a boolean")
+        return has_more
+
+    def cursor(self, *, nullable: bool) -> str | None:
+        cursor = self.data.get("next_cursor")
+        if cursor is None and nullable:
+            return None
+        if not isinstance(cursor, str) or not cursor:
+            self.fail("next_cursor is missing or not a string")
+        return cursor
+
+    def projection_as_of(self) -> datetime | None:
+        value = self.data.get("projection_as_of")
+        if value is None:
+            return None
+        try:
+            return parse_time(value, field="projection_as_of")
+        except InvalidRecordError as exc:
+            self.fail(exc.reason)
+
+
+def parse_records_page(
+    data: object, *, endpoint: str = "records", request_id: str | None = None
+) -> RecordsPage:
+    shape = _PageShape(data, endpoint=endpoint, request_id=request_id)
+    records: list[Record] = []
+    rejected: list[RejectedItem] = []
+    for position, raw in enumerate(shape.items()):
+        try:
+            records.append(parse_record(raw))
+        except InvalidRecordError as exc:
+            rejected.append(_reject(position, raw, exc))
+    has_more = shape.has_more()
+    next_cursor = shape.cursor(nullable=True)
+    if has_more and next_cursor is None:
+        shape.fail("has_more is true but next_cursor is null")
+    watermark = shape.data.get("snapshot_watermark")
+    if not isinstance(watermark, str):
+        shape.fail("snapshot_watermark is missing or not a string")
+    return RecordsPage(
+        records=records,
+        rejected=rejected,
+        next_cursor=next_cursor,
+        has_more=has_more,
+        snapshot_watermark=watermark,
+        projection_as_of=shape.projection_as_of(),
+        request_id=request_id,
+    )
+
+
+def parse_changes_page(
+    data: object, *, endpoint: str = "record-changes", request_id: str | None = None
+) -> ChangesPage:
+    shape = _PageShape(data, endpoint=endpoint, request_id=request_id)
+    changes: list[RecordChange] = []
+    rejected: list[RejectedItem] = []
+    for position, raw in enumerate(shape.items()):
+        try:
+            changes.append(parse_change(raw))
+        except InvalidRecordError as exc:
+            rejected.append(_reject(position, raw, exc))
+    return ChangesPage(
+        changes=changes,
+        rejected=rejected,
+        next_cursor=shape.cursor(nullable=False),  # type: ignore[arg-type]
+        has_more=shape.has_more(),
+        projection_as_of=shape.projection_as_of(),
+        request_id=request_id,
+    )
+
+
+def _positive_int(limits: dict[str, Any], name: str, *, required: bool) -> int | None:
+    value = limits.get(name)
+    if value is None and not required:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidRecordError(f"limits.{name}: expected a positive integer")
+    return value
+
+
+def parse_capabilities(data: object) -> Capabilities:
+    """Parse capabilities; raises ``InvalidRecordError`` when the limits cannot be trusted."""
+    if not isinstance(data, dict):
+        raise InvalidRecordError("capabilities: expected an object")
+    limits = data.get("limits")
+    if not isinstance(limits, dict):
+        raise InvalidRecordError("limits: expected an object")
+    currencies = []
+    for raw in data.get("currencies") or []:
+        if isinstance(raw, dict) and isinstance(raw.get("code"), str):
+            scale = raw.get("decimal_scale")
+            currencies.append(Currency(raw["code"], scale if isinstance(scale, int) else 4))
+    wallet_mode = data.get("wallet_mode")
+    return Capabilities(
+        wallet_mode=wallet_mode if isinstance(wallet_mode, str) else "UNKNOWN",
+        currencies=tuple(currencies),
+        limits=Limits(
+            record_requests=_positive_int(limits, "record_requests", required=True),  # type: ignore[arg-type]
+            record_seconds=_positive_int(limits, "record_seconds", required=True),  # type: ignore[arg-type]
+            max_page_size=min(_positive_int(limits, "max_page_size", required=False) or 1000, 1000),
+            query_requests=_positive_int(limits, "query_requests", required=False),
+            query_seconds=_positive_int(limits, "query_seconds", required=False),
+            max_body_bytes=_positive_int(limits, "max_body_bytes", required=False),
+        ),
+    )

@@ -1,0 +1,59 @@
+"""The sync's persistent state as plain values: what the warehouse stores, the sync reads.
+
+One ``SyncState`` per merchant holds the tail's position; one ``WindowProgress`` per snapshot
+window holds that window's cursor.  A *job* names a set of windows: ``rebuild`` for the
+daemon's snapshot of the history (replaced whole by a rebuild), ``backfill:<from>/<to>`` for a
+one-shot range backfill, which never touches the tail's state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+REBUILD_JOB = "rebuild"
+
+
+def backfill_job(start: datetime, end: datetime) -> str:
+    return f"backfill:{start.isoformat()}/{end.isoformat()}"
+
+
+class Phase(StrEnum):
+    """Where a merchant's sync stands; the tail runs in both SNAPSHOT and TAILING."""
+
+    SNAPSHOT = "snapshot"  # anchored; rebuild windows still being read
+    TAILING = "tailing"  # every rebuild window done; only the tail remains
+
+
+@dataclass(frozen=True, slots=True)
+class SyncState:
+    merchant_id: str
+    phase: Phase
+    change_cursor: str
+    anchor_at: datetime  # projection_as_of of the from_now anchor: platform time
+    history_from: datetime
+    snapshot_to: datetime  # end (exclusive) of the rebuild's snapshot plan
+    rebuilds: int  # how many times the state was rebuilt after an expired change cursor
+    last_sequence: str | None
+    last_projection_as_of: datetime | None
+    last_commit_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A half-open creation window ``[start, end)`` of at most 24 h."""
+
+    start: datetime
+    end: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class WindowProgress:
+    merchant_id: str
+    job: str
+    window: Window
+    cursor: str | None  # None: not started, or restarted after 410
+    cursor_issued_at: datetime | None  # platform time of the chain's first page
+    done: bool
+    records: int  # records committed from this window so far (for progress and status)
