@@ -1,0 +1,99 @@
+"""The pure boundary rules of the sync: snapshot end and window planning."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from recordsync.state import Window
+from recordsync.sync.plan import MAX_WINDOW, highest_sequence, plan_windows, snapshot_end
+from recordsync.times import MILLISECOND
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text).astimezone(UTC)
+
+
+def test_snapshot_end_covers_a_record_created_in_the_anchors_millisecond() -> None:
+    anchor = at("2026-11-21T10:00:00.123456+00:00")
+    end = snapshot_end(anchor, overlap=timedelta(0))
+    created_in_anchor_ms = at("2026-11-21T10:00:00.123999+00:00").replace(microsecond=123000)
+    # created_to is exclusive: the record must be strictly before the end.
+    assert created_in_anchor_ms < end
+    assert end == at("2026-11-21T10:00:00.124+00:00")
+
+
+def test_snapshot_end_adds_the_overlap_after_the_anchor() -> None:
+    anchor = at("2026-11-21T10:00:00.000+00:00")
+    assert snapshot_end(anchor) == anchor + MILLISECOND + timedelta(seconds=60)
+
+
+def test_snapshot_end_refuses_a_negative_overlap() -> None:
+    with pytest.raises(ValueError, match="gap"):
+        snapshot_end(at("2026-11-21T10:00:00+00:00"), overlap=timedelta(seconds=-1))
+
+
+def test_windows_are_aligned_on_utc_days_with_short_ends() -> None:
+    windows = plan_windows(at("2026-11-18T15:30:00+00:00"), at("2026-11-21T08:00:00.5+00:00"))
+    assert windows == [
+        Window(at("2026-11-18T15:30:00+00:00"), at("2026-11-19T00:00:00+00:00")),
+        Window(at("2026-11-19T00:00:00+00:00"), at("2026-11-20T00:00:00+00:00")),
+        Window(at("2026-11-20T00:00:00+00:00"), at("2026-11-21T00:00:00+00:00")),
+        Window(at("2026-11-21T00:00:00+00:00"), at("2026-11-21T08:00:00.5+00:00")),
+    ]
+
+
+def test_windows_convert_offsets_to_utc() -> None:
+    windows = plan_windows(at("2026-11-20T01:00:00+05:30"), at("2026-11-20T02:00:00+05:30"))
+    assert windows == [Window(at("2026-11-19T19:30:00+00:00"), at("2026-11-19T20:30:00+00:00"))]
+
+
+def test_empty_range_has_no_windows() -> None:
+    moment = at("2026-11-20T00:00:00+00:00")
+    assert plan_windows(moment, moment) == []
+
+
+def test_sub_millisecond_bounds_are_widened_never_narrowed() -> None:
+    (window,) = plan_windows(
+        at("2026-11-20T00:00:00.0005+00:00"), at("2026-11-20T00:00:01.0005+00:00")
+    )
+    assert window.start == at("2026-11-20T00:00:00+00:00")
+    assert window.end == at("2026-11-20T00:00:01.001+00:00")
+
+
+instants = st.datetimes(
+    min_value=datetime(2020, 1, 1),  # noqa: DTZ001 - hypothesis wants naive bounds
+    max_value=datetime(2030, 1, 1),  # noqa: DTZ001
+    timezones=st.just(UTC),
+)
+
+
+@given(start=instants, length=st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=40)))
+def test_windows_tile_the_range_without_gap_or_overlap(start: datetime, length: timedelta) -> None:
+    end = start + length
+    windows = plan_windows(start, end)
+    if not windows:
+        assert end - start < MILLISECOND
+        return
+    assert windows[0].start <= start
+    assert windows[-1].end >= end
+    for window in windows:
+        assert timedelta(0) < window.end - window.start <= MAX_WINDOW
+        assert window.start.microsecond % 1000 == 0
+        assert window.end.microsecond % 1000 == 0
+    for before, after in itertools.pairwise(windows):
+        assert before.end == after.start
+
+
+def test_highest_sequence_compares_beyond_64_bits() -> None:
+    class Change:
+        def __init__(self, sequence: str) -> None:
+            self.sequence = sequence
+
+    changes = [Change("18446744073709551617"), Change("9"), Change("18446744073709551616")]
+    assert highest_sequence(changes) == "18446744073709551617"  # type: ignore[arg-type]
+    assert highest_sequence([]) is None
