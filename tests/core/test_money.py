@@ -1,0 +1,100 @@
+"""Exact money (spec: Conventions, Money): decimal strings in, Decimal out, never a float."""
+
+from decimal import Decimal
+
+import pytest
+
+from recordsync.errors import InvalidRecordError
+from recordsync.money import MAX_TRANSACTION_AMOUNT, is_money, parse_money
+
+ACCEPTED = [
+    ("0", "zero"),
+    ("-0", "negative-zero"),
+    ("-0.00", "negative-zero-with-fraction"),
+    ("10", "integer"),
+    ("10.5", "one-fraction-digit"),
+    ("10.50", "trailing-zero-kept"),
+    ("0.0001", "four-fraction-digits"),
+    ("-12.3456", "negative"),
+    ("999999999999.9999", "per-transaction-maximum"),
+    ("1000000000000", "above-per-transaction-maximum"),
+    ("123456789012345678901234567890.1234", "far-beyond-float-precision"),
+]
+
+REJECTED = [
+    ("", "empty"),
+    (" 1", "leading-space"),
+    ("1 ", "trailing-space"),
+    ("+1", "plus-sign"),
+    ("1e3", "exponent"),
+    ("1E-2", "exponent-upper"),
+    ("01", "leading-zero"),
+    ("-01.5", "negative-leading-zero"),
+    (".5", "no-integer-part"),
+    ("5.", "empty-fraction"),
+    ("1.23456", "five-fraction-digits"),
+    ("1,5", "comma"),
+    ("NaN", "nan"),
+    ("Infinity", "infinity"),
+    ("-", "sign-only"),
+    ("--1", "double-sign"),
+    ("0x10", "hex"),
+    ("\u0661\u0662", "non-ascii-digits"),
+    ("1_000", "underscore"),
+]
+
+
+@pytest.mark.parametrize(("text", "case"), ACCEPTED, ids=[case for _, case in ACCEPTED])
+def test_accepted_forms_parse_exactly_and_round_trip(text, case):
+    amount = parse_money(text, field="bet_amount")
+    assert isinstance(amount, Decimal)
+    assert amount == Decimal(text)
+    assert str(amount) == text
+    assert is_money(text)
+
+
+@pytest.mark.parametrize(("text", "case"), REJECTED, ids=[case for _, case in REJECTED])
+def test_rejected_forms_raise_naming_the_field(text, case):
+    with pytest.raises(InvalidRecordError) as caught:
+        parse_money(text, field="payout_amount")
+    assert caught.value.reason.startswith("payout_amount:")
+    assert not is_money(text)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [1.5, 10, None, True, Decimal("1.5"), b"1.5"],
+    ids=["float", "int", "null", "bool", "decimal-object", "bytes"],
+)
+def test_non_strings_are_rejected_even_when_numeric(value):
+    with pytest.raises(InvalidRecordError, match="expected a decimal string"):
+        parse_money(value, field="net_amount")
+
+
+def test_record_amounts_above_the_per_transaction_maximum_are_accepted():
+    # Record amounts are cumulative (several payouts), so they are not capped.
+    assert parse_money("2000000000000.0001", field="payout_amount") > MAX_TRANSACTION_AMOUNT
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        ("999999999999.9999", True),
+        ("-999999999999.9999", True),
+        ("1000000000000", False),
+        ("-1000000000000.0000", False),
+    ],
+    ids=["max", "negative-max", "above-max", "below-negative-max"],
+)
+def test_per_transaction_validation_caps_the_amount(text, ok):
+    if ok:
+        assert str(parse_money(text, field="amount", per_transaction=True)) == text
+    else:
+        with pytest.raises(InvalidRecordError, match="per-transaction maximum"):
+            parse_money(text, field="amount", per_transaction=True)
+
+
+def test_arithmetic_stays_exact():
+    payout = parse_money("0.1", field="payout_amount")
+    refund = parse_money("0.2", field="refund_amount")
+    assert payout + refund == Decimal("0.3")
