@@ -1,0 +1,247 @@
+"""The shared record rate budget (spec: Limits, "Record rate"; Capabilities, ``limits``).
+
+The platform allows ``record_requests`` requests per ``record_seconds`` per merchant, shared by
+``GET /v1/records`` and ``GET /v1/record-changes``.  One ``RateBudget`` per merchant is shared by
+every thread of the process, so the snapshot, the tail and background checks never add up to
+more than the platform allows.
+
+The rule is a sliding window over request *starts*: never more than ``requests`` starts in any
+interval of ``seconds + margin``.  The margin exists because the platform counts *arrivals*, not
+our starts: two requests sent exactly ``seconds`` apart can arrive closer together when the
+first one is delayed more on the way (arrival jitter).  Widening our window by ``margin``
+seconds (30 ms by default, well above typical jitter on one path) keeps that from ever turning
+into a 429.
+
+A start is the moment the request is handed to the transport, not the moment the budget let the
+caller go: ``acquire`` hands out a ``Slot`` and the client calls ``Slot.stamp()`` right before
+sending.  Until it is stamped, a slot counts as starting *now* (its window cannot end yet), so
+a delay between ``acquire`` and the send (the GIL, another thread) can only make us slower,
+never let two requests land closer than allowed.
+
+Waiters are served by ``Priority`` (lower first), first come first served within a priority:
+the tail must not starve behind a week-long snapshot, and background work goes last.  A 429's
+Retry-After pauses the whole budget (``pause``), every caller, not only the one that got it.
+
+Time is injected (``clock`` and ``sleep``) so the rule is tested on a fake clock; ``sleep`` may
+raise ``ShutdownRequestedError`` to stop a waiting caller, which leaves the budget consistent.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import threading
+import time
+from collections.abc import Callable
+from enum import IntEnum
+
+# How long an acquired slot may stay neither stamped nor cancelled before it is presumed sent
+# (at acquire time plus this).  The client always stamps or cancels; this only turns a
+# forgotten slot into a slower budget instead of a budget that blocks forever.
+UNSTAMPED_GRACE_SECONDS = 10.0
+
+# Waiters that are not first in line wait on a condition; this bounds that wait so a missed
+# notification can only cost a short delay, never a hang.
+_IDLE_RECHECK_SECONDS = 0.05
+
+
+class Priority(IntEnum):
+    """Who goes first when several callers wait: lower values are served first."""
+
+    TAIL = 0
+    SNAPSHOT = 1
+    BACKGROUND = 2
+
+
+class Slot:
+    """Permission to start one request; ``stamp()`` it right before sending.
+
+    If the request is not sent after all, ``cancel()`` gives the place back.  ``cancel()`` after
+    ``stamp()`` does nothing: a request that started counts whatever happened to it.
+    """
+
+    __slots__ = ("_budget", "_cancelled", "acquired_at", "started_at")
+
+    def __init__(self, budget: RateBudget, acquired_at: float) -> None:
+        self._budget = budget
+        self._cancelled = False
+        self.acquired_at = acquired_at
+        self.started_at: float | None = None
+
+    @property
+    def stamped(self) -> bool:
+        return self.started_at is not None
+
+    def stamp(self) -> None:
+        self._budget._stamp(self)  # noqa: SLF001 - the slot is part of the budget
+
+    def cancel(self) -> None:
+        self._budget._cancel(self)  # noqa: SLF001 - the slot is part of the budget
+
+    def __repr__(self) -> str:
+        return f"Slot(acquired_at={self.acquired_at!r}, started_at={self.started_at!r})"
+
+
+class RateBudget:
+    """At most ``requests`` starts per ``seconds`` (+ ``margin``), shared by every thread."""
+
+    def __init__(
+        self,
+        requests: int,
+        seconds: float,
+        *,
+        margin: float = 0.03,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        _check_limits(requests, seconds)
+        if not margin >= 0 or math.isinf(margin):
+            raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
+        self._requests = requests
+        self._seconds = float(seconds)
+        self._margin = float(margin)
+        # Starts are remembered for the longest window ever configured, so a resize to a
+        # longer window still sees the starts that fall inside it.
+        self._horizon = self._window
+        self._clock = clock
+        self._sleep = sleep
+        self._cond = threading.Condition(threading.Lock())
+        self._recent: list[Slot] = []
+        self._queue: list[tuple[int, int]] = []  # (priority, arrival), sorted: head goes next
+        self._arrivals = itertools.count()
+        self._paused_until = -math.inf
+        self._waited = 0.0
+
+    @property
+    def requests(self) -> int:
+        return self._requests
+
+    @property
+    def seconds(self) -> float:
+        return self._seconds
+
+    @property
+    def margin(self) -> float:
+        return self._margin
+
+    @property
+    def waited_seconds_total(self) -> float:
+        """Total time callers spent blocked in ``acquire`` (for metrics)."""
+        with self._cond:
+            return self._waited
+
+    @property
+    def waiting(self) -> int:
+        """How many callers are blocked in ``acquire`` right now."""
+        with self._cond:
+            return len(self._queue)
+
+    @property
+    def _window(self) -> float:
+        return self._seconds + self._margin
+
+    def acquire(self, priority: Priority = Priority.SNAPSHOT) -> Slot:
+        """Block until this caller may start one request; every attempt needs its own slot."""
+        with self._cond:
+            entered = self._clock()
+            ticket = (int(priority), next(self._arrivals))
+            bisect.insort(self._queue, ticket)
+            try:
+                while True:
+                    now = self._clock()
+                    if self._queue[0] != ticket:
+                        # Not first in line: wait until the head changes.
+                        self._cond.wait(timeout=_IDLE_RECHECK_SECONDS)
+                        continue
+                    delay = self._delay(now)
+                    if delay <= 0:
+                        self._queue.pop(0)
+                        slot = Slot(self, now)
+                        self._recent.append(slot)
+                        self._waited += max(0.0, now - entered)
+                        self._cond.notify_all()
+                        return slot
+                    # Sleep without the lock: other callers may join the queue (and overtake
+                    # us by priority), stamp, cancel or pause meanwhile.  We re-check after.
+                    self._cond.release()
+                    try:
+                        self._sleep(delay)
+                    finally:
+                        self._cond.acquire()
+            except BaseException:
+                # ShutdownRequestedError from sleep, or anything else: leave no trace in the
+                # queue so the callers behind us move up.
+                self._queue.remove(ticket)
+                self._waited += max(0.0, self._clock() - entered)
+                self._cond.notify_all()
+                raise
+
+    def pause(self, seconds: float) -> None:
+        """Stop every caller from starting a request for ``seconds`` (a 429's Retry-After)."""
+        if not seconds > 0:
+            return
+        with self._cond:
+            self._paused_until = max(self._paused_until, self._clock() + seconds)
+            self._cond.notify_all()
+
+    def resize(self, requests: int, seconds: float) -> None:
+        """Adopt the platform's limits (``capabilities.limits``); past starts still count."""
+        _check_limits(requests, seconds)
+        with self._cond:
+            self._requests = requests
+            self._seconds = float(seconds)
+            self._horizon = max(self._horizon, self._window)
+            self._cond.notify_all()
+
+    def _delay(self, now: float) -> float:
+        """Seconds until the head of the queue may start; 0 or less when it may start now."""
+        if now < self._paused_until:
+            return self._paused_until - now
+        self._recent = [
+            s for s in self._recent if self._effective_start(s, now) > now - self._horizon
+        ]
+        window = self._window
+        starts = sorted(
+            start
+            for start in (self._effective_start(s, now) for s in self._recent)
+            if start > now - window
+        )
+        excess = len(starts) - self._requests + 1
+        if excess <= 0:
+            return 0.0
+        # The oldest ``excess`` starts must leave the window first.  An unstamped slot counts
+        # as starting now, so waiting for it means at least a full window, as it should.
+        return starts[excess - 1] + window - now
+
+    @staticmethod
+    def _effective_start(slot: Slot, now: float) -> float:
+        if slot.started_at is not None:
+            return slot.started_at
+        return min(now, slot.acquired_at + UNSTAMPED_GRACE_SECONDS)
+
+    def _stamp(self, slot: Slot) -> None:
+        with self._cond:
+            if slot.started_at is not None or slot._cancelled:  # noqa: SLF001
+                raise RuntimeError("a slot is stamped once, and never after cancel()")
+            slot.started_at = self._clock()
+
+    def _cancel(self, slot: Slot) -> None:
+        with self._cond:
+            if slot.started_at is not None or slot._cancelled:  # noqa: SLF001
+                return
+            slot._cancelled = True  # noqa: SLF001
+            self._recent = [s for s in self._recent if s is not slot]
+            self._cond.notify_all()
+
+    def __repr__(self) -> str:
+        return (
+            f"RateBudget(requests={self._requests}, seconds={self._seconds}, margin={self._margin})"
+        )
+
+
+def _check_limits(requests: int, seconds: float) -> None:
+    if isinstance(requests, bool) or not isinstance(requests, int) or requests < 1:
+        raise ValueError(f"requests must be a positive integer, got {requests!r}")
+    if not seconds > 0 or math.isinf(seconds):
+        raise ValueError(f"seconds must be a finite number > 0, got {seconds!r}")
