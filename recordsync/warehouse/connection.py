@@ -1,0 +1,105 @@
+"""Connecting to the warehouse, and the one place where driver errors become recordsync errors.
+
+Session settings per backend:
+
+- SQLite: WAL, so a ``status`` command can read while the daemon writes; a busy timeout, so a
+  brief lock waits instead of failing; foreign keys on.  The driver's own implicit
+  transactions are switched off and SQLAlchemy's ``begin`` emits ``BEGIN`` itself (the recipe
+  in SQLAlchemy's SQLite dialect notes): reads get a plain deferred ``BEGIN``, writes
+  ``BEGIN IMMEDIATE`` so a read-then-write transaction never fails half-way on a lock upgrade.
+- MariaDB: utf8mb4 and ``time_zone = '+00:00'`` on every new connection.
+- Every backend: ``pool_pre_ping``, so a connection the server dropped while idle is replaced
+  instead of failing the next page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Final
+
+from sqlalchemy import Engine, create_engine, event, exc
+from sqlalchemy.engine import URL, Connection, make_url
+
+from recordsync.errors import WarehouseUnavailableError
+from recordsync.warehouse.types import MYSQL_FAMILY
+
+SUPPORTED_BACKENDS: Final = frozenset({"sqlite", "postgresql", *MYSQL_FAMILY})
+# Execution option marking a write transaction (SQLite then takes the write lock at BEGIN).
+WRITE_OPTION: Final = "recordsync_write"
+SQLITE_BUSY_TIMEOUT_MS: Final = 30_000
+MYSQL_POOL_RECYCLE_S: Final = 3600  # below MariaDB's default wait_timeout of 8 h
+
+
+def create_warehouse_engine(url: str | URL, **kwargs: Any) -> Engine:
+    """``create_engine`` with the session settings above; ``kwargs`` go to ``create_engine``."""
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    options: dict[str, Any] = {"pool_pre_ping": True, **kwargs}
+    if backend in MYSQL_FAMILY:
+        options.setdefault("pool_recycle", MYSQL_POOL_RECYCLE_S)
+        options["connect_args"] = {"charset": "utf8mb4", **kwargs.get("connect_args", {})}
+    engine = create_engine(parsed, **options)
+    if backend == "sqlite":
+        _configure_sqlite(engine)
+    elif backend in MYSQL_FAMILY:
+        _configure_mysql(engine)
+    return engine
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # BEGIN is emitted by _on_begin below
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        # With WAL, NORMAL never corrupts and never splits a transaction; an OS crash may
+        # lose the last commits, rows and cursor together, which the sync simply re-reads.
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        write = connection.get_execution_options().get(WRITE_OPTION, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def _configure_mysql(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("SET time_zone = '+00:00'")
+        cursor.close()
+
+
+def _describe(error: BaseException) -> str:
+    """The driver's own message, first line only: no SQL text, no parameters (record data)."""
+    cause = getattr(error, "orig", None) or error
+    first_line = (str(cause).strip().splitlines() or [""])[0]
+    return f"{type(cause).__name__}: {first_line[:300]}"
+
+
+@contextmanager
+def translate_errors(action: str) -> Iterator[None]:
+    """Turn "the server is gone or busy" into ``WarehouseUnavailableError``; let bugs through.
+
+    Operational errors (refused or dropped connections, lock timeouts, deadlocks), interface
+    errors, invalidated connections and pool timeouts mean: wait, reconnect and try again.
+    Integrity, data and programming errors propagate unchanged: retrying would not help.
+    """
+    try:
+        yield
+    except exc.DBAPIError as error:
+        if isinstance(error, exc.OperationalError | exc.InterfaceError) or (
+            error.connection_invalidated
+        ):
+            raise WarehouseUnavailableError(
+                f"warehouse unavailable ({action}): {_describe(error)}"
+            ) from error
+        raise
+    except (exc.DisconnectionError, exc.TimeoutError) as error:
+        raise WarehouseUnavailableError(
+            f"warehouse unavailable ({action}): {_describe(error)}"
+        ) from error

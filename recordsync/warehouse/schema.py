@@ -1,0 +1,123 @@
+"""The warehouse tables as the code sees them; Alembic revision 0001 creates the same ones.
+
+``records`` holds one row per (merchant_id, record_id) at the highest revision seen (spec:
+Record; Records endpoints, "the client keeps, per record_id, the highest revision").
+``sync_state`` and ``snapshot_windows`` hold the cursors that cover those rows
+(``recordsync.state``); they are always written in the same transaction as the rows.
+``quarantined_records`` keeps every item that failed validation, exactly as received, so
+nothing is silently lost.
+
+The migration spells the column types out per dialect instead of importing this module, so
+that it stays a fixed record of revision 0001 when this module changes; a test compares the
+two on every backend.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+from recordsync.warehouse.types import (
+    big_id,
+    cursor_text,
+    exact_decimal,
+    large_text,
+    utc_datetime,
+)
+
+# Identifiers are opaque strings (spec: Conventions, Identifiers); UUIDs in practice.  255
+# characters keep the composite keys inside MariaDB's 3072-byte index limit in utf8mb4.
+ID_LENGTH: Final = 255
+# Currency codes are at most 16 characters; statuses are short words, kept as received.
+CODE_LENGTH: Final = 64
+PHASE_LENGTH: Final = 16
+
+# Primary keys named as revision 0001 names them.
+metadata = MetaData(naming_convention={"pk": "pk_%(table_name)s"})
+
+records = Table(
+    "records",
+    metadata,
+    Column("merchant_id", String(ID_LENGTH), primary_key=True),
+    Column("record_id", String(ID_LENGTH), primary_key=True),
+    Column("revision", BigInteger, nullable=False),
+    Column("player_id", String(ID_LENGTH), nullable=False),
+    Column("game_id", String(ID_LENGTH), nullable=False),
+    Column("currency", String(CODE_LENGTH), nullable=False),
+    Column("round_id", String(ID_LENGTH), nullable=False),
+    Column("parent_round_id", String(ID_LENGTH), nullable=True),
+    Column("bet_amount", exact_decimal(), nullable=False),
+    Column("refund_amount", exact_decimal(), nullable=False),
+    Column("payout_amount", exact_decimal(), nullable=False),
+    Column("net_amount", exact_decimal(), nullable=False),
+    Column("status", String(CODE_LENGTH), nullable=False),
+    Column("created_at", utc_datetime(), nullable=False),
+    Column("settled_at", utc_datetime(), nullable=True),
+    Column("updated_at", utc_datetime(), nullable=False),
+    Column("synced_at", utc_datetime(), nullable=False),
+    Index("ix_records_merchant_created", "merchant_id", "created_at"),
+    Index("ix_records_merchant_updated", "merchant_id", "updated_at"),
+    Index("ix_records_merchant_player", "merchant_id", "player_id", "created_at"),
+    Index("ix_records_merchant_game", "merchant_id", "game_id", "created_at"),
+)
+
+sync_state = Table(
+    "sync_state",
+    metadata,
+    Column("merchant_id", String(ID_LENGTH), primary_key=True),
+    Column("phase", String(PHASE_LENGTH), nullable=False),
+    Column("change_cursor", cursor_text(), nullable=False),
+    Column("anchor_at", utc_datetime(), nullable=False),
+    Column("history_from", utc_datetime(), nullable=False),
+    Column("snapshot_to", utc_datetime(), nullable=False),
+    Column("rebuilds", Integer, nullable=False),
+    # Sequences are decimal strings that may exceed 64 bits (spec: Record change).
+    Column("last_sequence", cursor_text(), nullable=True),
+    Column("last_projection_as_of", utc_datetime(), nullable=True),
+    Column("last_commit_at", utc_datetime(), nullable=True),
+    Column("updated_at", utc_datetime(), nullable=False),
+)
+
+snapshot_windows = Table(
+    "snapshot_windows",
+    metadata,
+    Column("merchant_id", String(ID_LENGTH), primary_key=True),
+    Column("job", String(ID_LENGTH), primary_key=True),
+    Column("window_start", utc_datetime(), primary_key=True),
+    Column("window_end", utc_datetime(), nullable=False),
+    Column("cursor", cursor_text(), nullable=True),
+    Column("cursor_issued_at", utc_datetime(), nullable=True),
+    Column("done", Boolean, nullable=False),
+    Column("records", BigInteger, nullable=False),
+    Column("updated_at", utc_datetime(), nullable=False),
+)
+
+quarantined_records = Table(
+    "quarantined_records",
+    metadata,
+    Column("id", big_id(), primary_key=True, autoincrement=True),
+    Column("merchant_id", String(ID_LENGTH), nullable=False),
+    Column("source", String(ID_LENGTH), nullable=False),
+    Column("position", Text, nullable=False),
+    # Text, not String: whatever a bad item carried as its id must fit.
+    Column("record_id", Text, nullable=True),
+    Column("reason", Text, nullable=False),
+    Column("raw_json", large_text(), nullable=False),
+    Column("quarantined_at", utc_datetime(), nullable=False),
+    Index("ix_quarantined_records_merchant", "merchant_id", "id"),
+)
+
+# Alembic's bookkeeping table, named for us so it cannot clash with a warehouse that already
+# runs its own Alembic history in the same database.
+VERSION_TABLE: Final = "recordsync_alembic_version"

@@ -1,0 +1,150 @@
+"""Exact column types: money never passes through a float, times are always aware UTC.
+
+Money (spec: Conventions, Money; Record).  Amounts are exact decimal strings with at most 4
+fraction digits.  A single transaction is at most 999999999999.9999, but record amounts are
+cumulative, so the columns are wider than that:
+
+- PostgreSQL: ``NUMERIC(30,4)``; MariaDB: ``DECIMAL(30,4)``.  Both store the value exactly and
+  the drivers (psycopg, PyMySQL) hand back ``Decimal`` natively, so no Python conversion runs
+  on the hot path.  The server normalises the scale (``10.5`` comes back as ``10.5000``): the
+  same number, which is what BI sums need.
+- SQLite: ``TEXT`` holding the platform's decimal string exactly as sent.  SQLite has no
+  exact decimal type: its NUMERIC affinity and SQLAlchemy's ``Numeric`` both go through a
+  64-bit float, which cannot hold 1999999999999.9998.  ``Decimal("10.50")`` keeps its exponent,
+  so binding ``str(Decimal)`` stores ``"10.50"`` and reading it back gives the original string.
+  For ad hoc SQL on SQLite, ``CAST(bet_amount AS REAL)`` works but is approximate.
+
+Times (spec: Conventions, Time).  Every value is UTC and comes back as an aware UTC
+``datetime`` on every backend; a naive value is refused on the way in, since its zone is
+unknown and guessing would shift records across window boundaries.
+
+- PostgreSQL: ``TIMESTAMP WITH TIME ZONE`` (the driver returns the session's zone; we convert).
+- MariaDB: ``DATETIME(6)`` holding UTC (the session ``time_zone`` is also set to ``+00:00``
+  on connect, so ``NOW()`` in ad hoc SQL agrees).
+- SQLite: fixed-width ISO-8601 text ``YYYY-MM-DDTHH:MM:SS.ffffffZ``, which sorts
+  chronologically as text and which SQLite's own date functions understand.
+
+Each backend gets its own small ``TypeDecorator`` (combined with ``with_variant``) so that the
+per-value work is one short function with no branching on the dialect.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Final
+
+from sqlalchemy import BigInteger, Integer, Numeric, String, Text
+from sqlalchemy.dialects import mysql, postgresql
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+MONEY_PRECISION: Final = 30
+MONEY_SCALE: Final = 4
+CURSOR_LENGTH: Final = 4096  # spec: Records, "cursor: max length 4096"
+MYSQL_FAMILY: Final = ("mysql", "mariadb")
+
+
+class SQLiteDecimalText(TypeDecorator[Decimal]):
+    """SQLite only: the decimal string exactly as sent, back as the same ``Decimal``."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Decimal | None, _dialect: Dialect) -> str | None:
+        if value is None:
+            return None
+        if type(value) is not Decimal:
+            raise TypeError(f"money must be a Decimal, got {type(value).__name__}")
+        return str(value)
+
+    def process_result_value(self, value: str | None, _dialect: Dialect) -> Decimal | None:
+        return None if value is None else Decimal(value)
+
+
+def _require_aware(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError("refusing to store a naive datetime: its zone is unknown")
+    return value if value.tzinfo is UTC else value.astimezone(UTC)
+
+
+class PostgresUTCDateTime(TypeDecorator[datetime]):
+    """PostgreSQL: ``TIMESTAMP WITH TIME ZONE``, read back in UTC whatever the session zone."""
+
+    impl = postgresql.TIMESTAMP
+    cache_ok = True
+
+    def __init__(self) -> None:
+        super().__init__(timezone=True)
+
+    def process_bind_param(self, value: datetime | None, _dialect: Dialect) -> datetime | None:
+        return None if value is None else _require_aware(value)
+
+    def process_result_value(self, value: datetime | None, _dialect: Dialect) -> datetime | None:
+        return None if value is None else value.astimezone(UTC)
+
+
+class MySQLUTCDateTime(TypeDecorator[datetime]):
+    """MariaDB: ``DATETIME(6)`` holding naive UTC; aware on the Python side."""
+
+    impl = mysql.DATETIME
+    cache_ok = True
+
+    def __init__(self) -> None:
+        super().__init__(fsp=6)
+
+    def process_bind_param(self, value: datetime | None, _dialect: Dialect) -> datetime | None:
+        return None if value is None else _require_aware(value).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, _dialect: Dialect) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=UTC)
+
+
+class SQLiteUTCText(TypeDecorator[datetime]):
+    """SQLite: fixed-width ISO-8601 UTC text, so text order is time order."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, _dialect: Dialect) -> str | None:
+        if value is None:
+            return None
+        naive = _require_aware(value).replace(tzinfo=None)
+        return naive.isoformat(timespec="microseconds") + "Z"
+
+    def process_result_value(self, value: str | None, _dialect: Dialect) -> datetime | None:
+        return None if value is None else datetime.fromisoformat(value)
+
+
+def exact_decimal() -> TypeEngine[Decimal]:
+    """NUMERIC(30,4) / DECIMAL(30,4); decimal text on SQLite."""
+    return Numeric(MONEY_PRECISION, MONEY_SCALE, asdecimal=True).with_variant(
+        SQLiteDecimalText(), "sqlite"
+    )
+
+
+def utc_datetime() -> TypeEngine[datetime]:
+    """An aware UTC datetime on every supported backend."""
+    return (
+        SQLiteUTCText()
+        .with_variant(PostgresUTCDateTime(), "postgresql")
+        .with_variant(MySQLUTCDateTime(), *MYSQL_FAMILY)
+    )
+
+
+def cursor_text() -> TypeEngine[str]:
+    """Holds a 4096-character cursor: VARCHAR(4096) on PostgreSQL, TEXT elsewhere.
+
+    MariaDB's VARCHAR(4096) in utf8mb4 would eat 16 KiB of the 64 KiB row limit, so TEXT.
+    """
+    return Text().with_variant(String(CURSOR_LENGTH), "postgresql")
+
+
+def large_text() -> TypeEngine[str]:
+    """Unbounded text for raw JSON: TEXT on PostgreSQL and SQLite, LONGTEXT on MariaDB."""
+    return Text().with_variant(mysql.LONGTEXT(), *MYSQL_FAMILY)
+
+
+def big_id() -> TypeEngine[int]:
+    """A surrogate key: BIGINT, but INTEGER on SQLite, where only that is the rowid alias."""
+    return BigInteger().with_variant(Integer(), "sqlite")

@@ -1,0 +1,149 @@
+"""Database fixtures shared by the whole test suite (imported by tests/conftest.py).
+
+- ``warehouse_url``: parametrized over ``sqlite``, ``postgres`` and ``mariadb`` (the test ids);
+  yields the SQLAlchemy URL of a freshly created, uniquely named, EMPTY database, dropped after
+  the test.  Any test that asks for it (or for ``warehouse``) runs once per backend.
+- ``warehouse``: a migrated ``Warehouse`` on that URL, closed after the test.
+
+Servers come from ``RECORDSYNC_TEST_POSTGRES_URL`` (default
+``postgresql+psycopg://postgres@127.0.0.1:5432/test``) and ``RECORDSYNC_TEST_MARIADB_URL``
+(default ``mysql+pymysql://root@127.0.0.1:3306/test``); those URLs name an existing database
+used only to create and drop the per-test ones.  When a server cannot be reached its tests
+SKIP with a reason that says how to start it, unless ``RECORDSYNC_REQUIRE_SERVICES=1``, when
+they FAIL (CI sets it, so a missing service can never turn into a green run).
+
+To build another parametrization (say SQLite and PostgreSQL only), use ``fresh_database(kind,
+tmp_path)`` directly; ``BACKEND_PARAMS`` carries the ids and markers.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+from typing import Final
+
+import pytest
+from sqlalchemy import Engine, create_engine, pool, text
+from sqlalchemy.engine import URL, make_url
+
+from recordsync.warehouse import Warehouse
+
+POSTGRES_URL_ENV: Final = "RECORDSYNC_TEST_POSTGRES_URL"
+MARIADB_URL_ENV: Final = "RECORDSYNC_TEST_MARIADB_URL"
+REQUIRE_SERVICES_ENV: Final = "RECORDSYNC_REQUIRE_SERVICES"
+
+_DEFAULT_URLS: Final = {
+    "postgres": "postgresql+psycopg://postgres@127.0.0.1:5432/test",
+    "mariadb": "mysql+pymysql://root@127.0.0.1:3306/test",
+}
+_URL_ENVS: Final = {"postgres": POSTGRES_URL_ENV, "mariadb": MARIADB_URL_ENV}
+_HOW_TO_START: Final = {
+    "postgres": (
+        "start PostgreSQL 15 with trust auth and a database 'test', e.g. `docker run -d "
+        "-p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust -e POSTGRES_DB=test postgres:15`"
+    ),
+    "mariadb": (
+        "start MariaDB 10.11 with a passwordless root and a database 'test', e.g. `docker run "
+        "-d -p 3306:3306 -e MARIADB_ALLOW_EMPTY_ROOT_PASSWORD=1 -e MARIADB_DATABASE=test "
+        "mariadb:10.11`"
+    ),
+}
+_CONNECT_TIMEOUT_S: Final = 3
+
+BACKEND_PARAMS: Final = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    pytest.param("mariadb", id="mariadb", marks=pytest.mark.mariadb),
+]
+
+
+def server_url(kind: str) -> URL:
+    """The admin URL of the ``postgres`` or ``mariadb`` test server."""
+    return make_url(os.environ.get(_URL_ENVS[kind], _DEFAULT_URLS[kind]))
+
+
+def _admin_engine(kind: str) -> Engine:
+    """Autocommit, since CREATE/DROP DATABASE refuse to run inside a transaction."""
+    return create_engine(
+        server_url(kind),
+        poolclass=pool.NullPool,
+        isolation_level="AUTOCOMMIT",
+        connect_args={"connect_timeout": _CONNECT_TIMEOUT_S},  # psycopg and PyMySQL alike
+    )
+
+
+@cache
+def _unreachable(kind: str) -> str | None:
+    """Why the server cannot be used, or None; asked once per test session."""
+    engine = _admin_engine(kind)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as error:  # noqa: BLE001 - any failure means "not usable", reported below
+        shown = server_url(kind).render_as_string(hide_password=True)
+        cause = str(getattr(error, "orig", error)).strip().splitlines()[0][:200]
+        return (
+            f"{kind} server not reachable at {shown} ({cause}); {_HOW_TO_START[kind]}, "
+            f"or point {_URL_ENVS[kind]} at one"
+        )
+    finally:
+        engine.dispose()
+    return None
+
+
+def require_server(kind: str) -> None:
+    """Skip (or fail, under RECORDSYNC_REQUIRE_SERVICES=1) when ``kind``'s server is absent."""
+    reason = _unreachable(kind)
+    if reason is None:
+        return
+    if os.environ.get(REQUIRE_SERVICES_ENV) == "1":
+        pytest.fail(f"{reason} [{REQUIRE_SERVICES_ENV}=1]", pytrace=False)
+    pytest.skip(reason)
+
+
+@contextmanager
+def fresh_database(kind: str, tmp_path: Path) -> Iterator[str]:
+    """Create an empty, uniquely named database of ``kind``; yield its URL; drop it after."""
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp_path / 'warehouse.db'}"
+        return
+    require_server(kind)
+    name = f"rs_{secrets.token_hex(6)}"
+    admin = _admin_engine(kind)
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f"CREATE DATABASE {name}"))
+        try:
+            yield server_url(kind).set(database=name).render_as_string(hide_password=False)
+        finally:
+            drop = (
+                f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                if kind == "postgres"
+                else f"DROP DATABASE IF EXISTS {name}"
+            )
+            with admin.connect() as conn:
+                conn.execute(text(drop))
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture(params=BACKEND_PARAMS)
+def warehouse_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of a new, empty database on each backend (ids: sqlite, postgres, mariadb)."""
+    with fresh_database(request.param, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def warehouse(warehouse_url: str) -> Iterator[Warehouse]:
+    """A migrated ``Warehouse`` on ``warehouse_url``, closed after the test."""
+    store = Warehouse.connect(warehouse_url)
+    try:
+        store.migrate()
+        yield store
+    finally:
+        store.close()

@@ -1,0 +1,70 @@
+"""Migrations build the schema the code expects, on every backend, and run twice harmlessly."""
+
+from __future__ import annotations
+
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect
+
+from recordsync.warehouse import Warehouse
+from recordsync.warehouse.migrate import current_revision, head_revision, script_location
+from recordsync.warehouse.schema import VERSION_TABLE, metadata
+
+TABLES = {"records", "sync_state", "snapshot_windows", "quarantined_records", VERSION_TABLE}
+RECORD_INDEXES = {
+    "ix_records_merchant_created": ["merchant_id", "created_at"],
+    "ix_records_merchant_updated": ["merchant_id", "updated_at"],
+    "ix_records_merchant_player": ["merchant_id", "player_id", "created_at"],
+    "ix_records_merchant_game": ["merchant_id", "game_id", "created_at"],
+}
+# What each backend must store money and times as (see recordsync/warehouse/types.py).
+EXACT_TYPES = {
+    "sqlite": ("TEXT", "TEXT"),
+    "postgresql": ("NUMERIC(30, 4)", "TIMESTAMP WITH TIME ZONE"),
+    "mysql": ("DECIMAL(30, 4)", "DATETIME(6)"),
+}
+
+
+def test_migrations_build_the_schema_on_an_empty_database_and_are_idempotent(warehouse_url):
+    store = Warehouse.connect(warehouse_url)
+    try:
+        assert set(inspect(store.engine).get_table_names()) == set()
+        store.migrate()
+        store.migrate()
+        tables = set(inspect(store.engine).get_table_names())
+        with store.engine.connect() as conn:
+            revision = current_revision(conn)
+    finally:
+        store.close()
+    assert tables == TABLES
+    assert revision == head_revision() == "0001"
+
+
+def test_migrated_schema_matches_the_tables_the_code_uses(warehouse):
+    with warehouse.engine.connect() as conn:
+        context = MigrationContext.configure(
+            conn, opts={"compare_type": True, "version_table": VERSION_TABLE}
+        )
+        assert compare_metadata(context, metadata) == []
+
+
+def test_records_have_the_bi_indexes_and_the_merchant_record_key(warehouse):
+    inspector = inspect(warehouse.engine)
+    indexes = {index["name"]: index["column_names"] for index in inspector.get_indexes("records")}
+    assert indexes == RECORD_INDEXES
+    key = inspector.get_pk_constraint("records")["constrained_columns"]
+    assert key == ["merchant_id", "record_id"]
+
+
+def test_money_and_times_use_exact_types_never_float(warehouse):
+    columns = {c["name"]: c["type"] for c in inspect(warehouse.engine).get_columns("records")}
+    dialect = warehouse.engine.dialect
+    money, time = EXACT_TYPES["mysql" if dialect.name == "mariadb" else dialect.name]
+    for name in ("bet_amount", "refund_amount", "payout_amount", "net_amount"):
+        assert str(columns[name].compile(dialect=dialect)) == money
+    for name in ("created_at", "settled_at", "updated_at", "synced_at"):
+        assert str(columns[name].compile(dialect=dialect)) == time
+
+
+def test_scripts_are_found_from_the_source_checkout():
+    assert (script_location() / "versions" / "0001_initial_schema.py").is_file()

@@ -1,0 +1,66 @@
+"""Sample records and windows for the warehouse tests."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from recordsync.models import Record
+from recordsync.state import Window
+
+MERCHANT = "merchant-1"
+T0 = datetime(2024, 3, 1, tzinfo=UTC)
+DAY = timedelta(days=1)
+
+
+def make_record(record_id: str = "rec-1", revision: int = 1, **changes: Any) -> Record:
+    record = Record(
+        record_id=record_id,
+        revision=revision,
+        player_id="player-1",
+        game_id="game-1",
+        currency="USD",
+        round_id=f"round-{record_id[:40]}",
+        parent_round_id=None,
+        bet_amount=Decimal("10.00"),
+        refund_amount=Decimal(0),
+        payout_amount=Decimal(0),
+        net_amount=Decimal("-10.00"),
+        status="OPEN",
+        created_at=T0 + timedelta(minutes=1),
+        settled_at=None,
+        updated_at=T0 + timedelta(minutes=1, seconds=revision % 1000),
+    )
+    return replace(record, **changes)
+
+
+def windows(count: int, start: datetime = T0 - 3 * DAY) -> list[Window]:
+    """``count`` consecutive one-day windows from ``start``."""
+    return [Window(start + i * DAY, start + (i + 1) * DAY) for i in range(count)]
+
+
+def stored_view(record: Record) -> dict[str, Any]:
+    """The columns a stored row must hold for ``record`` (everything but the bookkeeping)."""
+    return {
+        "record_id": record.record_id,
+        "revision": record.revision,
+        "player_id": record.player_id,
+        "game_id": record.game_id,
+        "currency": record.currency,
+        "round_id": record.round_id,
+        "parent_round_id": record.parent_round_id,
+        "bet_amount": record.bet_amount,
+        "refund_amount": record.refund_amount,
+        "payout_amount": record.payout_amount,
+        "net_amount": record.net_amount,
+        "status": record.status,
+        "created_at": record.created_at,
+        "settled_at": record.settled_at,
+        "updated_at": record.updated_at,
+    }
+
+
+def row_view(row: dict[str, Any]) -> dict[str, Any]:
+    return {key: row[key] for key in stored_view(make_record())}
