@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import orjson
 
@@ -118,7 +118,6 @@ def _success(endpoint: str, status: int, headers: Mapping[str, str], body: bytes
         _protocol(endpoint, request_id, f"HTTP {status} answer carries an error member")
     if not has_data:
         _protocol(endpoint, request_id, "answer has neither data nor error")
-    assert request_id is not None  # _envelope raised otherwise
     return Reply(data=document["data"], request_id=request_id)
 
 
@@ -214,7 +213,7 @@ def _envelope(endpoint: str, headers: Mapping[str, str], body: bytes) -> tuple[d
     return document, request_id
 
 
-def _protocol(endpoint: str, request_id: str | None, problem: str) -> Any:
+def _protocol(endpoint: str, request_id: str | None, problem: str) -> NoReturn:
     raise ProtocolError(f"invalid envelope: {problem}", endpoint=endpoint, request_id=request_id)
 
 
