@@ -30,7 +30,7 @@ KNOWN_STATUSES: Final = frozenset({"OPEN", "SETTLED", "VOID"})
 
 _SEQUENCE = re.compile(r"0|[1-9][0-9]*")
 # The exact form record responses use (three millisecond digits and Z): the hot path.
-_RECORD_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
+_RECORD_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +147,10 @@ def _integer(raw: dict[str, Any], name: str) -> int:
 def _time(raw: dict[str, Any], name: str) -> datetime:
     value = raw.get(name)
     if isinstance(value, str) and _RECORD_TIME.fullmatch(value):
-        return datetime.fromisoformat(value)
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            pass  # an impossible date: let parse_time name the field and reject the record
     return parse_time(value, field=name)
 
 
