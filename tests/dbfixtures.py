@@ -12,8 +12,9 @@ used only to create and drop the per-test ones.  When a server cannot be reached
 SKIP with a reason that says how to start it, unless ``RECORDSYNC_REQUIRE_SERVICES=1``, when
 they FAIL (CI sets it, so a missing service can never turn into a green run).
 
-To build another parametrization (say SQLite and PostgreSQL only), use ``fresh_database(kind,
-tmp_path)`` directly; ``BACKEND_PARAMS`` carries the ids and markers.
+To run on the servers only, ``@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS,
+indirect=True)``; for any other combination use ``fresh_database(kind, tmp_path)`` directly
+(``BACKEND_PARAMS`` carries the ids and markers).
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ BACKEND_PARAMS: Final = [
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
     pytest.param("mariadb", id="mariadb", marks=pytest.mark.mariadb),
 ]
+# For tests that need a server (say, to kill a session): parametrize("warehouse_url", ...,
+# indirect=True) with these.
+SERVER_PARAMS: Final = [param for param in BACKEND_PARAMS if param.id != "sqlite"]
 
 
 def server_url(kind: str) -> URL:
@@ -66,10 +70,10 @@ def server_url(kind: str) -> URL:
     return make_url(os.environ.get(_URL_ENVS[kind], _DEFAULT_URLS[kind]))
 
 
-def _admin_engine(kind: str) -> Engine:
+def _admin_engine(url: URL) -> Engine:
     """Autocommit, since CREATE/DROP DATABASE refuse to run inside a transaction."""
     return create_engine(
-        server_url(kind),
+        url,
         poolclass=pool.NullPool,
         isolation_level="AUTOCOMMIT",
         connect_args={"connect_timeout": _CONNECT_TIMEOUT_S},  # psycopg and PyMySQL alike
@@ -77,29 +81,31 @@ def _admin_engine(kind: str) -> Engine:
 
 
 @cache
-def _unreachable(kind: str) -> str | None:
-    """Why the server cannot be used, or None; asked once per test session."""
-    engine = _admin_engine(kind)
+def _unreachable(kind: str, url: URL) -> str | None:
+    """Why the server at ``url`` cannot be used, or None; asked once per session and URL."""
+    engine = _admin_engine(url)
     try:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
     except Exception as error:  # noqa: BLE001 - any failure means "not usable", reported below
-        shown = server_url(kind).render_as_string(hide_password=True)
-        cause = str(getattr(error, "orig", error)).strip().splitlines()[0][:200]
+        shown = url.render_as_string(hide_password=True)
+        cause = (str(getattr(error, "orig", error)).strip().splitlines() or [""])[0][:200]
         return (
-            f"{kind} server not reachable at {shown} ({cause}); {_HOW_TO_START[kind]}, "
-            f"or point {_URL_ENVS[kind]} at one"
+            f"{kind} server not reachable at {shown} ({type(error).__name__}: {cause}); "
+            f"{_HOW_TO_START[kind]}, or point {_URL_ENVS[kind]} at one"
         )
     finally:
         engine.dispose()
     return None
 
 
-def require_server(kind: str) -> None:
-    """Skip (or fail, under RECORDSYNC_REQUIRE_SERVICES=1) when ``kind``'s server is absent."""
-    reason = _unreachable(kind)
+def require_server(kind: str) -> URL:
+    """The admin URL of ``kind``'s server; skips (or fails, under
+    RECORDSYNC_REQUIRE_SERVICES=1) when it cannot be reached."""
+    url = server_url(kind)
+    reason = _unreachable(kind, url)
     if reason is None:
-        return
+        return url
     if os.environ.get(REQUIRE_SERVICES_ENV) == "1":
         pytest.fail(f"{reason} [{REQUIRE_SERVICES_ENV}=1]", pytrace=False)
     pytest.skip(reason)
@@ -111,14 +117,14 @@ def fresh_database(kind: str, tmp_path: Path) -> Iterator[str]:
     if kind == "sqlite":
         yield f"sqlite:///{tmp_path / 'warehouse.db'}"
         return
-    require_server(kind)
+    url = require_server(kind)
     name = f"rs_{secrets.token_hex(6)}"
-    admin = _admin_engine(kind)
+    admin = _admin_engine(url)
     try:
         with admin.connect() as conn:
             conn.execute(text(f"CREATE DATABASE {name}"))
         try:
-            yield server_url(kind).set(database=name).render_as_string(hide_password=False)
+            yield url.set(database=name).render_as_string(hide_password=False)
         finally:
             drop = (
                 f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"
