@@ -36,6 +36,9 @@ def create_warehouse_engine(url: str | URL, **kwargs: Any) -> Engine:
     parsed = make_url(url)
     backend = parsed.get_backend_name()
     options: dict[str, Any] = {"pool_pre_ping": True, **kwargs}
+    if backend != "sqlite":
+        # Positional placeholders let the record upsert pass plain tuples (see upsert.py).
+        options.setdefault("paramstyle", "format")
     if backend in MYSQL_FAMILY:
         options.setdefault("pool_recycle", MYSQL_POOL_RECYCLE_S)
         options["connect_args"] = {"charset": "utf8mb4", **kwargs.get("connect_args", {})}

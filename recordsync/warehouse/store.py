@@ -40,7 +40,12 @@ from recordsync.warehouse.connection import (
     translate_errors,
 )
 from recordsync.warehouse.schema import quarantined_records, records, snapshot_windows, sync_state
-from recordsync.warehouse.upsert import build_upsert, collapse, row_parameters, split_unstorable
+from recordsync.warehouse.upsert import (
+    CompiledUpsert,
+    collapse,
+    compile_upsert,
+    split_unstorable,
+)
 from recordsync.warehouse.values import JobStatus, QuarantinedRecord, WarehouseStatus, WriteResult
 
 TAIL_SOURCE = "tail"
@@ -72,7 +77,7 @@ class Warehouse:
         self._engine = engine
         self._writer = engine.execution_options(**{WRITE_OPTION: True})
         self._clock = clock
-        self._upsert = build_upsert(backend)
+        self._upsert: CompiledUpsert | None = None  # compiled at the first write (see there)
 
     @classmethod
     def connect(
@@ -328,10 +333,17 @@ class Warehouse:
             for record, reason in unfit
         )
         if rows:
-            conn.execute(self._upsert, row_parameters(merchant_id, rows, now))
+            upsert = self._compiled_upsert(conn)
+            conn.exec_driver_sql(upsert.sql, upsert.parameters(merchant_id, rows, now))
         if quarantine:
             conn.execute(insert(quarantined_records), quarantine)
         return WriteResult(records=len(rows), quarantined=len(quarantine))
+
+    def _compiled_upsert(self, conn: Connection) -> CompiledUpsert:
+        """Compiled against the connected dialect: MariaDB's syntax depends on the server."""
+        if self._upsert is None:
+            self._upsert = compile_upsert(conn.dialect)
+        return self._upsert
 
     # -- reading -------------------------------------------------------------------------
 

@@ -21,11 +21,13 @@ unknown and guessing would shift records across window boundaries.
 - PostgreSQL: ``TIMESTAMP WITH TIME ZONE`` (the driver returns the session's zone; we convert).
 - MariaDB: ``DATETIME(6)`` holding UTC (the session ``time_zone`` is also set to ``+00:00``
   on connect, so ``NOW()`` in ad hoc SQL agrees).
-- SQLite: fixed-width ISO-8601 text ``YYYY-MM-DDTHH:MM:SS.ffffffZ``, which sorts
+- SQLite: fixed-width ISO-8601 text ``YYYY-MM-DDTHH:MM:SS.ffffff+00:00``, which sorts
   chronologically as text and which SQLite's own date functions understand.
 
 Each backend gets its own small ``TypeDecorator`` (combined with ``with_variant``) so that the
-per-value work is one short function with no branching on the dialect.
+per-value work is one short function with no branching on the dialect.  The record upsert, the
+hot path, skips SQLAlchemy's per-value processing and calls the same conversion functions
+itself (``upsert.py``), so both paths store identical text.
 """
 
 from __future__ import annotations
@@ -62,10 +64,23 @@ class SQLiteDecimalText(TypeDecorator[Decimal]):
         return None if value is None else Decimal(value)
 
 
-def _require_aware(value: datetime) -> datetime:
+def aware_utc(value: datetime) -> datetime:
+    """``value`` in UTC; a naive value is refused, since its zone is unknown."""
+    if value.tzinfo is UTC:
+        return value
     if value.tzinfo is None:
         raise ValueError("refusing to store a naive datetime: its zone is unknown")
-    return value if value.tzinfo is UTC else value.astimezone(UTC)
+    return value.astimezone(UTC)
+
+
+def sqlite_time_text(value: datetime) -> str:
+    """``2024-03-01T00:01:00.000000+00:00``: fixed width, so text order is time order."""
+    return aware_utc(value).isoformat(timespec="microseconds")
+
+
+def mysql_time_text(value: datetime) -> str:
+    """``2024-03-01 00:01:00.000000`` in UTC, the literal DATETIME(6) reads fastest."""
+    return aware_utc(value).replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
 class PostgresUTCDateTime(TypeDecorator[datetime]):
@@ -78,7 +93,7 @@ class PostgresUTCDateTime(TypeDecorator[datetime]):
         super().__init__(timezone=True)
 
     def process_bind_param(self, value: datetime | None, _dialect: Dialect) -> datetime | None:
-        return None if value is None else _require_aware(value)
+        return None if value is None else aware_utc(value)
 
     def process_result_value(self, value: datetime | None, _dialect: Dialect) -> datetime | None:
         return None if value is None else value.astimezone(UTC)
@@ -94,7 +109,7 @@ class MySQLUTCDateTime(TypeDecorator[datetime]):
         super().__init__(fsp=6)
 
     def process_bind_param(self, value: datetime | None, _dialect: Dialect) -> datetime | None:
-        return None if value is None else _require_aware(value).replace(tzinfo=None)
+        return None if value is None else aware_utc(value).replace(tzinfo=None)
 
     def process_result_value(self, value: datetime | None, _dialect: Dialect) -> datetime | None:
         return None if value is None else value.replace(tzinfo=UTC)
@@ -107,10 +122,7 @@ class SQLiteUTCText(TypeDecorator[datetime]):
     cache_ok = True
 
     def process_bind_param(self, value: datetime | None, _dialect: Dialect) -> str | None:
-        if value is None:
-            return None
-        naive = _require_aware(value).replace(tzinfo=None)
-        return naive.isoformat(timespec="microseconds") + "Z"
+        return None if value is None else sqlite_time_text(value)
 
     def process_result_value(self, value: str | None, _dialect: Dialect) -> datetime | None:
         return None if value is None else datetime.fromisoformat(value)

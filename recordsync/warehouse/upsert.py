@@ -16,9 +16,9 @@ revision is higher".
   guarded on the *old* revision, ``col = IF(VALUES(revision) > revision, VALUES(col), col)``,
   and ``revision`` is assigned last.
 
-The statement is built once per warehouse (SQLAlchemy then caches its compiled form) and the
-rows go as executemany parameters: psycopg pipelines them, PyMySQL folds them into one
-multi-row INSERT, sqlite3 loops in C.
+The statement is compiled once per warehouse and the rows go as executemany parameters,
+encoded in one comprehension per backend (``CompiledUpsert``): psycopg pipelines them, PyMySQL
+folds them into one multi-row INSERT, sqlite3 loops in C.
 
 A record the columns cannot hold (an identifier longer than the column, an amount beyond
 NUMERIC(30,4), a revision beyond BIGINT, a NUL character PostgreSQL refuses) would fail the
@@ -28,17 +28,26 @@ quarantines them with the reason, on every backend alike.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
 from sqlalchemy import func
 from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.dml import Insert
 
 from recordsync.models import Record
 from recordsync.warehouse.schema import CODE_LENGTH, ID_LENGTH, records
-from recordsync.warehouse.types import MONEY_PRECISION, MONEY_SCALE, MYSQL_FAMILY
+from recordsync.warehouse.types import (
+    MONEY_PRECISION,
+    MONEY_SCALE,
+    MYSQL_FAMILY,
+    aware_utc,
+    mysql_time_text,
+    sqlite_time_text,
+)
 
 _KEY: Final = ("merchant_id", "record_id")
 # Every column an update replaces; ``revision`` last, which matters on MariaDB.
@@ -84,32 +93,142 @@ def build_upsert(backend: str) -> Insert:
     raise ValueError(f"no upsert for database backend {backend!r}")
 
 
-def row_parameters(
+# The parameter order of every row tuple: the table's column order, which is also the order
+# in which the compiled INSERT lists its placeholders (checked in compile_upsert).
+COLUMNS: Final = tuple(column.name for column in records.columns)
+
+RowEncoder = Callable[[str, Sequence[Record], datetime], list[tuple[Any, ...]]]
+
+
+def _sqlite_rows(
     merchant_id: str, batch: Sequence[Record], synced_at: datetime
-) -> list[dict[str, Any]]:
-    """One parameter dict per record, built in one pass: this is the hot path."""
+) -> list[tuple[Any, ...]]:
+    """SQLite: decimal strings as sent and fixed-width UTC text (see ``types``)."""
+    t = sqlite_time_text
+    synced = t(synced_at)
     return [
-        {
-            "merchant_id": merchant_id,
-            "record_id": r.record_id,
-            "revision": r.revision,
-            "player_id": r.player_id,
-            "game_id": r.game_id,
-            "currency": r.currency,
-            "round_id": r.round_id,
-            "parent_round_id": r.parent_round_id,
-            "bet_amount": r.bet_amount,
-            "refund_amount": r.refund_amount,
-            "payout_amount": r.payout_amount,
-            "net_amount": r.net_amount,
-            "status": r.status,
-            "created_at": r.created_at,
-            "settled_at": r.settled_at,
-            "updated_at": r.updated_at,
-            "synced_at": synced_at,
-        }
+        (
+            merchant_id,
+            r.record_id,
+            r.revision,
+            r.player_id,
+            r.game_id,
+            r.currency,
+            r.round_id,
+            r.parent_round_id,
+            str(r.bet_amount),
+            str(r.refund_amount),
+            str(r.payout_amount),
+            str(r.net_amount),
+            r.status,
+            t(r.created_at),
+            None if r.settled_at is None else t(r.settled_at),
+            t(r.updated_at),
+            synced,
+        )
         for r in batch
     ]
+
+
+def _postgres_rows(
+    merchant_id: str, batch: Sequence[Record], synced_at: datetime
+) -> list[tuple[Any, ...]]:
+    """PostgreSQL: Decimal and aware datetimes go to psycopg as they are."""
+    t = aware_utc  # refuses naive values; identity for UTC ones
+    synced = t(synced_at)
+    return [
+        (
+            merchant_id,
+            r.record_id,
+            r.revision,
+            r.player_id,
+            r.game_id,
+            r.currency,
+            r.round_id,
+            r.parent_round_id,
+            r.bet_amount,
+            r.refund_amount,
+            r.payout_amount,
+            r.net_amount,
+            r.status,
+            t(r.created_at),
+            None if r.settled_at is None else t(r.settled_at),
+            t(r.updated_at),
+            synced,
+        )
+        for r in batch
+    ]
+
+
+def _mysql_rows(
+    merchant_id: str, batch: Sequence[Record], synced_at: datetime
+) -> list[tuple[Any, ...]]:
+    """MariaDB: Decimal as it is, times as UTC DATETIME(6) literals."""
+    t = mysql_time_text
+    synced = t(synced_at)
+    return [
+        (
+            merchant_id,
+            r.record_id,
+            r.revision,
+            r.player_id,
+            r.game_id,
+            r.currency,
+            r.round_id,
+            r.parent_round_id,
+            r.bet_amount,
+            r.refund_amount,
+            r.payout_amount,
+            r.net_amount,
+            r.status,
+            t(r.created_at),
+            None if r.settled_at is None else t(r.settled_at),
+            t(r.updated_at),
+            synced,
+        )
+        for r in batch
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledUpsert:
+    """The upsert as the driver sees it: SQL text, and rows already in the driver's types.
+
+    SQLAlchemy's per-row parameter processing costs more than the database's own work at
+    tens of thousands of records per second, so rows bypass it: they are encoded in one
+    comprehension and passed straight to the driver's executemany.
+    """
+
+    sql: str
+    positional: bool
+    encode: RowEncoder
+
+    def parameters(
+        self, merchant_id: str, batch: Sequence[Record], synced_at: datetime
+    ) -> list[tuple[Any, ...]] | list[dict[str, Any]]:
+        rows = self.encode(merchant_id, batch, synced_at)
+        if self.positional:
+            return rows
+        # An engine configured with a named paramstyle: correct, if a little slower.
+        return [dict(zip(COLUMNS, row, strict=True)) for row in rows]
+
+
+def compile_upsert(dialect: Dialect) -> CompiledUpsert:
+    """Compile the upsert for a connected ``dialect`` (MariaDB's syntax depends on the server)."""
+    backend = dialect.name
+    compiled = build_upsert(backend).compile(dialect=dialect)
+    placeholders = tuple(compiled.positiontup or ()) if compiled.positional else None
+    if placeholders is not None and placeholders != COLUMNS:
+        raise RuntimeError(f"unexpected upsert parameter order {placeholders}")
+    if placeholders is None and set(compiled.params) != set(COLUMNS):
+        raise RuntimeError(f"unexpected upsert parameters {sorted(compiled.params)}")
+    if backend == "sqlite":
+        encode: RowEncoder = _sqlite_rows
+    elif backend == "postgresql":
+        encode = _postgres_rows
+    else:
+        encode = _mysql_rows
+    return CompiledUpsert(sql=compiled.string, positional=compiled.positional, encode=encode)
 
 
 def _fits(r: Record) -> bool:

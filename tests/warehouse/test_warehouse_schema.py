@@ -68,3 +68,24 @@ def test_money_and_times_use_exact_types_never_float(warehouse):
 
 def test_scripts_are_found_from_the_source_checkout():
     assert (script_location() / "versions" / "0001_initial_schema.py").is_file()
+
+
+SESSION_CHECKS = {
+    "sqlite": [
+        ("PRAGMA journal_mode", "wal"),
+        ("PRAGMA busy_timeout", 30000),
+        ("PRAGMA foreign_keys", 1),
+    ],
+    "postgresql": [("SELECT 1", 1)],
+    "mysql": [
+        ("SELECT @@session.time_zone", "+00:00"),
+        ("SELECT @@character_set_client", "utf8mb4"),
+    ],
+}
+
+
+def test_connect_applies_the_session_settings_each_backend_needs(warehouse):
+    dialect = warehouse.engine.dialect.name
+    with warehouse.engine.connect() as conn:
+        for query, expected in SESSION_CHECKS["mysql" if dialect == "mariadb" else dialect]:
+            assert conn.exec_driver_sql(query).scalar_one() == expected, query
