@@ -32,13 +32,13 @@ from sqlalchemy import (
 from recordsync.errors import ConfigurationError
 from recordsync.models import Record, RejectedItem
 from recordsync.state import REBUILD_JOB, Phase, SyncState, Window, WindowProgress
-from recordsync.warehouse import migrate as migrations
 from recordsync.warehouse.connection import (
     SUPPORTED_BACKENDS,
     WRITE_OPTION,
     create_warehouse_engine,
     translate_errors,
 )
+from recordsync.warehouse.migrate import upgrade as upgrade_schema
 from recordsync.warehouse.schema import quarantined_records, records, snapshot_windows, sync_state
 from recordsync.warehouse.upsert import (
     CompiledUpsert,
@@ -93,7 +93,7 @@ class Warehouse:
     def migrate(self) -> None:
         """Apply every pending Alembic revision (idempotent)."""
         with translate_errors("migrate"):
-            migrations.upgrade(self._writer)
+            upgrade_schema(self._writer)
 
     def ping(self) -> None:
         with translate_errors("ping"), self._engine.connect() as conn:

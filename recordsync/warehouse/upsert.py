@@ -130,64 +130,44 @@ def _sqlite_rows(
     ]
 
 
-def _postgres_rows(
-    merchant_id: str, batch: Sequence[Record], synced_at: datetime
-) -> list[tuple[Any, ...]]:
-    """PostgreSQL: Decimal and aware datetimes go to psycopg as they are."""
-    t = aware_utc  # refuses naive values; identity for UTC ones
-    synced = t(synced_at)
-    return [
-        (
-            merchant_id,
-            r.record_id,
-            r.revision,
-            r.player_id,
-            r.game_id,
-            r.currency,
-            r.round_id,
-            r.parent_round_id,
-            r.bet_amount,
-            r.refund_amount,
-            r.payout_amount,
-            r.net_amount,
-            r.status,
-            t(r.created_at),
-            None if r.settled_at is None else t(r.settled_at),
-            t(r.updated_at),
-            synced,
-        )
-        for r in batch
-    ]
+def _native_decimal_rows(time: Callable[[datetime], Any]) -> RowEncoder:
+    """PostgreSQL and MariaDB: the driver takes ``Decimal`` as it is; ``time`` encodes times."""
+
+    def encode(
+        merchant_id: str, batch: Sequence[Record], synced_at: datetime
+    ) -> list[tuple[Any, ...]]:
+        t = time
+        synced = t(synced_at)
+        return [
+            (
+                merchant_id,
+                r.record_id,
+                r.revision,
+                r.player_id,
+                r.game_id,
+                r.currency,
+                r.round_id,
+                r.parent_round_id,
+                r.bet_amount,
+                r.refund_amount,
+                r.payout_amount,
+                r.net_amount,
+                r.status,
+                t(r.created_at),
+                None if r.settled_at is None else t(r.settled_at),
+                t(r.updated_at),
+                synced,
+            )
+            for r in batch
+        ]
+
+    return encode
 
 
-def _mysql_rows(
-    merchant_id: str, batch: Sequence[Record], synced_at: datetime
-) -> list[tuple[Any, ...]]:
-    """MariaDB: Decimal as it is, times as UTC DATETIME(6) literals."""
-    t = mysql_time_text
-    synced = t(synced_at)
-    return [
-        (
-            merchant_id,
-            r.record_id,
-            r.revision,
-            r.player_id,
-            r.game_id,
-            r.currency,
-            r.round_id,
-            r.parent_round_id,
-            r.bet_amount,
-            r.refund_amount,
-            r.payout_amount,
-            r.net_amount,
-            r.status,
-            t(r.created_at),
-            None if r.settled_at is None else t(r.settled_at),
-            t(r.updated_at),
-            synced,
-        )
-        for r in batch
-    ]
+# psycopg binds aware datetimes to TIMESTAMPTZ itself (aware_utc only refuses naive ones);
+# for DATETIME(6), a UTC literal is what PyMySQL escapes fastest.
+_postgres_rows: Final = _native_decimal_rows(aware_utc)
+_mysql_rows: Final = _native_decimal_rows(mysql_time_text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 
+import recordsync.warehouse as public
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.migrate import current_revision, head_revision, script_location
 from recordsync.warehouse.schema import VERSION_TABLE, metadata
@@ -89,3 +90,8 @@ def test_connect_applies_the_session_settings_each_backend_needs(warehouse):
     with warehouse.engine.connect() as conn:
         for query, expected in SESSION_CHECKS["mysql" if dialect == "mariadb" else dialect]:
             assert conn.exec_driver_sql(query).scalar_one() == expected, query
+
+
+def test_the_package_exports_its_public_names_sorted():
+    assert public.__all__ == sorted(public.__all__)
+    assert all(hasattr(public, name) for name in public.__all__)
