@@ -1,0 +1,31 @@
+"""The platform simulator: a faithful, fast fake of the platform's record side over real HTTP.
+
+Used by the tests, the demo and the benchmarks, and by merchants to try recordsync::
+
+    from recordsync.sim import Simulator, SimConfig
+
+    with Simulator(SimConfig(seed=7)).start() as sim:
+        print(sim.base_url)
+
+It imports only ``recordsync.signing``, ``times``, ``money`` and ``errors`` from the package:
+never the client, the sync or the warehouse (the arrows point from the edge to the core).
+"""
+
+from recordsync.sim.config import DEMO_MERCHANT_ID, DEMO_SECRET, FaultRates, SimConfig
+from recordsync.sim.simulator import Simulator
+from recordsync.sim.stats import FAULT_KINDS, SimStats
+from recordsync.sim.store import SEQUENCE_BASE
+from recordsync.sim.testing import ManualClock, running_simulator
+
+__all__ = [
+    "DEMO_MERCHANT_ID",
+    "DEMO_SECRET",
+    "FAULT_KINDS",
+    "SEQUENCE_BASE",
+    "FaultRates",
+    "ManualClock",
+    "SimConfig",
+    "SimStats",
+    "Simulator",
+    "running_simulator",
+]

@@ -1,0 +1,70 @@
+"""Request authentication, in the order the spec gives for verifiers (spec: Authentication).
+
+1. find the secret by X-Merchant-Id, else 401 AUTHENTICATION_FAILED;
+2. X-Timestamp is 10 digits within 300 seconds of the simulator's clock, else 401
+   REQUEST_EXPIRED;
+3. recompute the signature over the raw request target exactly as received and the raw body,
+   compare in constant time, else 401 AUTHENTICATION_FAILED.
+
+During a key rotation both the current and the previous secret are accepted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Final
+
+from recordsync.signing import Secret, sign, signatures_match
+from recordsync.sim.envelope import ApiError
+
+MAX_SKEW_SECONDS: Final = 300
+_TIMESTAMP: Final = re.compile(r"[0-9]{10}")
+_SIGNATURE: Final = re.compile(r"[0-9a-f]{64}")
+
+
+def _failed(message: str) -> ApiError:
+    return ApiError(401, "AUTHENTICATION_FAILED", message)
+
+
+class Authenticator:
+    def __init__(self, merchant_id: str, secrets: tuple[Secret, ...]) -> None:
+        self._merchant_id = merchant_id
+        self._secrets = secrets
+
+    def check(
+        self,
+        *,
+        headers: Mapping[str, str],
+        method: str,
+        target: str,
+        body: bytes,
+        now: float,
+    ) -> str:
+        """The authenticated merchant id, or ``ApiError`` 401."""
+        merchant = headers.get("x-merchant-id")
+        if merchant != self._merchant_id:
+            raise _failed("unknown merchant")
+        timestamp = headers.get("x-timestamp") or ""
+        if _TIMESTAMP.fullmatch(timestamp) is None or abs(int(timestamp) - now) > MAX_SKEW_SECONDS:
+            raise ApiError(
+                401, "REQUEST_EXPIRED", "X-Timestamp is missing or more than 300 s from now"
+            )
+        received = headers.get("x-signature") or ""
+        if _SIGNATURE.fullmatch(received) is None:
+            raise _failed("X-Signature must be 64 lowercase hex characters")
+        matched = False
+        for secret in self._secrets:  # no early exit: the same work whichever secret matches
+            expected = sign(
+                secret.reveal(),
+                timestamp=timestamp,
+                method=method,
+                target=target,
+                idempotency_key=headers.get("idempotency-key"),
+                if_match=headers.get("if-match"),
+                body=body,
+            )
+            matched |= signatures_match(expected, received)
+        if not matched:
+            raise _failed("signature mismatch")
+        return merchant

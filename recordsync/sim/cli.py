@@ -1,0 +1,148 @@
+"""``recordsync sim`` / ``python -m recordsync.sim``: serve a simulator until SIGTERM or Ctrl-C.
+
+Thin on purpose: parse, build the configuration, start, print where it listens, wait.
+The secret is never printed; the default is the public demo secret ``DEMO_SECRET``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from recordsync.errors import ConfigurationError
+from recordsync.sim.config import (
+    DEFAULT_SEED,
+    DEMO_MERCHANT_ID,
+    DEMO_SECRET,
+    FaultRates,
+    SimConfig,
+)
+from recordsync.sim.simulator import Simulator
+
+EXIT_OK = 0
+EXIT_CANNOT_LISTEN = 1
+EXIT_CONFIGURATION = 2
+
+_FAULT_OPTIONS = (
+    ("--fault-503", "projection_lag", "503 projection lag"),
+    ("--fault-429", "rate_limited", "injected 429 with Retry-After"),
+    ("--fault-500", "server_error", "500 internal error"),
+    ("--fault-reset", "connection_reset", "connection reset with no response"),
+    ("--fault-duplicates", "duplicates", "stale changes sent again"),
+    ("--fault-extra-fields", "extra_fields", "unknown fields everywhere"),
+    ("--fault-malformed", "malformed", "invalid JSON, truncated body, wrong content type"),
+    ("--fault-bad-records", "bad_records", "an item with a bad amount or a missing field"),
+    ("--fault-latency", "latency", "share of requests that get the added latency"),
+)
+
+
+def _say(message: str, *, error: bool = False) -> None:
+    """The CLI speaks to a person (and to scripts reading ``base_url=``), one line at a time."""
+    print(message, file=sys.stderr if error else sys.stdout, flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="recordsync sim",
+        description="Serve a simulated game platform (records and record-changes) over HTTP.",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080, help="0 picks a free port")
+    parser.add_argument("--merchant-id", default=DEMO_MERCHANT_ID)
+    secret = parser.add_mutually_exclusive_group()
+    secret.add_argument(
+        "--secret", help="the 43-character merchant secret (default: the public demo secret)"
+    )
+    secret.add_argument("--secret-file", type=Path, help="read the secret from this file")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--history-days", type=float, default=3.0)
+    parser.add_argument("--rounds-per-day", type=int, default=2000)
+    parser.add_argument(
+        "--live-rate", type=float, default=1.0, help="live events per second (0: none)"
+    )
+    parser.add_argument("--record-requests", type=int, default=2)
+    parser.add_argument("--record-seconds", type=int, default=1)
+    parser.add_argument("--max-page-size", type=int, default=1000)
+    parser.add_argument("--cursor-ttl-seconds", type=float, default=86400.0)
+    parser.add_argument("--retention-seconds", type=float, default=90 * 86400.0)
+    parser.add_argument("--wallet-mode", choices=("TRANSFER", "SEAMLESS"), default="TRANSFER")
+    faults = parser.add_argument_group("faults (rates from 0 to 1)")
+    for option, _, text in _FAULT_OPTIONS:
+        faults.add_argument(option, type=float, default=None, metavar="RATE", help=text)
+    faults.add_argument("--latency-ms", type=float, default=0.0)
+    faults.add_argument("--latency-jitter-ms", type=float, default=0.0)
+    faults.add_argument("--clock-skew-seconds", type=float, default=0.0)
+    return parser
+
+
+def _secret(args: argparse.Namespace) -> str:
+    if args.secret_file is not None:
+        try:
+            return str(args.secret_file.read_text(encoding="utf-8").strip())
+        except OSError as exc:
+            raise ConfigurationError(f"cannot read --secret-file: {exc.strerror}") from None
+    return str(args.secret) if args.secret else DEMO_SECRET
+
+
+def config_from(args: argparse.Namespace) -> SimConfig:
+    rates = {
+        name: getattr(args, option[2:].replace("-", "_")) for option, name, _ in _FAULT_OPTIONS
+    }
+    faults = FaultRates(
+        **{name: value for name, value in rates.items() if value is not None},
+        latency_ms=args.latency_ms,
+        latency_jitter_ms=args.latency_jitter_ms,
+        clock_skew_seconds=args.clock_skew_seconds,
+    )
+    return SimConfig(
+        merchant_id=args.merchant_id,
+        secret=_secret(args),
+        seed=args.seed,
+        history_days=args.history_days,
+        rounds_per_day=args.rounds_per_day,
+        live_rate=args.live_rate,
+        record_requests=args.record_requests,
+        record_seconds=args.record_seconds,
+        max_page_size=args.max_page_size,
+        cursor_ttl_seconds=args.cursor_ttl_seconds,
+        retention_seconds=args.retention_seconds,
+        wallet_mode=args.wallet_mode,
+        faults=faults,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = config_from(args)
+    except ConfigurationError as exc:
+        _say(f"error: {exc}", error=True)
+        return EXIT_CONFIGURATION
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:  # noqa: ARG001
+        stop.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    simulator = Simulator(config)
+    try:
+        try:
+            simulator.start(host=args.host, port=args.port)
+        except OSError as exc:
+            _say(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror}", error=True)
+            return EXIT_CANNOT_LISTEN
+        simulator.start_live()
+        _say(f"base_url={simulator.base_url}")
+        _say(f"merchant_id={config.merchant_id}")
+        _say(f"records={simulator.store.record_count} watermark={simulator.watermark()}")
+        while not stop.wait(0.5):
+            pass
+    finally:
+        simulator.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return EXIT_OK

@@ -1,0 +1,184 @@
+"""HTTP/1.1 with keep-alive over real sockets, in background threads; bytes in, bytes out.
+
+The raw request target is handed on untouched (``BaseHTTPRequestHandler.path`` is the target
+exactly as on the request line), because that is what the client signed.  A response is written
+in one ``send`` (status line, headers and body together) with TCP_NODELAY, so a keep-alive
+client never waits on Nagle's algorithm.  Nothing here redirects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+from email.utils import formatdate
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from recordsync.sim.envelope import ApiError, RequestIds, error_body
+from recordsync.sim.service import Action, PlatformService, Request, Response
+
+_IDLE_TIMEOUT_SECONDS = 120.0
+_ALL_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Unknown"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "recordsync-sim"
+    sys_version = ""
+    timeout = _IDLE_TIMEOUT_SECONDS
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def _serve(self) -> None:
+        service = self.server.service
+        body = self._read_body()
+        if body is None:
+            return
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        response = service.handle(Request(self.command, self.path, headers, body))
+        if response.action is Action.RESET:
+            self._reset()
+            return
+        self._write(response)
+
+    # One handler per method name, as BaseHTTPRequestHandler dispatches on ``do_<METHOD>``.
+    def do_GET(self) -> None:
+        self._serve()
+
+    do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_GET  # noqa: N815
+
+    def _read_body(self) -> bytes | None:
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            return b""
+        limit = self.server.service.config.max_body_bytes
+        if not raw.isdigit():
+            self._refuse(ApiError(400, "VALIDATION_FAILED", "bad Content-Length"))
+            return None
+        if int(raw) > limit:
+            self._refuse(ApiError(413, "PAYLOAD_TOO_LARGE", "the body is larger than 1 MiB"))
+            return None
+        return self.rfile.read(int(raw))
+
+    def _refuse(self, error: ApiError) -> None:
+        self.close_connection = True
+        self._write(Response(error.status, error_body(error, self.server.request_ids.next())))
+
+    def _write(self, response: Response) -> None:
+        body = response.body
+        lines = [
+            f"HTTP/1.1 {response.status} {_reason(response.status)}",
+            f"Date: {formatdate(usegmt=True)}",
+            f"Server: {self.server_version}",
+            f"Content-Type: {response.content_type}",
+            f"Content-Length: {len(body)}",
+        ]
+        lines.extend(f"{name}: {value}" for name, value in response.headers)
+        short = response.action is Action.SHORT_BODY
+        if short or self.close_connection:
+            lines.append("Connection: close")
+            self.close_connection = True
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        if self.command == "HEAD":
+            body = b""
+        elif short:
+            body = body[: len(body) // 2]
+        self.wfile.write(head + body)
+
+    def _reset(self) -> None:
+        """Close abruptly: SO_LINGER 0 makes the close send RST instead of FIN."""
+        self.close_connection = True
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.server.reset_requested(self.connection)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        """Quiet: the simulator's own statistics say what happened."""
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    block_on_close = False
+
+    def __init__(self, address: tuple[str, int], service: PlatformService) -> None:
+        self.service = service
+        self.request_ids = RequestIds()
+        self._open: set[socket.socket] = set()
+        self._reset: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            self._open.add(request)
+        super().process_request(request, client_address)
+
+    def reset_requested(self, connection: socket.socket) -> None:
+        with self._open_lock:
+            self._reset.add(connection)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.discard(request)
+            reset = request in self._reset
+            self._reset.discard(request)
+        if reset:
+            request.close()  # no shutdown(SHUT_WR) first: that would send FIN, not RST
+        else:
+            super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that goes away mid-request is normal here; nothing to print."""
+
+    def close_connections(self) -> None:
+        """Wake the threads waiting on idle keep-alive connections so they end."""
+        with self._open_lock:
+            connections = list(self._open)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+
+class HttpServer:
+    """Serves a ``PlatformService`` on a host and port until ``stop``."""
+
+    def __init__(self, service: PlatformService, host: str, port: int) -> None:
+        self._server = _Server((host, port), service)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.02},
+            name="recordsync-sim-http",
+            daemon=True,
+        )
+        self._stopped = False
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._thread.is_alive():
+            self._server.shutdown()
+        self._server.close_connections()
+        self._server.server_close()
+        self._thread.join(timeout=5)

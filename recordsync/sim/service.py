@@ -1,0 +1,412 @@
+"""The record side of the platform API as a function from request to response (no sockets).
+
+``PlatformService.handle`` does, in order (spec: Authentication, Records endpoints, Limits):
+route by path (404), authenticate (401), count the request in the shared rate limit (429 and a
+violation when over it), maybe inject a 429 (which gives the place in the window back), add
+latency, validate the query (400/410), maybe fail the request (reset, 503, 500), serve the page,
+and maybe spoil the page (duplicates, unknown fields, bad records, malformed body).
+
+The HTTP layer (``server``) only moves bytes; everything the simulator decides is here, so it
+can be tested without sockets as well as over them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Final, TypeVar
+
+import orjson
+
+from recordsync.sim.auth import Authenticator
+from recordsync.sim.config import SimConfig
+from recordsync.sim.cursors import (
+    ChangesCursor,
+    Cursor,
+    CursorCodec,
+    CursorInvalidError,
+    RecordsCursor,
+)
+from recordsync.sim.data import CURRENCIES
+from recordsync.sim.envelope import (
+    JSON,
+    ApiError,
+    RequestIds,
+    error_body,
+    success_body,
+)
+from recordsync.sim.faults import (
+    DATA_EXTRA,
+    ENVELOPE_EXTRA,
+    FaultInjector,
+    Malformation,
+)
+from recordsync.sim.query import (
+    ChangesFromNow,
+    ChangesNext,
+    RecordsNext,
+    parse_changes,
+    parse_records,
+    reject_unknown,
+    split_target,
+)
+from recordsync.sim.ratelimit import SlidingWindow, retry_after_header
+from recordsync.sim.render import format_ms
+from recordsync.sim.stats import (
+    BAD_RECORDS,
+    CONNECTION_RESET,
+    DUPLICATES,
+    EXTRA_FIELDS,
+    LATENCY,
+    MALFORMED,
+    NO_RESPONSE,
+    PROJECTION_LAG,
+    RATE_LIMITED,
+    SERVER_ERROR,
+    StatsRecorder,
+)
+from recordsync.sim.store import RecordFilter, Store
+
+CAPABILITIES: Final = "capabilities"
+RECORDS: Final = "records"
+RECORD_CHANGES: Final = "record-changes"
+OTHER: Final = "other"
+ENDPOINTS: Final = {
+    "/v1/capabilities": CAPABILITIES,
+    "/v1/records": RECORDS,
+    "/v1/record-changes": RECORD_CHANGES,
+}
+QUERY_LIMITS: Final = (10, 1)  # capabilities.limits.query_requests / query_seconds
+
+_C = TypeVar("_C", RecordsCursor, ChangesCursor)
+
+
+class Action(Enum):
+    SEND = "send"
+    RESET = "reset"  # close the connection with RST, no response
+    SHORT_BODY = "short_body"  # send half of the body announced, then close
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    target: str  # the raw request target, exactly as on the request line
+    headers: Mapping[str, str]  # names in lower case
+    body: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str = JSON
+    headers: tuple[tuple[str, str], ...] = ()
+    action: Action = Action.SEND
+
+
+def _expired(message: str) -> ApiError:
+    return ApiError(410, "CURSOR_EXPIRED", message)
+
+
+def _cursor_invalid(message: str) -> ApiError:
+    return ApiError(400, "CURSOR_INVALID", message)
+
+
+class PlatformService:
+    def __init__(
+        self,
+        config: SimConfig,
+        store: Store,
+        *,
+        authenticator: Authenticator,
+        codec: CursorCodec,
+        injector: FaultInjector,
+        window: SlidingWindow,
+        stats: StatsRecorder,
+        clock: Callable[[], float],
+        monotonic: Callable[[], float],
+        sleep: Callable[[float], None],
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.authenticator = authenticator
+        self.codec = codec
+        self.injector = injector
+        self.window = window
+        self.stats = stats
+        self._clock = clock
+        self._monotonic = monotonic
+        self._sleep = sleep
+        self._ids = RequestIds()
+        self.cursor_epoch = 0
+
+    def now(self) -> float:
+        """The simulator's clock: the injected clock plus the configured skew."""
+        return self._clock() + self.injector.rates.clock_skew_seconds
+
+    def expire_cursors(self) -> None:
+        """Every cursor issued so far answers 410 CURSOR_EXPIRED from now on."""
+        self.cursor_epoch += 1
+
+    # --- the request pipeline ----------------------------------------------------------
+
+    def handle(self, request: Request) -> Response:
+        arrival = self._monotonic()
+        request_id = self._ids.next()
+        path = request.target.partition("?")[0]
+        endpoint = ENDPOINTS.get(path, OTHER)
+        try:
+            response = self._dispatch(request, endpoint, arrival, request_id)
+        except ApiError as error:
+            response = Response(error.status, error_body(error, request_id), headers=error.headers)
+        status = NO_RESPONSE if response.action is Action.RESET else response.status
+        self.stats.request(endpoint, status)
+        return response
+
+    def _dispatch(
+        self, request: Request, endpoint: str, arrival: float, request_id: str
+    ) -> Response:
+        if endpoint == OTHER:
+            raise ApiError(404, "RESOURCE_NOT_FOUND", "no such resource")
+        if request.method != "GET":
+            raise ApiError(
+                405, "METHOD_NOT_ALLOWED", "only GET is served here", headers=(("Allow", "GET"),)
+            )
+        now = self.now()
+        try:
+            merchant = self.authenticator.check(
+                headers=request.headers,
+                method=request.method,
+                target=request.target,
+                body=request.body,
+                now=now,
+            )
+        except ApiError:
+            self.stats.auth_failure()
+            raise
+        if endpoint == CAPABILITIES:
+            _, params = split_target(request.target)
+            reject_unknown(params, frozenset())
+            return Response(200, success_body(self._capabilities(), request_id))
+        self._count(merchant, arrival, now)
+        delay = self.injector.latency_seconds()
+        if delay is not None:
+            self.stats.fault(LATENCY)
+            self._sleep(delay)
+        _, params = split_target(request.target)
+        if endpoint == RECORDS:
+            return self._records(params, merchant, int(now * 1000), request_id)
+        return self._changes(params, merchant, int(now * 1000), request_id)
+
+    def _count(self, merchant: str, arrival: float, now: float) -> None:
+        """The shared record rate limit, then an injected 429 (which is not a violation)."""
+        wait = self.window.admit(merchant, arrival)
+        if wait is not None:
+            self.stats.violation()
+            raise ApiError(
+                429,
+                "RATE_LIMITED",
+                f"more than {self.config.record_requests} record requests in "
+                f"{self.config.record_seconds} s",
+                retryable=True,
+                headers=(("Retry-After", retry_after_header(wait)),),
+            )
+        if self.injector.hit(RATE_LIMITED):
+            self.window.release(merchant, arrival)
+            self.stats.fault(RATE_LIMITED)
+            raise ApiError(
+                429,
+                "RATE_LIMITED",
+                "too many requests (injected)",
+                retryable=True,
+                headers=(("Retry-After", self.injector.retry_after(now)),),
+            )
+
+    def _transient_failure(self) -> Response | None:
+        """A reset, a 503 (the projection lags) or a 500, when the dice say so."""
+        if self.injector.hit(CONNECTION_RESET):
+            self.stats.fault(CONNECTION_RESET)
+            return Response(NO_RESPONSE, b"", action=Action.RESET)
+        if self.injector.hit(PROJECTION_LAG):
+            self.stats.fault(PROJECTION_LAG)
+            raise ApiError(
+                503,
+                "PROJECTION_LAGGING",
+                "the record projection lags; try again",
+                retryable=True,
+                headers=(("Retry-After", "1"),),
+            )
+        if self.injector.hit(SERVER_ERROR):
+            self.stats.fault(SERVER_ERROR)
+            raise ApiError(500, "INTERNAL_ERROR", "internal error (injected)", retryable=True)
+        return None
+
+    # --- endpoints ---------------------------------------------------------------------
+
+    def _capabilities(self) -> bytes:
+        config = self.config
+        return orjson.dumps(
+            {
+                "wallet_mode": config.wallet_mode,
+                "currencies": [
+                    {"code": code, "decimal_scale": scale} for code, scale, _, _ in CURRENCIES
+                ],
+                "operations": [],
+                "limits": {
+                    "query_requests": QUERY_LIMITS[0],
+                    "query_seconds": QUERY_LIMITS[1],
+                    "record_requests": config.record_requests,
+                    "record_seconds": config.record_seconds,
+                    "max_page_size": config.max_page_size,
+                    "max_body_bytes": config.max_body_bytes,
+                },
+            }
+        )
+
+    def _decode(self, token: str, merchant: str, kind: type[_C]) -> _C:
+        try:
+            cursor: Cursor = self.codec.decode(token)
+        except CursorInvalidError as exc:
+            raise _cursor_invalid(f"invalid cursor: {exc}") from None
+        if not isinstance(cursor, kind) or cursor.merchant_id != merchant:
+            raise _cursor_invalid("the cursor belongs to another endpoint or merchant")
+        if cursor.epoch < self.cursor_epoch:
+            raise _expired("the cursor has expired")
+        return cursor
+
+    def _records(
+        self, params: dict[str, str], merchant: str, now_ms: int, request_id: str
+    ) -> Response:
+        query = parse_records(params, self.config.max_page_size)
+        if isinstance(query, RecordsNext):
+            cursor = self._decode(query.cursor, merchant, RecordsCursor)
+            if now_ms - cursor.chain_started_ms > self.config.cursor_ttl_seconds * 1000:
+                raise _expired("records cursors are valid 24 hours from the chain's first page")
+            where = RecordFilter(cursor.from_ms, cursor.to_ms, cursor.player_id, cursor.game_id)
+            watermark = cursor.watermark
+            after: tuple[int, str] | None = (cursor.after_ms, cursor.after_id)
+            started = cursor.chain_started_ms
+        else:
+            where = RecordFilter(query.from_ms, query.to_ms, query.player_id, query.game_id)
+            watermark = self.store.watermark()
+            after = None
+            started = now_ms
+        failure = self._transient_failure()
+        if failure is not None:
+            return failure
+        page = self.store.records(where, watermark=watermark, after=after, limit=query.limit)
+        next_cursor = None
+        if page.has_more and page.last_key is not None:
+            next_cursor = self.codec.encode(
+                RecordsCursor(
+                    merchant_id=merchant,
+                    from_ms=where.from_ms,
+                    to_ms=where.to_ms,
+                    player_id=where.player_id,
+                    game_id=where.game_id,
+                    watermark=watermark,
+                    after_ms=page.last_key[0],
+                    after_id=page.last_key[1],
+                    chain_started_ms=started,
+                    epoch=self.cursor_epoch,
+                )
+            )
+        items = page.items
+        if self.injector.hit(BAD_RECORDS) and items:
+            self.stats.fault(BAD_RECORDS)
+            items = self.injector.bad_record(items, changes=False)
+        extra = self.injector.hit(EXTRA_FIELDS)
+        if extra:
+            self.stats.fault(EXTRA_FIELDS)
+            items = self.injector.extra_fields(items, changes=False)
+        data = b"".join(
+            (
+                b'{"items":[',
+                b",".join(items),
+                b'],"next_cursor":',
+                orjson.dumps(next_cursor),
+                b',"has_more":',
+                b"true" if page.has_more else b"false",
+                b',"snapshot_watermark":"',
+                watermark.encode(),
+                b'","projection_as_of":"',
+                format_ms(now_ms).encode(),
+                b'"',
+                DATA_EXTRA if extra else b"",
+                b"}",
+            )
+        )
+        return self._page(data, request_id, extra=extra)
+
+    def _changes(
+        self, params: dict[str, str], merchant: str, now_ms: int, request_id: str
+    ) -> Response:
+        query = parse_changes(params, self.config.max_page_size)
+        oldest_ms = now_ms - int(self.config.retention_seconds * 1000)
+        if isinstance(query, ChangesNext):
+            cursor = self._decode(query.cursor, merchant, ChangesCursor)
+            position = cursor.position
+            if position > self.store.change_count:
+                raise _cursor_invalid("the cursor points past the change log")
+            changed_ms = self.store.changed_ms_at(position)
+            if changed_ms is not None and changed_ms < oldest_ms:
+                raise _expired("the cursor is older than the change retention")
+        elif isinstance(query, ChangesFromNow):
+            position = self.store.change_count
+        else:
+            if query.since_ms < oldest_ms:
+                raise _expired("since is older than the change retention")
+            position = self.store.first_position_since(query.since_ms)
+        failure = self._transient_failure()
+        if failure is not None:
+            return failure
+        page = self.store.changes(position, query.limit)
+        next_cursor = self.codec.encode(
+            ChangesCursor(merchant_id=merchant, position=page.end, epoch=self.cursor_epoch)
+        )
+        items = page.items
+        if self.injector.hit(DUPLICATES) and items:
+            self.stats.fault(DUPLICATES)
+            stale = self.injector.stale_positions(position, page.end, self.store.previous_position)
+            items = self.injector.insert_stale(items, self.store.stale_changes(stale))
+        if self.injector.hit(BAD_RECORDS) and items:
+            self.stats.fault(BAD_RECORDS)
+            items = self.injector.bad_record(items, changes=True)
+        extra = self.injector.hit(EXTRA_FIELDS)
+        if extra:
+            self.stats.fault(EXTRA_FIELDS)
+            items = self.injector.extra_fields(items, changes=True)
+        data = b"".join(
+            (
+                b'{"items":[',
+                b",".join(items),
+                b'],"next_cursor":"',
+                next_cursor.encode(),
+                b'","has_more":',
+                b"true" if page.has_more else b"false",
+                b',"projection_as_of":"',
+                format_ms(now_ms).encode(),
+                b'"',
+                DATA_EXTRA if extra else b"",
+                b"}",
+            )
+        )
+        return self._page(data, request_id, extra=extra)
+
+    def _page(self, data: bytes, request_id: str, *, extra: bool) -> Response:
+        body = success_body(data, request_id, ENVELOPE_EXTRA if extra else b"")
+        if not self.injector.hit(MALFORMED):
+            return Response(200, body)
+        self.stats.fault(MALFORMED)
+        variant = self.injector.malformation()
+        half = len(body) // 2
+        if variant is Malformation.INVALID_JSON:
+            # A NUL byte is invalid JSON wherever it lands, inside a string or not.
+            return Response(200, body[:half] + b"\x00}{" + body[half:])
+        if variant is Malformation.TRUNCATED:
+            return Response(200, body[:half])
+        if variant is Malformation.WRONG_CONTENT_TYPE:
+            html = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
+            return Response(200, html, content_type="text/html; charset=utf-8")
+        return Response(200, body, action=Action.SHORT_BODY)

@@ -1,0 +1,98 @@
+"""What the simulator saw: counts tests assert on (the client must never cause a violation)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Final
+
+NO_RESPONSE: Final = 0  # the status recorded for a connection reset on purpose
+
+# Fault kinds, as counted in ``SimStats.faults_injected``.
+PROJECTION_LAG: Final = "projection_lag"
+RATE_LIMITED: Final = "rate_limited"
+SERVER_ERROR: Final = "server_error"
+CONNECTION_RESET: Final = "connection_reset"
+LATENCY: Final = "latency"
+DUPLICATES: Final = "duplicates"
+EXTRA_FIELDS: Final = "extra_fields"
+MALFORMED: Final = "malformed"
+BAD_RECORDS: Final = "bad_records"
+FAULT_KINDS: Final = (
+    PROJECTION_LAG,
+    RATE_LIMITED,
+    SERVER_ERROR,
+    CONNECTION_RESET,
+    LATENCY,
+    DUPLICATES,
+    EXTRA_FIELDS,
+    MALFORMED,
+    BAD_RECORDS,
+)
+
+
+def _empty() -> Mapping[str, int]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class SimStats:
+    """A frozen snapshot.  ``requests`` is keyed by (endpoint, HTTP status)."""
+
+    requests: Mapping[tuple[str, int], int] = field(default_factory=lambda: MappingProxyType({}))
+    auth_failures: int = 0
+    rate_limit_violations: int = 0
+    faults_injected: Mapping[str, int] = field(default_factory=_empty)
+    max_requests_in_window: int = 0
+
+    def count(self, endpoint: str, status: int | None = None) -> int:
+        return sum(
+            number
+            for (name, code), number in self.requests.items()
+            if name == endpoint and (status is None or code == status)
+        )
+
+    @property
+    def total_requests(self) -> int:
+        return sum(self.requests.values())
+
+    def faults(self, kind: str) -> int:
+        return self.faults_injected.get(kind, 0)
+
+
+class StatsRecorder:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: Counter[tuple[str, int]] = Counter()
+        self._faults: Counter[str] = Counter()
+        self._auth_failures = 0
+        self._violations = 0
+
+    def request(self, endpoint: str, status: int) -> None:
+        with self._lock:
+            self._requests[endpoint, status] += 1
+
+    def auth_failure(self) -> None:
+        with self._lock:
+            self._auth_failures += 1
+
+    def violation(self) -> None:
+        with self._lock:
+            self._violations += 1
+
+    def fault(self, kind: str) -> None:
+        with self._lock:
+            self._faults[kind] += 1
+
+    def snapshot(self, max_requests_in_window: int) -> SimStats:
+        with self._lock:
+            return SimStats(
+                requests=MappingProxyType(dict(self._requests)),
+                auth_failures=self._auth_failures,
+                rate_limit_violations=self._violations,
+                faults_injected=MappingProxyType(dict(self._faults)),
+                max_requests_in_window=max_requests_in_window,
+            )

@@ -1,0 +1,99 @@
+"""The shared record rate limit: a sliding window, 429 with Retry-After, violations counted."""
+
+from __future__ import annotations
+
+import pytest
+from sim.sim_platform import error_of, small_config
+
+from recordsync.sim import ManualClock
+from recordsync.sim.ratelimit import SlidingWindow, retry_after_header
+
+CHANGES = "/v1/record-changes?from_now=true"
+RECORDS = (
+    "/v1/records?created_from=2026-01-01T00%3A00%3A00.000Z&created_to=2026-01-01T01%3A00%3A00.000Z"
+)
+
+
+def test_the_window_admits_the_limit_then_says_how_long_to_wait():
+    window = SlidingWindow(requests=2, seconds=1.0)
+    assert window.admit("m", 10.0) is None
+    assert window.admit("m", 10.4) is None
+    assert window.admit("m", 10.9) == pytest.approx(0.1)
+    assert window.admit("m", 11.0) is None  # the first request left the window exactly now
+    assert window.admit("m", 11.1) == pytest.approx(0.3)
+    assert window.admit("other", 11.1) is None  # per merchant
+    assert window.max_in_window == 2
+
+
+def test_a_released_place_can_be_used_again():
+    window = SlidingWindow(requests=1, seconds=5.0)
+    assert window.admit("m", 1.0) is None
+    window.release("m", 1.0)
+    assert window.admit("m", 1.5) is None
+
+
+@pytest.mark.parametrize(
+    ("wait", "header"),
+    [(0.01, "1"), (1.0, "1"), (1.2, "2"), (59.5, "60")],
+    ids=["tiny", "one", "rounded-up", "minute"],
+)
+def test_retry_after_is_whole_seconds_rounded_up(wait, header):
+    assert retry_after_header(wait) == header
+
+
+def test_requests_beyond_the_limit_get_429_and_count_as_violations(start_sim):
+    monotonic = ManualClock(start=1000.0)
+    sim, platform = start_sim(
+        small_config(record_requests=2, record_seconds=1), monotonic=monotonic
+    )
+
+    assert platform.get_target(CHANGES).status_code == 200
+    assert platform.get_target(RECORDS).status_code == 200  # shared by both endpoints
+    refused = platform.get_target(CHANGES)
+    refused_again = platform.get_target(RECORDS)
+
+    for response in (refused, refused_again):
+        assert response.status_code == 429
+        assert response.headers["retry-after"] == "1"
+        error = error_of(response)
+        assert error["code"] == "RATE_LIMITED"
+        assert error["retryable"] is True
+    monotonic.advance(1.0)  # refused requests did not take a place in the window
+    assert platform.get_target(CHANGES).status_code == 200
+    stats = sim.stats()
+    assert stats.rate_limit_violations == 2
+    assert stats.max_requests_in_window == 2
+    assert stats.count("record-changes", 429) == 1
+    assert stats.count("records", 429) == 1
+
+
+def test_validation_errors_still_count_in_the_window(start_sim):
+    monotonic = ManualClock(start=1000.0)
+    sim, platform = start_sim(
+        small_config(record_requests=1, record_seconds=10), monotonic=monotonic
+    )
+    assert platform.get_target("/v1/record-changes?from_now=nope").status_code == 400
+    assert platform.get_target(CHANGES).status_code == 429
+    assert sim.stats().rate_limit_violations == 1
+
+
+def test_a_client_within_the_limit_causes_no_violation(start_sim):
+    monotonic = ManualClock(start=1000.0)
+    sim, platform = start_sim(
+        small_config(record_requests=2, record_seconds=1), monotonic=monotonic
+    )
+    for _ in range(10):
+        assert platform.get_target(CHANGES).status_code == 200
+        monotonic.advance(0.5)
+
+    stats = sim.stats()
+    assert stats.rate_limit_violations == 0
+    assert stats.max_requests_in_window == 2
+
+
+def test_the_real_clock_limits_a_burst(start_sim):
+    sim, platform = start_sim(small_config(record_requests=2, record_seconds=1))
+    statuses = [platform.get_target(CHANGES).status_code for _ in range(4)]
+    assert statuses[:2] == [200, 200]
+    assert 429 in statuses[2:]
+    assert sim.stats().rate_limit_violations >= 1
