@@ -11,6 +11,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
 
@@ -121,6 +122,10 @@ class Simulator:
         self.stop()
 
     # --- live traffic ----------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """The simulator's clock (the injected clock plus any configured skew), in UTC."""
+        return datetime.fromtimestamp(self.service.now(), UTC)
 
     def now_ms(self) -> int:
         return int(self.service.now() * 1000)

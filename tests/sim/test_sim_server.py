@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import socket
+from datetime import UTC, datetime
 
 import httpx
 import pytest
 from sim.sim_platform import Platform, small_config
 
-from recordsync.sim import SimConfig, Simulator, running_simulator
+from recordsync.sim import FaultRates, ManualClock, SimConfig, Simulator, running_simulator
 from recordsync.sim.cursors import (
     ChangesCursor,
     CursorCodec,
@@ -105,3 +106,10 @@ def test_cursors_round_trip_and_detect_any_change():
     for bad in ("", ".", "a.b", "!!!.???", "x" * 5000):
         with pytest.raises(CursorInvalidError):
             codec.decode(bad)
+
+
+def test_the_simulator_clock_is_the_injected_clock_plus_the_skew():
+    clock = ManualClock(start=1_767_225_600.25)
+    sim = Simulator(small_config(faults=FaultRates(clock_skew_seconds=-60)), clock=clock)
+    assert sim.now() == datetime(2025, 12, 31, 23, 59, 0, 250000, tzinfo=UTC)
+    assert sim.now_ms() == 1_767_225_540_250
