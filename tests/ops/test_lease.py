@@ -325,3 +325,24 @@ def test_mysql_lock_names_fit_in_64_characters(database, merchant_id, expected):
 def test_bad_lease_settings_are_configuration_errors(kwargs, url):
     with pytest.raises(ConfigurationError):
         acquire_lease(url, "m", sleep=no_wait, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql+psycopg://postgres@127.0.0.1:1/x", "mysql+pymysql://root@127.0.0.1:1/x"],
+    ids=["postgres", "mariadb"],
+)
+def test_an_unreachable_warehouse_is_waited_for_not_a_crash(url):
+    sleeps = []
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            raise ShutdownRequestedError("stop requested")
+
+    with capture_logs() as logs, pytest.raises(ShutdownRequestedError):
+        acquire_lease(url, "m", sleep=sleep, log_every=0, **FAST)
+    unavailable = [entry for entry in logs if entry["event"] == "lease_unavailable"]
+    assert len(unavailable) == 2
+    assert unavailable[0]["log_level"] == "warning"
+    assert "warehouse unavailable" in unavailable[0]["error"]
