@@ -398,7 +398,7 @@ class ClientMetricsObserver:
         status: int | None,
         code: str | None,
         seconds: float,
-        request_id: str | None,  # noqa: ARG002 - part of the protocol; a label would be unbounded
+        request_id: str | None,
     ) -> None:
         self._metrics.platform_requests.labels(
             endpoint=endpoint,
@@ -407,10 +407,10 @@ class ClientMetricsObserver:
         ).inc()
         self._metrics.platform_request_duration.labels(endpoint=endpoint).observe(seconds)
 
-    def on_retry(self, endpoint: str, reason: str, delay: float) -> None:  # noqa: ARG002
+    def on_retry(self, endpoint: str, reason: str, delay: float) -> None:
         self._metrics.platform_retries.labels(endpoint=endpoint, reason=reason).inc()
 
-    def on_rate_limited(self, endpoint: str, retry_after: float) -> None:  # noqa: ARG002
+    def on_rate_limited(self, endpoint: str, retry_after: float) -> None:
         self._metrics.platform_rate_limited.labels(endpoint=endpoint).inc()
 
 
@@ -423,7 +423,7 @@ class SyncMetricsObserver(SyncObserver):
     def windows_planned(self, job: str, total: int, done: int) -> None:
         self._metrics._windows_planned(job, total, done)  # noqa: SLF001 - same module
 
-    def window_page(self, job: str, window: Window, records: int, *, done: bool) -> None:  # noqa: ARG002
+    def window_page(self, job: str, window: Window, records: int, *, done: bool) -> None:
         self._metrics.page_committed(job, records)
         if done:
             self._metrics._window_done(job)  # noqa: SLF001 - same module
@@ -445,7 +445,7 @@ class SyncMetricsObserver(SyncObserver):
     def quarantined(self, source: str, count: int) -> None:
         self._metrics.records_quarantined.labels(source=job_kind(source)).inc(count)
 
-    def rebuild_started(self, reason: str) -> None:  # noqa: ARG002 - free text, not a label
+    def rebuild_started(self, reason: str) -> None:
         self._metrics.rebuilds.inc()
 
     def error(self, kind: str) -> None:
