@@ -1,0 +1,112 @@
+"""Builds the running parts from the settings: one client, one budget, one warehouse, one engine.
+
+Shared by ``run``, ``backfill`` and ``demo`` so the daemon and the one-shot paths are the same
+code with different options.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import FrameType
+
+import structlog
+
+from recordsync.budget import RateBudget
+from recordsync.client import PlatformClient
+from recordsync.models import DEFAULT_LIMITS
+from recordsync.settings import Settings
+from recordsync.stopping import Stopper
+from recordsync.sync.engine import SyncEngine, SyncOptions
+from recordsync.sync.events import SyncObserver
+from recordsync.warehouse import Warehouse
+
+log = structlog.get_logger("recordsync")
+
+
+@dataclass
+class App:
+    settings: Settings
+    client: PlatformClient
+    warehouse: Warehouse
+    engine: SyncEngine
+    stopper: Stopper
+
+
+@contextmanager
+def open_app(
+    settings: Settings,
+    *,
+    stopper: Stopper | None = None,
+    observer: SyncObserver | None = None,
+    stop_when_caught_up: bool = False,
+) -> Iterator[App]:
+    base_url, merchant_id, secret = settings.platform()
+    stopper = stopper or Stopper()
+    budget = RateBudget(
+        DEFAULT_LIMITS.record_requests, DEFAULT_LIMITS.record_seconds, sleep=stopper.sleep
+    )
+    client = PlatformClient(
+        base_url=base_url,
+        merchant_id=merchant_id,
+        secret=secret,
+        budget=budget,
+        timeout=settings.http_timeout,
+        verify=settings.verify,
+        sleep=stopper.sleep,
+    )
+    warehouse = Warehouse.connect(settings.database_url)
+    try:
+        warehouse.migrate()
+        limits = client.apply_capabilities()
+        options = SyncOptions(
+            merchant_id=merchant_id,
+            history_from=settings.history_from,
+            page_size=min(settings.page_size, limits.max_page_size),
+            poll_interval=settings.poll_interval,
+            snapshot_concurrency=settings.snapshot_concurrency,
+            stop_when_caught_up=stop_when_caught_up,
+        )
+        engine = SyncEngine(
+            client=client,
+            warehouse=warehouse,
+            options=options,
+            stopper=stopper,
+            observer=observer,
+        )
+        yield App(settings, client, warehouse, engine, stopper)
+    finally:
+        client.close()
+        warehouse.close()
+
+
+@contextmanager
+def stop_on_signals(stopper: Stopper) -> Iterator[None]:
+    """SIGTERM/SIGINT: stop taking pages, commit the one in hand, exit; a second one: exit now."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        if received:
+            log.warning("second_signal", signal=signal.Signals(signum).name, action="exit now")
+            sys.stderr.flush()
+            # A second signal means "now": no cleanup; the committed state is consistent.
+            import os  # noqa: PLC0415 - only on this emergency path
+
+            os._exit(128 + signum)
+        received.append(signum)
+        log.info("stopping", signal=signal.Signals(signum).name)
+        stopper.stop()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

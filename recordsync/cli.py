@@ -1,0 +1,94 @@
+"""The ``recordsync`` command: parse, configure logging, build, call.  Nothing else lives here."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from recordsync import __version__
+from recordsync.errors import ConfigurationError, RecordSyncError
+from recordsync.logs import configure_logging
+from recordsync.settings import load_settings
+from recordsync.times import parse_time
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_CONFIG = 2
+
+
+def _time_arg(value: str) -> object:
+    try:
+        return parse_time(value, field="time")
+    except RecordSyncError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an RFC3339 time") from exc
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="recordsync",
+        description="Keep an exact, gap-free copy of the platform's game records in SQL.",
+    )
+    parser.add_argument("--version", action="version", version=f"recordsync {__version__}")
+    parser.add_argument(
+        "--config", type=Path, help="TOML file with the same keys as RECORDSYNC_* in lower case"
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser("run", help="the daemon: anchor, snapshot, then tail the changes")
+    backfill = commands.add_parser("backfill", help="one-shot snapshot of a creation range")
+    backfill.add_argument("--from", dest="start", type=_time_arg, required=True)
+    backfill.add_argument("--to", dest="end", type=_time_arg, required=True)
+    commands.add_parser("migrate", help="apply the warehouse migrations")
+    status = commands.add_parser("status", help="where the sync stands")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    commands.add_parser(
+        "sim", help="run the platform simulator (options: recordsync sim --help)", add_help=False
+    )
+    demo = commands.add_parser("demo", help="simulator + local SQLite, synced until caught up")
+    demo.add_argument("--database", default="sqlite:///recordsync-demo.db")
+    demo.add_argument("--history-days", type=int, default=3)
+    demo.add_argument("--rounds-per-day", type=int, default=2000)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["sim"]:
+        from recordsync.sim.cli import main as sim_main  # noqa: PLC0415 - only for this command
+
+        return sim_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except ConfigurationError as exc:
+        for line in str(exc).splitlines():
+            print(f"recordsync: configuration: {line}", file=sys.stderr)  # noqa: T201
+        return EXIT_CONFIG
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    # Imports are local so `recordsync --help` stays fast and `sim` needs no database driver.
+    from recordsync import commands  # noqa: PLC0415
+
+    if args.command == "demo":
+        return commands.demo(
+            database_url=args.database,
+            history_days=args.history_days,
+            rounds_per_day=args.rounds_per_day,
+        )
+    if args.command == "migrate":
+        settings = load_settings(config_path=args.config, need_platform=False, need_merchant=False)
+        configure_logging(level=settings.log_level, log_format=settings.log_format)
+        return commands.migrate(settings)
+    if args.command == "status":
+        settings = load_settings(config_path=args.config, need_platform=False)
+        return commands.status(settings, as_json=args.json)
+    settings = load_settings(config_path=args.config)
+    configure_logging(level=settings.log_level, log_format=settings.log_format)
+    commands.warn_settings(settings)
+    if args.command == "run":
+        return commands.run(settings)
+    if args.command == "backfill":
+        return commands.backfill(settings, args.start, args.end)
+    raise AssertionError(args.command)  # pragma: no cover - argparse restricts the choices

@@ -1,0 +1,195 @@
+"""What each CLI command does, with the objects built; the CLI module only parses."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+import structlog
+from rich.console import Console
+from rich.table import Table
+
+from recordsync.app import open_app, stop_on_signals
+from recordsync.logs import configure_logging
+from recordsync.progress import RichProgress
+from recordsync.settings import Settings
+from recordsync.signing import Secret
+from recordsync.stopping import Stopper
+from recordsync.sync.events import SyncObserver
+from recordsync.warehouse import Warehouse
+
+log = structlog.get_logger("recordsync")
+
+
+def warn_settings(settings: Settings) -> None:
+    for warning in settings.warnings:
+        log.warning("configuration_warning", detail=warning)
+
+
+def run(settings: Settings) -> int:
+    stopper = Stopper()
+    with stop_on_signals(stopper), open_app(settings, stopper=stopper) as app:
+        log.info("daemon_started", merchant_id=settings.merchant_id)
+        app.engine.run()
+    log.info("daemon_stopped", merchant_id=settings.merchant_id)
+    return 0
+
+
+def backfill(settings: Settings, start: datetime, end: datetime) -> int:
+    stopper = Stopper()
+    interactive = sys.stdout.isatty()
+    observer: SyncObserver = RichProgress() if interactive else SyncObserver()
+    with stop_on_signals(stopper), open_app(settings, stopper=stopper, observer=observer) as app:
+        if isinstance(observer, RichProgress):
+            with observer:
+                result = app.engine.backfill(start, end)
+        else:
+            result = app.engine.backfill(start, end)
+    if stopper.stopped:
+        log.info("backfill_interrupted", job=result.job, records=result.records)
+        return 0
+    log.info("backfill_finished", job=result.job, windows=result.windows, records=result.records)
+    return 0
+
+
+def migrate(settings: Settings) -> int:
+    warehouse = Warehouse.connect(settings.database_url)
+    try:
+        warehouse.migrate()
+    finally:
+        warehouse.close()
+    log.info("migrated", database=_safe_url(settings.database_url))
+    return 0
+
+
+def status(settings: Settings, *, as_json: bool) -> int:
+    assert settings.merchant_id is not None
+    warehouse = Warehouse.connect(settings.database_url)
+    try:
+        warehouse.migrate()
+        report = warehouse.status(settings.merchant_id)
+        quarantined = warehouse.quarantined(settings.merchant_id, limit=10)
+    finally:
+        warehouse.close()
+    payload = {
+        "status": _plain(dataclasses.asdict(report)),
+        "quarantined": [_plain(dataclasses.asdict(row)) for row in quarantined],
+    }
+    if as_json:
+        sys.stdout.write(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    console = Console()
+    table = Table(title=f"recordsync status: {settings.merchant_id}", show_header=False)
+    for key, value in _flatten(payload["status"]):
+        table.add_row(key, "" if value is None else str(value))
+    console.print(table)
+    if quarantined:
+        console.print(f"[bold red]{len(quarantined)} quarantined records (newest first):")
+        for row in payload["quarantined"]:
+            console.print(f"  {row}")
+    return 0
+
+
+def demo(*, database_url: str, history_days: int, rounds_per_day: int) -> int:
+    """The README's first command: the simulator and a local SQLite file, synced until caught up."""
+    from recordsync.sim import DEMO_MERCHANT_ID, DEMO_SECRET, SimConfig, Simulator  # noqa: PLC0415
+
+    console = Console()
+    configure_logging(level="warning", log_format=None, stream=sys.stderr)
+    sim = Simulator(
+        SimConfig(history_days=history_days, rounds_per_day=rounds_per_day, live_rate=20.0)
+    )
+    sim.start(host="127.0.0.1", port=0)
+    console.print(
+        f"simulator: {sim.base_url} (merchant {DEMO_MERCHANT_ID}, {history_days} days, "
+        f"{rounds_per_day:,} rounds a day, live traffic on)"
+    )
+    settings = Settings(
+        base_url=sim.base_url,
+        merchant_id=DEMO_MERCHANT_ID,
+        secret=Secret(DEMO_SECRET),
+        database_url=database_url,
+        # The operator's choice of how much history to copy: everything the simulator has,
+        # read off the platform's (the simulator's) clock.
+        history_from=sim.now() - timedelta(days=history_days + 1),
+    )
+    started = time.monotonic()
+    try:
+        sim.start_live()
+        stopper = Stopper()
+        with (
+            stop_on_signals(stopper),
+            RichProgress(console) as progress,
+            open_app(settings, stopper=stopper, observer=progress, stop_when_caught_up=True) as app,
+        ):
+            caught_up = app.engine.run()
+        sim.stop_live()
+        if caught_up:
+            _demo_summary(console, settings, sim.truth(), time.monotonic() - started)
+    finally:
+        sim.stop()
+    path = database_url.removeprefix("sqlite:///")
+    console.print(f'data: {path}\ntry:\n  sqlite3 {path} "{_DEMO_QUERY}"')
+    return 0
+
+
+def _demo_summary(
+    console: Console, settings: Settings, truth: dict[str, dict[str, Any]], seconds: float
+) -> None:
+    """One more pass with the live traffic stopped, then compare with the truth exactly."""
+    with open_app(settings, stop_when_caught_up=True) as app:
+        app.engine.run()
+        rows = app.warehouse.fetch_records(settings.merchant_id or "")
+        quarantined = app.warehouse.status(settings.merchant_id or "").quarantined
+    behind = [
+        record_id
+        for record_id, record in truth.items()
+        if record_id not in rows or rows[record_id]["revision"] != record["revision"]
+    ]
+    verdict = (
+        "[green]equals the simulator's truth[/]"
+        if not behind and len(rows) == len(truth)
+        else f"[red]differs from the simulator's truth in {len(behind)} records[/]"
+    )
+    console.print(
+        f"\n[bold]synced {len(rows):,} records in {seconds:.1f} s[/]; the warehouse {verdict}; "
+        f"{quarantined} quarantined."
+    )
+
+
+_DEMO_QUERY = (
+    "SELECT status, currency, COUNT(*) AS rounds FROM records GROUP BY status, currency "
+    "ORDER BY rounds DESC;"
+)
+
+
+def _safe_url(url: str) -> str:
+    """A database URL without its password, for logs."""
+    from sqlalchemy.engine import make_url  # noqa: PLC0415
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)
+
+
+def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(value, dict):
+        rows: list[tuple[str, Any]] = []
+        for key, item in value.items():
+            rows.extend(_flatten(item, f"{prefix}{key}."))
+        return rows
+    return [(prefix.rstrip("."), value)]

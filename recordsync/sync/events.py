@@ -1,0 +1,84 @@
+"""What the sync reports as it goes, for progress displays and metrics.
+
+The engine calls a ``SyncObserver``; it never knows whether a progress bar, a metrics
+registry or nothing at all is listening.  Every method has a no-op default, so an observer
+implements only what it shows.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from recordsync.state import Window
+
+
+class SyncObserver:
+    """No-op base; subclass and override what you need. Calls come from worker threads."""
+
+    def windows_planned(self, job: str, total: int, done: int) -> None:
+        """A job's windows are known (``done`` of ``total`` already finished)."""
+
+    def window_page(self, job: str, window: Window, records: int, *, done: bool) -> None:
+        """A snapshot page was committed."""
+
+    def tail_page(
+        self,
+        changes: int,
+        *,
+        has_more: bool,
+        projection_as_of: datetime | None,
+        last_sequence: str | None,
+    ) -> None:
+        """A page of changes was committed with its cursor."""
+
+    def quarantined(self, source: str, count: int) -> None:
+        """Items failed validation and were stored in the quarantine."""
+
+    def rebuild_started(self, reason: str) -> None:
+        """The change cursor expired: a new anchor and a new snapshot."""
+
+    def error(self, kind: str) -> None:
+        """A step failed and will be tried again (``kind`` is the exception class name)."""
+
+
+class MultiObserver(SyncObserver):
+    """Fans every call out to several observers (a progress bar and metrics, say)."""
+
+    def __init__(self, *observers: SyncObserver) -> None:
+        self.observers = observers
+
+    def windows_planned(self, job: str, total: int, done: int) -> None:
+        for observer in self.observers:
+            observer.windows_planned(job, total, done)
+
+    def window_page(self, job: str, window: Window, records: int, *, done: bool) -> None:
+        for observer in self.observers:
+            observer.window_page(job, window, records, done=done)
+
+    def tail_page(
+        self,
+        changes: int,
+        *,
+        has_more: bool,
+        projection_as_of: datetime | None,
+        last_sequence: str | None,
+    ) -> None:
+        for observer in self.observers:
+            observer.tail_page(
+                changes,
+                has_more=has_more,
+                projection_as_of=projection_as_of,
+                last_sequence=last_sequence,
+            )
+
+    def quarantined(self, source: str, count: int) -> None:
+        for observer in self.observers:
+            observer.quarantined(source, count)
+
+    def rebuild_started(self, reason: str) -> None:
+        for observer in self.observers:
+            observer.rebuild_started(reason)
+
+    def error(self, kind: str) -> None:
+        for observer in self.observers:
+            observer.error(kind)
