@@ -18,6 +18,7 @@ import structlog
 
 from recordsync.budget import RateBudget
 from recordsync.client import PlatformClient
+from recordsync.errors import FatalPlatformError
 from recordsync.models import DEFAULT_LIMITS
 from recordsync.settings import Settings
 from recordsync.stopping import Stopper
@@ -48,7 +49,10 @@ def open_app(
     base_url, merchant_id, secret = settings.platform()
     stopper = stopper or Stopper()
     budget = RateBudget(
-        DEFAULT_LIMITS.record_requests, DEFAULT_LIMITS.record_seconds, sleep=stopper.sleep
+        DEFAULT_LIMITS.record_requests,
+        DEFAULT_LIMITS.record_seconds,
+        sleep=stopper.sleep,
+        cold_start=True,
     )
     client = PlatformClient(
         base_url=base_url,
@@ -62,7 +66,15 @@ def open_app(
     warehouse = Warehouse.connect(settings.database_url)
     try:
         warehouse.migrate()
-        limits = client.apply_capabilities()
+        try:
+            limits = client.apply_capabilities()
+        except FatalPlatformError as exc:
+            # Reported here, and again by the first sync step, which decides: the daemon
+            # keeps trying slowly (no crash loop), a backfill stops with this error.
+            log.error(  # noqa: TRY400 - the message is the diagnosis; no traceback
+                "capabilities_failed", error=str(exc), code=exc.code, request_id=exc.request_id
+            )
+            limits = DEFAULT_LIMITS
         options = SyncOptions(
             merchant_id=merchant_id,
             history_from=settings.history_from,

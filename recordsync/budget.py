@@ -94,7 +94,15 @@ class RateBudget:
         margin: float = 0.03,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        cold_start: bool = False,
     ) -> None:
+        """``cold_start``: assume the window before creation was fully spent.
+
+        A process that starts (or restarts after a crash) cannot know what the previous
+        process sent in the last window, and the platform counts both against the same
+        merchant.  So a daemon's budget starts paused for one window; if ``resize`` later
+        brings a longer window before any request went out, the pause grows to match.
+        """
         _check_limits(requests, seconds)
         if not margin >= 0 or math.isinf(margin):
             raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
@@ -112,6 +120,9 @@ class RateBudget:
         self._arrivals = itertools.count()
         self._paused_until = -math.inf
         self._waited = 0.0
+        self._cold_since: float | None = clock() if cold_start else None
+        if self._cold_since is not None:
+            self._paused_until = self._cold_since + self._window
 
     @property
     def requests(self) -> int:
@@ -157,6 +168,7 @@ class RateBudget:
                     delay = self._delay(now)
                     if delay <= 0:
                         self._queue.pop(0)
+                        self._cold_since = None
                         slot = Slot(self, now)
                         self._recent.append(slot)
                         self._waited += max(0.0, now - entered)
@@ -192,6 +204,8 @@ class RateBudget:
             self._requests = requests
             self._seconds = float(seconds)
             self._horizon = max(self._horizon, self._window)
+            if self._cold_since is not None:
+                self._paused_until = max(self._paused_until, self._cold_since + self._window)
             self._cond.notify_all()
 
     def _delay(self, now: float) -> float:

@@ -313,3 +313,22 @@ def test_a_pause_from_one_thread_blocks_every_other_thread():
         thread.join(timeout=10)
     assert len(starts) == 4
     assert min(starts) - began >= 0.3 - 0.01
+
+
+def test_a_cold_start_assumes_the_previous_window_was_spent(fake_time):
+    budget = RateBudget(2, 1.0, margin=0.0, clock=fake_time, sleep=fake_time.sleep, cold_start=True)
+    slot = budget.acquire()
+    slot.stamp()
+    assert slot.started_at == pytest.approx(1001.0)
+
+
+def test_a_cold_start_grows_with_a_longer_window_from_capabilities(fake_time):
+    budget = RateBudget(2, 1.0, margin=0.0, clock=fake_time, sleep=fake_time.sleep, cold_start=True)
+    budget.resize(20, 10.0)
+    first = budget.acquire()
+    first.stamp()
+    assert first.started_at == pytest.approx(1010.0)
+    budget.resize(20, 30.0)  # requests went out already: no new pause
+    second = budget.acquire()
+    second.stamp()
+    assert second.started_at == pytest.approx(1010.0)

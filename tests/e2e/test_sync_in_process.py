@@ -1,0 +1,250 @@
+"""The sync engine against the simulator over real loopback HTTP, on all three warehouses.
+
+The engine runs in this process (fast, and its observer hooks let a test act at a precise
+moment); the kill -9 and signal tests run it as a real subprocess elsewhere.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from structlog.testing import capture_logs
+from synccheck import assert_equals_truth, differences, settings_for
+
+from recordsync.app import open_app
+from recordsync.errors import ClockSkewError
+from recordsync.sim import FaultRates, SimConfig, Simulator
+from recordsync.state import REBUILD_JOB, Phase, Window
+from recordsync.stopping import Stopper
+from recordsync.sync.events import SyncObserver
+from recordsync.sync.plan import plan_windows
+from recordsync.warehouse import Warehouse
+
+pytestmark = pytest.mark.slow
+
+MERCHANT = "m-e2e"
+SECRET = "e2e-secret-0123456789abcdefghijklmnopqrstuv"
+NOISY = FaultRates(
+    projection_lag=0.1,
+    rate_limited=0.03,
+    server_error=0.08,
+    connection_reset=0.05,
+    duplicates=0.8,
+    extra_fields=0.3,
+    malformed=0.06,
+)
+
+
+def config(**overrides: object) -> SimConfig:
+    values: dict[str, object] = {
+        "merchant_id": MERCHANT,
+        "secret": SECRET,
+        "seed": 11,
+        "history_days": 2.5,
+        "rounds_per_day": 600,
+        "live_rate": 40.0,
+        "record_requests": 20,
+        "record_seconds": 1,
+    }
+    values.update(overrides)
+    return SimConfig(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def sim(request: pytest.FixtureRequest) -> Iterator[Simulator]:
+    marker = request.node.get_closest_marker("sim")
+    simulator = Simulator(config(**(marker.kwargs if marker else {})))
+    simulator.start()
+    try:
+        yield simulator
+    finally:
+        simulator.stop()
+
+
+def sync_until_caught_up(sim: Simulator, url: str, observer: SyncObserver | None = None) -> bool:
+    with open_app(settings_for(sim, url), observer=observer, stop_when_caught_up=True) as app:
+        return app.engine.run()
+
+
+def run_for(sim: Simulator, url: str, seconds: float, **overrides: object) -> None:
+    """The daemon, stopped from outside after ``seconds`` (as SIGTERM would)."""
+    stopper = Stopper()
+    with open_app(settings_for(sim, url, **overrides), stopper=stopper) as app:
+        timer = threading.Timer(seconds, stopper.stop)
+        timer.start()
+        try:
+            assert app.engine.run() is False
+        finally:
+            timer.cancel()
+
+
+def settle(sim: Simulator, url: str) -> None:
+    """Live traffic and faults off, then one more pass: the warehouse must equal the truth."""
+    sim.stop_live()
+    sim.set_faults(FaultRates())
+    assert sync_until_caught_up(sim, url)
+
+
+def assert_clean_platform_view(sim: Simulator) -> None:
+    stats = sim.stats()
+    assert stats.rate_limit_violations == 0
+    assert stats.auth_failures == 0
+
+
+def test_converges_to_the_truth_under_faults_duplicates_and_live_traffic(
+    sim: Simulator, warehouse_url: str
+) -> None:
+    sim.set_faults(NOISY)
+    sim.start_live()
+    run_for(sim, warehouse_url, 6.0, page_size=25)
+    settle(sim, warehouse_url)
+    warehouse = Warehouse.connect(warehouse_url)
+    try:
+        assert_equals_truth(warehouse, MERCHANT, sim.truth())
+        state = warehouse.load_state(MERCHANT)
+        assert state is not None
+        assert state.phase is Phase.TAILING
+        assert state.rebuilds == 0
+    finally:
+        warehouse.close()
+    assert_clean_platform_view(sim)
+    stats = sim.stats()
+    for kind in ("projection_lag", "server_error", "connection_reset", "malformed", "duplicates"):
+        assert stats.faults(kind) > 0, f"the {kind} fault was never injected"
+
+
+class ExpireCursorsOnce(SyncObserver):
+    """Expires every platform cursor right after the first snapshot page is committed."""
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+        self.fired = threading.Event()
+
+    def window_page(self, job: str, window: Window, records: int, *, done: bool) -> None:
+        if not done and not self.fired.is_set():
+            self.fired.set()
+            self.sim.expire_cursors()
+
+
+@pytest.mark.sim(live_rate=0.0)
+def test_an_expired_records_cursor_restarts_its_window(sim: Simulator, warehouse_url: str) -> None:
+    observer = ExpireCursorsOnce(sim)
+    with capture_logs() as logs:
+        assert sync_until_caught_up(sim, warehouse_url, observer)
+    assert observer.fired.is_set()
+    assert any(entry["event"] == "window_cursor_expired" for entry in logs)
+    warehouse = Warehouse.connect(warehouse_url)
+    try:
+        assert_equals_truth(warehouse, MERCHANT, sim.truth())
+    finally:
+        warehouse.close()
+    assert_clean_platform_view(sim)
+
+
+@pytest.mark.sim(live_rate=0.0)
+def test_an_expired_change_cursor_rebuilds_and_keeps_the_rows(
+    sim: Simulator, warehouse_url: str
+) -> None:
+    assert sync_until_caught_up(sim, warehouse_url)
+    # A long stop: the tail's cursor falls out of retention while new changes happen.
+    sim.step(300)
+    sim.expire_cursors()
+    with capture_logs() as logs:
+        assert sync_until_caught_up(sim, warehouse_url)
+    errors = [entry for entry in logs if entry["log_level"] == "error"]
+    assert [entry["event"] for entry in errors] == ["change_cursor_expired", "rebuild_started"]
+    warehouse = Warehouse.connect(warehouse_url)
+    try:
+        state = warehouse.load_state(MERCHANT)
+        assert state is not None
+        assert state.rebuilds == 1
+        assert state.phase is Phase.TAILING
+        assert_equals_truth(warehouse, MERCHANT, sim.truth())
+    finally:
+        warehouse.close()
+
+
+@pytest.mark.sim(rounds_per_day=0, live_rate=0.0)
+def test_a_merchant_that_never_had_a_record(sim: Simulator, warehouse_url: str) -> None:
+    assert sim.watermark() == "0"
+    assert sync_until_caught_up(sim, warehouse_url)
+    warehouse = Warehouse.connect(warehouse_url)
+    try:
+        assert warehouse.fetch_records(MERCHANT) == {}
+        state = warehouse.load_state(MERCHANT)
+        assert state is not None
+        assert state.phase is Phase.TAILING
+        windows = warehouse.load_windows(MERCHANT, REBUILD_JOB)
+        assert windows
+        assert all(window.done for window in windows)
+        # Records created after the anchor arrive through the tail.
+        sim.step(50)
+        assert sync_until_caught_up(sim, warehouse_url)
+        assert_equals_truth(warehouse, MERCHANT, sim.truth())
+        assert len(sim.truth()) > 0
+    finally:
+        warehouse.close()
+
+
+@pytest.mark.sim(live_rate=0.0)
+def test_bad_records_are_quarantined_and_the_rest_syncs(sim: Simulator, warehouse_url: str) -> None:
+    sim.set_faults(FaultRates(bad_records=0.5))
+    with capture_logs() as logs:
+        assert sync_until_caught_up(sim, warehouse_url)
+    warehouse = Warehouse.connect(warehouse_url)
+    try:
+        quarantined = warehouse.quarantined(MERCHANT, limit=1000)
+        assert quarantined, "no record was quarantined"
+        assert all(row.reason and row.raw_json for row in quarantined)
+        assert warehouse.status(MERCHANT).quarantined == len(quarantined)
+        logged = sum(entry["count"] for entry in logs if entry["event"] == "records_quarantined")
+        assert logged == len(quarantined)
+        # Every difference from the truth is explained by a quarantined item.
+        quarantined_ids = {row.record_id for row in quarantined}
+        unexplained = [
+            problem
+            for problem in differences(warehouse, MERCHANT, sim.truth())
+            if problem.split()[-1].split(".")[0] not in quarantined_ids
+            and problem.split(".")[0] not in quarantined_ids
+        ]
+        assert unexplained == []
+    finally:
+        warehouse.close()
+
+
+@pytest.mark.sim(live_rate=0.0, faults=FaultRates(clock_skew_seconds=900))
+def test_clock_skew_is_reported_plainly_by_a_backfill(sim: Simulator, tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'skew.db'}"
+    now = sim.now()
+    with (
+        capture_logs() as logs,
+        open_app(settings_for(sim, url), stopper=Stopper()) as app,
+        pytest.raises(ClockSkewError) as caught,
+    ):
+        app.engine.backfill(now - timedelta(hours=2), now)
+    assert caught.value.code == "REQUEST_EXPIRED"
+    assert "clock" in str(caught.value).lower()
+    failure = next(entry for entry in logs if entry["event"] == "step_failed_fatally")
+    assert "NTP" in failure["hint"]
+    assert SECRET not in repr(logs)
+
+
+@pytest.mark.sim(live_rate=0.0)
+def test_backfill_reads_its_range_without_touching_the_tail(sim: Simulator, tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'backfill.db'}"
+    end = sim.now()
+    start = end - timedelta(hours=30)
+    with open_app(settings_for(sim, url)) as app:
+        result = app.engine.backfill(start, end)
+        assert app.warehouse.load_state(MERCHANT) is None
+        rows = app.warehouse.fetch_records(MERCHANT)
+    expected = {
+        record_id
+        for record_id, record in sim.truth().items()
+        if start.isoformat() <= record["created_at"].replace("Z", "+00:00") < end.isoformat()
+    }
+    assert result.windows == len(plan_windows(start, end)) == 2  # short ends, one midnight
+    assert set(rows) == expected

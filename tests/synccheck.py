@@ -1,0 +1,81 @@
+"""Helpers shared by the end-to-end sync tests: settings for a simulator, and the one
+comparison that matters: the warehouse equals the platform's truth, field by field."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from typing import Any
+
+from recordsync.models import Record, parse_record
+from recordsync.settings import Settings
+from recordsync.signing import Secret
+from recordsync.sim import Simulator
+from recordsync.warehouse import Warehouse
+
+RECORD_FIELDS = [field.name for field in dataclasses.fields(Record)]
+
+
+def settings_for(sim: Simulator, database_url: str, **overrides: Any) -> Settings:
+    """Settings pointing at ``sim``, with the history start read off the simulator's clock."""
+    values: dict[str, Any] = {
+        "base_url": sim.base_url,
+        "merchant_id": sim.config.merchant_id,
+        "secret": Secret(sim.config.secret),
+        "database_url": database_url,
+        "history_from": sim.now() - timedelta(days=sim.config.history_days + 1),
+        "http_port": 0,
+        "page_size": 200,
+        "poll_interval": 0.2,
+        "snapshot_concurrency": 3,
+        "http_timeout": 5.0,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+def environment_for(sim: Simulator, database_url: str, **overrides: str) -> dict[str, str]:
+    """The same, as the RECORDSYNC_* environment of a subprocess."""
+    settings = settings_for(sim, database_url)
+    assert settings.history_from is not None
+    env = {
+        "RECORDSYNC_BASE_URL": sim.base_url,
+        "RECORDSYNC_MERCHANT_ID": sim.config.merchant_id,
+        "RECORDSYNC_SECRET": sim.config.secret,
+        "RECORDSYNC_DATABASE_URL": database_url,
+        "RECORDSYNC_HISTORY_FROM": settings.history_from.isoformat(),
+        "RECORDSYNC_HTTP_PORT": "0",
+        "RECORDSYNC_PAGE_SIZE": "200",
+        "RECORDSYNC_POLL_INTERVAL": "0.2",
+        "RECORDSYNC_SNAPSHOT_CONCURRENCY": "3",
+        "RECORDSYNC_HTTP_TIMEOUT": "5",
+        "RECORDSYNC_LOG_FORMAT": "json",
+    }
+    env.update(overrides)
+    return env
+
+
+def differences(
+    warehouse: Warehouse, merchant_id: str, truth: dict[str, dict[str, Any]]
+) -> list[str]:
+    """Every way the warehouse differs from the truth (empty when equal), readable in a failure."""
+    rows = warehouse.fetch_records(merchant_id)
+    problems = [f"missing {record_id}" for record_id in truth.keys() - rows.keys()]
+    problems += [f"extra {record_id}" for record_id in rows.keys() - truth.keys()]
+    for record_id in truth.keys() & rows.keys():
+        expected = parse_record(truth[record_id])
+        row = rows[record_id]
+        for name in RECORD_FIELDS:
+            if getattr(expected, name) != row[name]:
+                problems.append(
+                    f"{record_id}.{name}: warehouse {row[name]!r} != platform "
+                    f"{getattr(expected, name)!r}"
+                )
+    return sorted(problems)
+
+
+def assert_equals_truth(
+    warehouse: Warehouse, merchant_id: str, truth: dict[str, dict[str, Any]]
+) -> None:
+    problems = differences(warehouse, merchant_id, truth)
+    assert not problems, f"{len(problems)} differences, first: {problems[:10]}"
