@@ -65,6 +65,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in str(exc).splitlines():
             print(f"recordsync: configuration: {line}", file=sys.stderr)  # noqa: T201
         return EXIT_CONFIG
+    except RecordSyncError as exc:
+        # Our own errors carry their diagnosis (and never a secret): one line, no traceback.
+        print(f"recordsync: error: {exc}", file=sys.stderr)  # noqa: T201
+        return EXIT_FAILURE
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -4,9 +4,16 @@ comparison that matters: the warehouse equals the platform's truth, field by fie
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
+from recordsync.errors import WarehouseUnavailableError
 from recordsync.models import Record, parse_record
 from recordsync.settings import Settings
 from recordsync.signing import Secret
@@ -79,3 +86,38 @@ def assert_equals_truth(
 ) -> None:
     problems = differences(warehouse, merchant_id, truth)
     assert not problems, f"{len(problems)} differences, first: {problems[:10]}"
+
+
+def start_daemon(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]:
+    with log.open("ab") as sink:
+        return subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            [sys.executable, "-m", "recordsync", *(args or ("run",))],
+            env={**os.environ, **env},
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def wait_for_truth(sim: Simulator, url: str, timeout: float) -> list[str]:
+    warehouse = Warehouse.connect(url)
+    try:
+        deadline = time.monotonic() + timeout
+        problems = ["not checked yet"]
+        while time.monotonic() < deadline:
+            try:
+                problems = differences(warehouse, sim.config.merchant_id, sim.truth())
+            except WarehouseUnavailableError as exc:  # not migrated yet, or restarting
+                problems = [str(exc)]
+            if not problems:
+                return []
+            time.sleep(0.5)
+        return problems
+    finally:
+        warehouse.close()
+
+
+def stop_gracefully(process: subprocess.Popen[bytes]) -> tuple[int, float]:
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    code = process.wait(timeout=15)
+    return code, time.monotonic() - started

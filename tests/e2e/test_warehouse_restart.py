@@ -1,0 +1,115 @@
+"""The warehouse server goes away mid-sync and comes back: the daemon waits, reconnects and
+carries on, losing nothing and never exiting on its own.
+
+Stopping a shared database server disturbs anything else using it, so these tests run only
+when ``RECORDSYNC_TEST_RESTART_SERVICES=1`` (CI sets it; it runs the suite alone).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from synccheck import environment_for, start_daemon, stop_gracefully, wait_for_truth
+
+from recordsync.sim import SimConfig, Simulator
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.environ.get("RECORDSYNC_TEST_RESTART_SERVICES") != "1",
+        reason="stops and starts the database servers: set RECORDSYNC_TEST_RESTART_SERVICES=1",
+    ),
+]
+
+
+def _run(*command: str) -> None:
+    subprocess.run(command, check=True, capture_output=True, timeout=120)  # noqa: S603
+
+
+def _pg_cluster() -> str:
+    return max(path.name for path in Path("/etc/postgresql").iterdir())
+
+
+def _postgres_stop() -> None:
+    _run("pg_ctlcluster", "--skip-systemctl-redirect", _pg_cluster(), "main", "stop", "-m", "fast")
+
+
+def _postgres_start() -> None:
+    _run("pg_ctlcluster", "--skip-systemctl-redirect", _pg_cluster(), "main", "start")
+
+
+def _mariadb_stop() -> None:
+    _run("mariadb-admin", "-uroot", "-h127.0.0.1", "--protocol=tcp", "shutdown")
+
+
+def _mariadb_start() -> None:
+    _run("start-stop-daemon", "--start", "--oknodo", "--background", "--exec", "/usr/sbin/mariadbd")
+    for _ in range(60):
+        probe = subprocess.run(
+            ["mariadb-admin", "-uroot", "-h127.0.0.1", "--protocol=tcp", "ping"],  # noqa: S607
+            capture_output=True,
+            check=False,
+        )
+        if probe.returncode == 0:
+            return
+        time.sleep(0.5)
+    raise RuntimeError("MariaDB did not come back")
+
+
+SERVERS: dict[str, tuple[Callable[[], None], Callable[[], None], str]] = {
+    "postgres": (_postgres_stop, _postgres_start, "pg_ctlcluster"),
+    "mariadb": (_mariadb_stop, _mariadb_start, "mariadb-admin"),
+}
+
+
+@pytest.mark.parametrize("warehouse_url", ["postgres", "mariadb"], indirect=True)
+def test_the_daemon_rides_out_a_warehouse_restart(
+    warehouse_url: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    kind = request.node.callspec.id
+    stop, start, tool = SERVERS[kind]
+    if shutil.which(tool) is None:
+        pytest.fail(f"{tool} is needed to restart {kind}")
+    sim = Simulator(
+        SimConfig(
+            merchant_id="m-restart",
+            secret="restart-secret-0123456789abcdefghijklmnopq",
+            seed=5,
+            history_days=2.0,
+            rounds_per_day=800,
+            live_rate=30.0,
+            record_requests=10,
+        )
+    )
+    sim.start()
+    log = tmp_path / "daemon.log"
+    try:
+        env = environment_for(sim, warehouse_url, RECORDSYNC_PAGE_SIZE="50")
+        sim.start_live()
+        daemon = start_daemon(env, log)
+        try:
+            time.sleep(3.0)  # mid-snapshot
+            stop()
+            try:
+                time.sleep(4.0)
+                assert daemon.poll() is None, "the daemon exited while the warehouse was down"
+            finally:
+                start()
+            sim.stop_live()
+            problems = wait_for_truth(sim, warehouse_url, timeout=120)
+            assert daemon.poll() is None
+        finally:
+            code, _seconds = stop_gracefully(daemon)
+        output = log.read_text()
+        assert problems == [], f"{len(problems)} differences, first {problems[:5]}"
+        assert code == 0
+        assert '"kind": "WarehouseUnavailableError"' in output
+        assert sim.stats().rate_limit_violations == 0
+    finally:
+        sim.stop()
