@@ -1,15 +1,18 @@
-"""The warehouse tables as the code sees them; Alembic revision 0001 creates the same ones.
+"""The warehouse tables as the code sees them; the Alembic revisions create the same ones.
 
 ``records`` holds one row per (merchant_id, record_id) at the highest revision seen (spec:
 Record; Records endpoints, "the client keeps, per record_id, the highest revision").
 ``sync_state`` and ``snapshot_windows`` hold the cursors that cover those rows
 (``recordsync.state``); they are always written in the same transaction as the rows.
 ``quarantined_records`` keeps every item that failed validation, exactly as received, so
-nothing is silently lost.
+nothing is silently lost.  ``record_revisions`` is the append-only history of every revision
+seen (revision 0002); the ``*_units`` columns of ``records`` (revision 0003) hold each amount
+as an integer number of 10**-4 so that SQLite can sum money exactly (see ``types``).
 
-The migration spells the column types out per dialect instead of importing this module, so
-that it stays a fixed record of revision 0001 when this module changes; a test compares the
-two on every backend.
+The migrations spell the column types out per dialect instead of importing this module, so
+that each stays a fixed record of its revision when this module changes; a test compares the
+migrated schema with these tables on every backend.  The BI views (revision 0003) are read
+through ``recordsync.warehouse.summaries``.
 """
 
 from __future__ import annotations
@@ -66,10 +69,46 @@ records = Table(
     Column("settled_at", utc_datetime(), nullable=True),
     Column("updated_at", utc_datetime(), nullable=False),
     Column("synced_at", utc_datetime(), nullable=False),
+    # Revision 0003: each amount times 10**4 as an integer, NULL beyond +-(2**63 - 1); written
+    # by the upsert with the amount, so SQLite's views sum integers, never floats.
+    Column("bet_units", BigInteger, nullable=True),
+    Column("refund_units", BigInteger, nullable=True),
+    Column("payout_units", BigInteger, nullable=True),
+    Column("net_units", BigInteger, nullable=True),
     Index("ix_records_merchant_created", "merchant_id", "created_at"),
     Index("ix_records_merchant_updated", "merchant_id", "updated_at"),
     Index("ix_records_merchant_player", "merchant_id", "player_id", "created_at"),
     Index("ix_records_merchant_game", "merchant_id", "game_id", "created_at"),
+)
+
+# Revision 0002: one row per revision recordsync has seen, written in the transaction that
+# upserts the records.  ``sequence`` and ``changed_at`` come from the change stream (spec: Record
+# change); they are NULL for a revision known only from a snapshot page.  A row is never
+# rewritten, except that a revision first seen in a snapshot gets its sequence and changed_at
+# when it later arrives through the change stream.
+record_revisions = Table(
+    "record_revisions",
+    metadata,
+    Column("merchant_id", String(ID_LENGTH), primary_key=True),
+    Column("record_id", String(ID_LENGTH), primary_key=True),
+    Column("revision", BigInteger, primary_key=True),
+    Column("player_id", String(ID_LENGTH), nullable=False),
+    Column("game_id", String(ID_LENGTH), nullable=False),
+    Column("currency", String(CODE_LENGTH), nullable=False),
+    Column("round_id", String(ID_LENGTH), nullable=False),
+    Column("parent_round_id", String(ID_LENGTH), nullable=True),
+    Column("bet_amount", exact_decimal(), nullable=False),
+    Column("refund_amount", exact_decimal(), nullable=False),
+    Column("payout_amount", exact_decimal(), nullable=False),
+    Column("net_amount", exact_decimal(), nullable=False),
+    Column("status", String(CODE_LENGTH), nullable=False),
+    Column("created_at", utc_datetime(), nullable=False),
+    Column("settled_at", utc_datetime(), nullable=True),
+    Column("updated_at", utc_datetime(), nullable=False),
+    # A decimal string of any length (spec: Record change), like sync_state.last_sequence.
+    Column("sequence", cursor_text(), nullable=True),
+    Column("changed_at", utc_datetime(), nullable=True),
+    Column("synced_at", utc_datetime(), nullable=False),
 )
 
 sync_state = Table(

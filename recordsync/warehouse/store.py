@@ -1,7 +1,8 @@
 """The warehouse: rows and the cursors that cover them, always committed together.
 
-Every write method is ONE transaction: the upserted rows, the quarantined items and the
-cursor (a window's or the tail's) commit together or not at all, so after any failure the
+Every write method is ONE transaction: the upserted rows, the revision history
+(``revisions``), the quarantined items and the cursor (a window's or the tail's) commit
+together or not at all, so after any failure the
 sync re-reads from a cursor that covers exactly what is stored (no gap, no orphan cursor).
 Any "server gone" error is raised as ``WarehouseUnavailableError`` (see ``connection``) after
 the transaction has rolled back; the caller waits and tries again with the same page.
@@ -13,7 +14,7 @@ the sync hands it and answers what was stored.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 import orjson
@@ -30,8 +31,9 @@ from sqlalchemy import (
 )
 
 from recordsync.errors import ConfigurationError
-from recordsync.models import Record, RejectedItem
+from recordsync.models import Record, RecordChange, RejectedItem
 from recordsync.state import REBUILD_JOB, Phase, SyncState, Window, WindowProgress
+from recordsync.warehouse import summaries
 from recordsync.warehouse.connection import (
     SUPPORTED_BACKENDS,
     WRITE_OPTION,
@@ -39,14 +41,32 @@ from recordsync.warehouse.connection import (
     translate_errors,
 )
 from recordsync.warehouse.migrate import upgrade as upgrade_schema
-from recordsync.warehouse.schema import quarantined_records, records, snapshot_windows, sync_state
+from recordsync.warehouse.revisions import (
+    CompiledRevisionInsert,
+    compile_revision_insert,
+    seen_revisions,
+)
+from recordsync.warehouse.schema import (
+    quarantined_records,
+    record_revisions,
+    records,
+    snapshot_windows,
+    sync_state,
+)
 from recordsync.warehouse.upsert import (
     CompiledUpsert,
     collapse,
     compile_upsert,
     split_unstorable,
 )
-from recordsync.warehouse.values import JobStatus, QuarantinedRecord, WarehouseStatus, WriteResult
+from recordsync.warehouse.values import (
+    DailySummary,
+    Freshness,
+    JobStatus,
+    QuarantinedRecord,
+    WarehouseStatus,
+    WriteResult,
+)
 
 TAIL_SOURCE = "tail"
 
@@ -65,10 +85,18 @@ class Warehouse:
 
     ``engine`` is injected; ``Warehouse.connect(url)`` builds one with the session settings
     each backend needs.  ``clock`` stamps ``synced_at``, ``updated_at`` and ``quarantined_at``
-    only: bookkeeping, never a sync boundary.
+    only: bookkeeping, never a sync boundary.  ``keep_revisions=False`` switches the revision
+    history off: nothing is written to ``record_revisions`` and the write path does no extra
+    work at all.
     """
 
-    def __init__(self, engine: Engine, *, clock: Callable[[], datetime] = _utc_now) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        clock: Callable[[], datetime] = _utc_now,
+        keep_revisions: bool = True,
+    ) -> None:
         backend = engine.dialect.name
         if backend not in SUPPORTED_BACKENDS:
             raise ConfigurationError(
@@ -77,18 +105,33 @@ class Warehouse:
         self._engine = engine
         self._writer = engine.execution_options(**{WRITE_OPTION: True})
         self._clock = clock
+        self._keep_revisions = keep_revisions
         self._upsert: CompiledUpsert | None = None  # compiled at the first write (see there)
+        self._revision_insert: CompiledRevisionInsert | None = None
 
     @classmethod
     def connect(
-        cls, url: str, *, clock: Callable[[], datetime] = _utc_now, **engine_options: Any
+        cls,
+        url: str,
+        *,
+        clock: Callable[[], datetime] = _utc_now,
+        keep_revisions: bool = True,
+        **engine_options: Any,
     ) -> Warehouse:
         """A warehouse on a new engine for ``url``; ``engine_options`` go to create_engine."""
-        return cls(create_warehouse_engine(url, **engine_options), clock=clock)
+        return cls(
+            create_warehouse_engine(url, **engine_options),
+            clock=clock,
+            keep_revisions=keep_revisions,
+        )
 
     @property
     def engine(self) -> Engine:
         return self._engine
+
+    @property
+    def keep_revisions(self) -> bool:
+        return self._keep_revisions
 
     def migrate(self) -> None:
         """Apply every pending Alembic revision (idempotent)."""
@@ -262,11 +305,15 @@ class Warehouse:
         last_sequence: str | None,
         projection_as_of: datetime | None,
         position: str,
+        changes: Sequence[RecordChange] = (),
     ) -> WriteResult:
         """Store one change page and move the change cursor, in one transaction.
 
         ``last_sequence`` and ``last_projection_as_of`` keep their old values when the page
-        brings none (an empty page, or an answer without projection_as_of).
+        brings none (an empty page, or an answer without projection_as_of).  ``records`` is
+        what the records upsert collapses (the changes' records); ``changes``, the page's
+        changes, give the revision history every revision with its sequence and changed_at.
+        Without them the history gets ``records`` with no sequence.
         """
         now = self._clock()
         values: dict[str, Any] = {
@@ -287,6 +334,7 @@ class Warehouse:
                 source=TAIL_SOURCE,
                 position=position,
                 now=now,
+                changes=changes,
             )
             moved = conn.execute(
                 update(sync_state).where(sync_state.c.merchant_id == merchant_id).values(values)
@@ -305,6 +353,7 @@ class Warehouse:
         source: str,
         position: str,
         now: datetime,
+        changes: Sequence[RecordChange] = (),
     ) -> WriteResult:
         rows, unfit = split_unstorable(collapse(batch))
         quarantine = [
@@ -335,9 +384,27 @@ class Warehouse:
         if rows:
             upsert = self._compiled_upsert(conn)
             conn.exec_driver_sql(upsert.sql, upsert.parameters(merchant_id, rows, now))
+        if self._keep_revisions:
+            self._append_revisions(conn, merchant_id, rows, changes, now)
         if quarantine:
             conn.execute(insert(quarantined_records), quarantine)
         return WriteResult(records=len(rows), quarantined=len(quarantine))
+
+    def _append_revisions(
+        self,
+        conn: Connection,
+        merchant_id: str,
+        rows: Sequence[Record],
+        changes: Sequence[RecordChange],
+        now: datetime,
+    ) -> None:
+        seen = seen_revisions(rows, changes)
+        if not seen:
+            return
+        if self._revision_insert is None:
+            self._revision_insert = compile_revision_insert(conn.dialect)
+        insert_sql = self._revision_insert
+        conn.exec_driver_sql(insert_sql.sql, insert_sql.parameters(merchant_id, seen, now))
 
     def _compiled_upsert(self, conn: Connection) -> CompiledUpsert:
         """Compiled against the connected dialect: MariaDB's syntax depends on the server."""
@@ -405,11 +472,51 @@ class Warehouse:
             quarantined=quarantined,
         )
 
+    # -- the BI views (docs/bi.md) -----------------------------------------------------------
+
+    def newest_record_day(self, merchant_id: str) -> date | None:
+        """The UTC day of the merchant's newest record (by created_at); None when there is none.
+
+        Reports count their days back from here, not from the local clock: a warehouse
+        restored from a backup, or a sync that stopped, still reports its latest data.
+        """
+        with translate_errors("read newest day"), self._engine.begin() as conn:
+            return summaries.newest_record_day(conn, merchant_id)
+
+    def daily_summaries(
+        self, merchant_id: str, *, per: str, first_day: date, last_day: date
+    ) -> list[DailySummary]:
+        """``daily_game_summary`` (per="game") or ``daily_player_summary`` (per="player")
+        rows for the UTC days ``first_day`` to ``last_day`` inclusive."""
+        with translate_errors("read daily summaries"), self._engine.begin() as conn:
+            return summaries.daily_summaries(
+                conn, merchant_id, per=per, first_day=first_day, last_day=last_day
+            )
+
+    def freshness(self, merchant_id: str) -> Freshness | None:
+        """The merchant's row of ``sync_freshness``; None before the first (re)build."""
+        with translate_errors("read freshness"), self._engine.begin() as conn:
+            return summaries.freshness(conn, merchant_id)
+
+    # -- for tests and end-to-end checks -----------------------------------------------------
+
     def fetch_records(self, merchant_id: str) -> dict[str, dict[str, Any]]:
         """Every stored row of the merchant by record_id (for tests and end-to-end checks)."""
         query = select(records).where(records.c.merchant_id == merchant_id)
         with translate_errors("fetch records"), self._engine.begin() as conn:
             return {row["record_id"]: dict(row) for row in conn.execute(query).mappings()}
+
+    def fetch_revisions(
+        self, merchant_id: str, record_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The stored revision history, ordered by (record_id, revision)."""
+        table = record_revisions
+        query = select(table).where(table.c.merchant_id == merchant_id)
+        if record_id is not None:
+            query = query.where(table.c.record_id == record_id)
+        query = query.order_by(table.c.record_id, table.c.revision)
+        with translate_errors("fetch revisions"), self._engine.begin() as conn:
+            return [dict(row) for row in conn.execute(query).mappings()]
 
 
 # -- helpers shared by the methods above (each runs inside the caller's transaction) -----

@@ -14,6 +14,14 @@ cumulative, so the columns are wider than that:
   so binding ``str(Decimal)`` stores ``"10.50"`` and reading it back gives the original string.
   For ad hoc SQL on SQLite, ``CAST(bet_amount AS REAL)`` works but is approximate.
 
+Money as integers (``records.*_units``, revision 0003).  SQLite's ``SUM`` over text converts
+each value to a float, so a sum of amounts is not exact there.  Each amount is therefore also
+stored as an integer count of 10**-4 (``money_units``: ``12.5`` -> ``125000``) in a BIGINT, on
+every backend alike, and SQLite's BI views sum those integers.  64 bits hold any amount up to
++-922337203685477.5807 (922 times the spec's per-transaction maximum); beyond that the units
+are NULL and SQLite's views answer NULL rather than an inexact sum (PostgreSQL and MariaDB sum
+the NUMERIC columns themselves and are exact over the columns' whole range).
+
 Times (spec: Conventions, Time).  Every value is UTC and comes back as an aware UTC
 ``datetime`` on every backend; a naive value is refused on the way in, since its zone is
 unknown and guessing would shift records across window boundaries.
@@ -32,11 +40,11 @@ itself (``upsert.py``), so both paths store identical text.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from decimal import Decimal
+from datetime import UTC, date, datetime
+from decimal import Context, Decimal
 from typing import Final
 
-from sqlalchemy import BigInteger, Integer, Numeric, String, Text
+from sqlalchemy import BigInteger, Date, Integer, Numeric, String, Text
 from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
@@ -45,6 +53,20 @@ MONEY_PRECISION: Final = 30
 MONEY_SCALE: Final = 4
 CURSOR_LENGTH: Final = 4096  # spec: Records, "cursor: max length 4096"
 MYSQL_FAMILY: Final = ("mysql", "mariadb")
+UNITS_PER_MONEY: Final = 10**MONEY_SCALE
+MAX_UNITS: Final = 2**63 - 1  # BIGINT
+# Wide enough that scaling any NUMERIC(30,4) value by 10**4 never rounds.
+_UNITS_CONTEXT: Final = Context(prec=MONEY_PRECISION + MONEY_SCALE + 2)
+
+
+def money_units(amount: Decimal) -> int | None:
+    """``amount`` in integer units of 10**-4, or None when that exceeds a BIGINT.
+
+    Exact: amounts carry at most 4 fraction digits (spec: Conventions, Money; checked by
+    ``recordsync.money``), so the scaled value is an integer.
+    """
+    units = int(amount.scaleb(MONEY_SCALE, _UNITS_CONTEXT))
+    return units if -MAX_UNITS <= units <= MAX_UNITS else None
 
 
 class SQLiteDecimalText(TypeDecorator[Decimal]):
@@ -128,6 +150,19 @@ class SQLiteUTCText(TypeDecorator[datetime]):
         return None if value is None else datetime.fromisoformat(value)
 
 
+class SQLiteDateText(TypeDecorator[date]):
+    """SQLite: a UTC day as ``YYYY-MM-DD`` text, what ``substr(created_at, 1, 10)`` gives."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: date | None, _dialect: Dialect) -> str | None:
+        return None if value is None else value.isoformat()
+
+    def process_result_value(self, value: str | None, _dialect: Dialect) -> date | None:
+        return None if value is None else date.fromisoformat(value)
+
+
 def exact_decimal() -> TypeEngine[Decimal]:
     """NUMERIC(30,4) / DECIMAL(30,4); decimal text on SQLite."""
     return Numeric(MONEY_PRECISION, MONEY_SCALE, asdecimal=True).with_variant(
@@ -142,6 +177,11 @@ def utc_datetime() -> TypeEngine[datetime]:
         .with_variant(PostgresUTCDateTime(), "postgresql")
         .with_variant(MySQLUTCDateTime(), *MYSQL_FAMILY)
     )
+
+
+def utc_day() -> TypeEngine[date]:
+    """A UTC calendar day: DATE on PostgreSQL and MariaDB, ``YYYY-MM-DD`` text on SQLite."""
+    return Date().with_variant(SQLiteDateText(), "sqlite")
 
 
 def cursor_text() -> TypeEngine[str]:

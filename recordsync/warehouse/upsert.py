@@ -18,7 +18,8 @@ revision is higher".
 
 The statement is compiled once per warehouse and the rows go as executemany parameters,
 encoded in one comprehension per backend (``CompiledUpsert``): psycopg pipelines them, PyMySQL
-folds them into one multi-row INSERT, sqlite3 loops in C.
+folds them into one multi-row INSERT, sqlite3 loops in C.  Every row also carries its amounts
+as integer units of 10**-4 (``money_units``; the ``*_units`` columns SQLite's views sum).
 
 A record the columns cannot hold (an identifier longer than the column, an amount beyond
 NUMERIC(30,4), a revision beyond BIGINT, a NUL character PostgreSQL refuses) would fail the
@@ -45,6 +46,7 @@ from recordsync.warehouse.types import (
     MONEY_SCALE,
     MYSQL_FAMILY,
     aware_utc,
+    money_units,
     mysql_time_text,
     sqlite_time_text,
 )
@@ -105,6 +107,7 @@ def _sqlite_rows(
 ) -> list[tuple[Any, ...]]:
     """SQLite: decimal strings as sent and fixed-width UTC text (see ``types``)."""
     t = sqlite_time_text
+    u = money_units
     synced = t(synced_at)
     return [
         (
@@ -125,6 +128,10 @@ def _sqlite_rows(
             None if r.settled_at is None else t(r.settled_at),
             t(r.updated_at),
             synced,
+            u(r.bet_amount),
+            u(r.refund_amount),
+            u(r.payout_amount),
+            u(r.net_amount),
         )
         for r in batch
     ]
@@ -137,6 +144,7 @@ def _native_decimal_rows(time: Callable[[datetime], Any]) -> RowEncoder:
         merchant_id: str, batch: Sequence[Record], synced_at: datetime
     ) -> list[tuple[Any, ...]]:
         t = time
+        u = money_units
         synced = t(synced_at)
         return [
             (
@@ -157,6 +165,10 @@ def _native_decimal_rows(time: Callable[[datetime], Any]) -> RowEncoder:
                 None if r.settled_at is None else t(r.settled_at),
                 t(r.updated_at),
                 synced,
+                u(r.bet_amount),
+                u(r.refund_amount),
+                u(r.payout_amount),
+                u(r.net_amount),
             )
             for r in batch
         ]
@@ -211,7 +223,7 @@ def compile_upsert(dialect: Dialect) -> CompiledUpsert:
     return CompiledUpsert(sql=compiled.string, positional=compiled.positional, encode=encode)
 
 
-def _fits(r: Record) -> bool:
+def fits(r: Record) -> bool:
     """The fast check: true for every sane record, in a few comparisons."""
     return (
         max(len(r.record_id), len(r.player_id), len(r.game_id), len(r.round_id)) <= ID_LENGTH
@@ -233,7 +245,7 @@ def _fits(r: Record) -> bool:
 
 def unstorable(record: Record) -> str | None:
     """Why the warehouse columns cannot hold ``record``, or None when they can."""
-    if _fits(record):
+    if fits(record):
         return None
     for name in (*_ID_FIELDS, *_CODE_FIELDS):
         value = getattr(record, name)
@@ -251,12 +263,12 @@ def unstorable(record: Record) -> str | None:
     for name in _AMOUNT_FIELDS:
         if getattr(record, name).adjusted() >= _MONEY_DIGITS:
             return f"{name}: more than {_MONEY_DIGITS} integer digits, beyond NUMERIC(30,4)"
-    return None  # pragma: no cover - _fits and the checks above test the same limits
+    return None  # pragma: no cover - fits and the checks above test the same limits
 
 
 def split_unstorable(batch: list[Record]) -> tuple[list[Record], list[tuple[Record, str]]]:
     """(records the columns hold, [(record, reason)] for the others); one pass when all fit."""
-    if all(map(_fits, batch)):
+    if all(map(fits, batch)):
         return batch, []
     reasons = [(record, unstorable(record)) for record in batch]
     fitting = [record for record, reason in reasons if reason is None]

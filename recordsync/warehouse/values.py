@@ -1,11 +1,12 @@
-"""Plain values the warehouse hands back: what a commit wrote, what is quarantined, status."""
+"""Plain values the warehouse hands back: what a commit wrote, quarantine, status, BI rows."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
+from decimal import Decimal
 
-from recordsync.state import SyncState
+from recordsync.state import Phase, SyncState
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +53,44 @@ class WarehouseStatus:
 
     def job(self, name: str) -> JobStatus | None:
         return next((job for job in self.jobs if job.job == name), None)
+
+
+@dataclass(frozen=True, slots=True)
+class DailySummary:
+    """One row of ``daily_game_summary`` or ``daily_player_summary`` (docs/bi.md).
+
+    ``subject`` is the game_id or the player_id, as the view groups.  An amount is None only on
+    SQLite, for a group holding an amount beyond +-922337203685477.5807, whose sum SQLite cannot
+    compute exactly (see ``types``).
+    """
+
+    day: date  # UTC day of created_at
+    merchant_id: str
+    subject: str
+    currency: str
+    rounds: int
+    rounds_open: int
+    rounds_settled: int
+    rounds_void: int
+    bet_amount: Decimal | None
+    payout_amount: Decimal | None
+    refund_amount: Decimal | None
+    net_amount: Decimal | None  # the players' net: sum of net_amount
+    ggr_amount: Decimal | None  # the operator's gross gaming revenue: bet - payout - refund
+
+
+@dataclass(frozen=True, slots=True)
+class Freshness:
+    """One row of ``sync_freshness``: how current the merchant's data is.
+
+    The ages are whole seconds by the database's clock, for display only; they are None until
+    the tail has committed a page carrying projection_as_of (after a (re)build, for instance).
+    """
+
+    merchant_id: str
+    phase: Phase
+    anchor_at: datetime
+    last_projection_as_of: datetime | None
+    last_commit_at: datetime | None
+    staleness_seconds: int | None
+    seconds_since_commit: int | None

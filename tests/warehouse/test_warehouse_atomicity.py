@@ -92,6 +92,7 @@ def snapshot(store: Warehouse):
     """Everything a commit may touch, to compare before and after a failed one."""
     return (
         store.fetch_records(MERCHANT),
+        store.fetch_revisions(MERCHANT),
         store.load_state(MERCHANT),
         store.load_windows(MERCHANT, REBUILD_JOB),
     )
@@ -103,8 +104,16 @@ def snapshot(store: Warehouse):
         (commit_window, "UPDATE snapshot_windows"),
         (commit_tail, "UPDATE sync_state"),
         (commit_window, "INSERT INTO records"),
+        (commit_window, "INSERT INTO record_revisions"),
+        (commit_tail, "INSERT INTO record_revisions"),
     ],
-    ids=["window-cursor-update", "tail-cursor-update", "row-upsert"],
+    ids=[
+        "window-cursor-update",
+        "tail-cursor-update",
+        "row-upsert",
+        "window-revisions",
+        "tail-revisions",
+    ],
 )
 def test_a_failure_mid_commit_leaves_neither_rows_nor_cursor(
     snapshotting, commit, failing_statement

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 
 import recordsync.warehouse as public
 from recordsync.warehouse import Warehouse
-from recordsync.warehouse.migrate import current_revision, head_revision, script_location
+from recordsync.warehouse.migrate import _config, current_revision, head_revision, script_location
 from recordsync.warehouse.schema import VERSION_TABLE, metadata
 
-TABLES = {"records", "sync_state", "snapshot_windows", "quarantined_records", VERSION_TABLE}
+TABLES = {
+    "records",
+    "record_revisions",
+    "sync_state",
+    "snapshot_windows",
+    "quarantined_records",
+    VERSION_TABLE,
+}
+VIEWS = {"daily_game_summary", "daily_player_summary", "sync_freshness"}
 RECORD_INDEXES = {
     "ix_records_merchant_created": ["merchant_id", "created_at"],
     "ix_records_merchant_updated": ["merchant_id", "updated_at"],
@@ -33,12 +43,14 @@ def test_migrations_build_the_schema_on_an_empty_database_and_are_idempotent(war
         store.migrate()
         store.migrate()
         tables = set(inspect(store.engine).get_table_names())
+        views = set(inspect(store.engine).get_view_names())
         with store.engine.connect() as conn:
             revision = current_revision(conn)
     finally:
         store.close()
     assert tables == TABLES
-    assert revision == head_revision() == "0001"
+    assert views == VIEWS
+    assert revision == head_revision() == "0003"
 
 
 def test_migrated_schema_matches_the_tables_the_code_uses(warehouse):
@@ -57,8 +69,9 @@ def test_records_have_the_bi_indexes_and_the_merchant_record_key(warehouse):
     assert key == ["merchant_id", "record_id"]
 
 
-def test_money_and_times_use_exact_types_never_float(warehouse):
-    columns = {c["name"]: c["type"] for c in inspect(warehouse.engine).get_columns("records")}
+@pytest.mark.parametrize("table", ["records", "record_revisions"])
+def test_money_and_times_use_exact_types_never_float(warehouse, table):
+    columns = {c["name"]: c["type"] for c in inspect(warehouse.engine).get_columns(table)}
     dialect = warehouse.engine.dialect
     money, time = EXACT_TYPES["mysql" if dialect.name == "mariadb" else dialect.name]
     for name in ("bet_amount", "refund_amount", "payout_amount", "net_amount"):
@@ -67,8 +80,22 @@ def test_money_and_times_use_exact_types_never_float(warehouse):
         assert str(columns[name].compile(dialect=dialect)) == time
 
 
+def test_money_units_are_64_bit_integers(warehouse):
+    columns = {c["name"]: c["type"] for c in inspect(warehouse.engine).get_columns("records")}
+    dialect = warehouse.engine.dialect
+    for name in ("bet_units", "refund_units", "payout_units", "net_units"):
+        assert str(columns[name].compile(dialect=dialect)).startswith("BIGINT")
+
+
+def test_revisions_are_keyed_by_merchant_record_and_revision(warehouse):
+    key = inspect(warehouse.engine).get_pk_constraint("record_revisions")["constrained_columns"]
+    assert key == ["merchant_id", "record_id", "revision"]
+
+
 def test_scripts_are_found_from_the_source_checkout():
-    assert (script_location() / "versions" / "0001_initial_schema.py").is_file()
+    versions = script_location() / "versions"
+    for name in ("0001_initial_schema.py", "0002_record_revisions.py", "0003_bi_views.py"):
+        assert (versions / name).is_file()
 
 
 SESSION_CHECKS = {
@@ -95,3 +122,16 @@ def test_connect_applies_the_session_settings_each_backend_needs(warehouse):
 def test_the_package_exports_its_public_names_sorted():
     assert public.__all__ == sorted(public.__all__)
     assert all(hasattr(public, name) for name in public.__all__)
+
+
+def test_the_bi_revisions_downgrade_to_0001_and_upgrade_again(warehouse):
+    config = _config()
+    with warehouse.engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0001")
+    inspector = inspect(warehouse.engine)
+    assert set(inspector.get_table_names()) == TABLES - {"record_revisions"}
+    assert inspector.get_view_names() == []
+    assert not any(c["name"].endswith("_units") for c in inspector.get_columns("records"))
+    warehouse.migrate()
+    assert set(inspect(warehouse.engine).get_view_names()) == VIEWS

@@ -1,0 +1,220 @@
+"""The revision history: every revision seen, once, committed with the rows; off costs nothing."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from sqlalchemy import event
+from warehouse.warehouse_samples import MERCHANT, T0, make_record, windows
+
+from recordsync.models import Record, RecordChange
+from recordsync.state import REBUILD_JOB
+from recordsync.warehouse import Warehouse
+from recordsync.warehouse.revisions import SeenRevision, seen_revisions
+
+WINDOW = windows(1)[0]
+
+
+def change(record: Record, sequence: int) -> RecordChange:
+    return RecordChange(
+        sequence=str(sequence),
+        record_id=record.record_id,
+        revision=record.revision,
+        changed_at=record.updated_at + timedelta(milliseconds=5),
+        record=record,
+    )
+
+
+def start(store: Warehouse) -> Warehouse:
+    store.start_rebuild(
+        MERCHANT,
+        change_cursor="tail-0",
+        anchor_at=T0,
+        history_from=WINDOW.start,
+        snapshot_to=WINDOW.end,
+        windows=[WINDOW],
+    )
+    return store
+
+
+@pytest.fixture
+def rebuilding(warehouse: Warehouse) -> Warehouse:
+    return start(warehouse)
+
+
+def snapshot_page(store: Warehouse, *records: Record) -> None:
+    store.commit_window_page(
+        MERCHANT,
+        REBUILD_JOB,
+        WINDOW,
+        records=list(records),
+        rejected=[],
+        next_cursor="w-1",
+        cursor_issued_at=T0,
+        done=False,
+        position="start",
+    )
+
+
+def tail_page(store: Warehouse, *changes: RecordChange, with_changes: bool = True) -> None:
+    store.commit_tail_page(
+        MERCHANT,
+        records=[item.record for item in changes],
+        rejected=[],
+        next_cursor="tail-next",
+        last_sequence=max((item.sequence for item in changes), key=int, default=None),
+        projection_as_of=T0,
+        position="tail-0",
+        changes=list(changes) if with_changes else (),
+    )
+
+
+def history(store: Warehouse) -> list[tuple[str, int, str | None]]:
+    return [
+        (row["record_id"], row["revision"], row["sequence"])
+        for row in store.fetch_revisions(MERCHANT)
+    ]
+
+
+# -- pure: which revisions a page brings --------------------------------------------------
+
+
+def test_a_snapshot_page_brings_its_records_without_sequence_ordered_by_key():
+    b, a = make_record("b", 3), make_record("a", 1)
+    assert seen_revisions([b, a]) == [SeenRevision(a, None, None), SeenRevision(b, None, None)]
+
+
+def test_a_change_page_brings_every_revision_once_with_its_first_sequence():
+    r1, r2 = make_record("a", 1), make_record("a", 2)
+    changes = [change(r2, 11), change(r1, 10), change(r2, 12)]
+    seen = seen_revisions([r2], changes)
+    assert [(s.record.revision, s.sequence) for s in seen] == [(1, "10"), (2, "11")]
+    assert seen[0].changed_at == changes[1].changed_at
+
+
+def test_revisions_the_columns_cannot_hold_are_left_out():
+    fitting = change(make_record("ok"), 2)
+    seen = seen_revisions([], [change(make_record("x" * 300), 1), fitting])
+    assert seen == [SeenRevision(fitting.record, "2", fitting.changed_at)]
+
+
+def test_a_sequence_too_long_for_its_column_is_dropped_not_fatal():
+    seen = seen_revisions([], [replace(change(make_record(), 1), sequence="9" * 5000)])
+    assert seen[0].sequence is None
+    assert seen[0].changed_at is not None
+
+
+# -- on every backend ---------------------------------------------------------------------
+
+
+def test_a_snapshot_page_appends_its_revisions_without_sequence(rebuilding):
+    record = make_record("a", 2, payout_amount=Decimal("-0.0001"))
+    snapshot_page(rebuilding, record, make_record("b", 1))
+    rows = rebuilding.fetch_revisions(MERCHANT)
+    assert [(r["record_id"], r["revision"], r["sequence"], r["changed_at"]) for r in rows] == [
+        ("a", 2, None, None),
+        ("b", 1, None, None),
+    ]
+    assert rows[0]["payout_amount"] == Decimal("-0.0001")
+    assert rows[0]["created_at"] == record.created_at
+
+
+def test_a_change_page_appends_every_revision_even_those_the_upsert_collapses(rebuilding):
+    revisions = [make_record("a", n, payout_amount=Decimal(n)) for n in (1, 2, 3)]
+    tail_page(rebuilding, *(change(r, 100 + r.revision) for r in revisions))
+    assert history(rebuilding) == [("a", 1, "101"), ("a", 2, "102"), ("a", 3, "103")]
+    rows = rebuilding.fetch_revisions(MERCHANT, "a")
+    assert [row["payout_amount"] for row in rows] == [Decimal(1), Decimal(2), Decimal(3)]
+    assert rows[0]["changed_at"] == revisions[0].updated_at + timedelta(milliseconds=5)
+    assert rebuilding.fetch_records(MERCHANT)["a"]["revision"] == 3
+
+
+def test_the_same_page_twice_appends_nothing_and_rewrites_nothing(rebuilding):
+    page = [change(make_record("a", 1), 7), change(make_record("a", 2), 8)]
+    tail_page(rebuilding, *page)
+    first = rebuilding.fetch_revisions(MERCHANT)
+    tail_page(rebuilding, *page)
+    snapshot_page(rebuilding, make_record("a", 2, status="CHANGED?"))
+    assert rebuilding.fetch_revisions(MERCHANT) == first
+
+
+def test_a_revision_seen_in_a_snapshot_gets_its_sequence_from_the_change_stream(rebuilding):
+    snapshot_page(rebuilding, make_record("a", 2))
+    synced = rebuilding.fetch_revisions(MERCHANT)[0]["synced_at"]
+    stream = change(make_record("a", 2), 42)
+    tail_page(rebuilding, stream)
+    (row,) = rebuilding.fetch_revisions(MERCHANT)
+    assert (row["sequence"], row["changed_at"]) == ("42", stream.changed_at)
+    assert row["synced_at"] == synced
+
+
+def test_a_revision_seen_in_the_change_stream_keeps_its_sequence_after_a_snapshot(rebuilding):
+    tail_page(rebuilding, change(make_record("a", 2), 42))
+    snapshot_page(rebuilding, make_record("a", 2))
+    tail_page(rebuilding, change(make_record("a", 2), 43))  # a repeat with a later sequence
+    assert history(rebuilding) == [("a", 2, "42")]
+
+
+def test_a_tail_page_without_its_changes_records_the_collapsed_records(rebuilding):
+    tail_page(
+        rebuilding,
+        change(make_record("a", 1), 1),
+        change(make_record("a", 2), 2),
+        with_changes=False,
+    )
+    assert history(rebuilding) == [("a", 2, None)]
+
+
+def test_unstorable_records_are_quarantined_and_absent_from_the_history(rebuilding):
+    tail_page(rebuilding, change(make_record("x" * 300), 1), change(make_record("ok"), 2))
+    assert history(rebuilding) == [("ok", 1, "2")]
+    assert rebuilding.status(MERCHANT).quarantined == 1
+
+
+def test_revisions_are_kept_per_merchant(rebuilding):
+    snapshot_page(rebuilding, make_record("a", 1))
+    rebuilding.start_rebuild(
+        "merchant-2",
+        change_cursor="c",
+        anchor_at=T0,
+        history_from=WINDOW.start,
+        snapshot_to=WINDOW.end,
+        windows=[],
+    )
+    rebuilding.commit_tail_page(
+        "merchant-2",
+        records=[make_record("a", 1)],
+        rejected=[],
+        next_cursor="c2",
+        last_sequence="1",
+        projection_as_of=None,
+        position="c",
+        changes=[change(make_record("a", 1), 1)],
+    )
+    assert history(rebuilding) == [("a", 1, None)]
+    assert [row["sequence"] for row in rebuilding.fetch_revisions("merchant-2")] == ["1"]
+
+
+def test_keep_revisions_off_writes_no_history_and_never_touches_the_table(warehouse_url):
+    store = Warehouse.connect(warehouse_url, keep_revisions=False)
+    statements: list[str] = []
+    try:
+        store.migrate()
+        assert store.keep_revisions is False
+        event.listen(
+            store.engine,
+            "before_cursor_execute",
+            lambda _c, _cur, statement, *_rest: statements.append(statement),
+        )
+        start(store)
+        snapshot_page(store, make_record("a", 1))
+        tail_page(store, change(make_record("a", 2), 5))
+        assert store.fetch_records(MERCHANT)["a"]["revision"] == 2
+        assert store.fetch_revisions(MERCHANT) == []
+    finally:
+        store.close()
+    writes = [s for s in statements if "record_revisions" in s and not s.startswith("SELECT")]
+    assert writes == []
