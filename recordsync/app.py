@@ -16,6 +16,7 @@ from types import FrameType
 
 import structlog
 
+from recordsync import early_signals
 from recordsync.budget import RateBudget
 from recordsync.client import PlatformClient
 from recordsync.errors import FatalPlatformError
@@ -117,8 +118,10 @@ def stop_on_signals(stopper: Stopper) -> Iterator[None]:
         stopper.stop()
 
     previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for signum in early_signals.take():
+        handle(signum, None)
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig in previous:
+            signal.signal(sig, early_signals.remember)

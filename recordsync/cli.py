@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from recordsync import __version__
+from recordsync import __version__, early_signals
 from recordsync.errors import ConfigurationError, RecordSyncError
 from recordsync.logs import configure_logging
 from recordsync.settings import load_settings
@@ -16,6 +16,8 @@ from recordsync.times import parse_time
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_CONFIG = 2
+# Commands that stop gracefully on SIGTERM/SIGINT; the others keep Python's defaults.
+GRACEFUL_COMMANDS = frozenset({"run", "backfill", "demo"})
 
 
 def _time_arg(value: str) -> object:
@@ -54,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if GRACEFUL_COMMANDS & set(argv):
+        early_signals.install()
     if argv[:1] == ["sim"]:
         from recordsync.sim.cli import main as sim_main  # noqa: PLC0415 - only for this command
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from collections.abc import MutableMapping
 from typing import Any, TextIO
 
@@ -26,6 +27,37 @@ def redact_credentials(
     return event_dict
 
 
+class ProcessContext:
+    """Fields every event of this process carries (merchant_id, phase).
+
+    Process-wide on purpose: the sync runs in scheduler and worker threads, which do not
+    inherit ``contextvars``, and an operator filtering logs by merchant must never miss an
+    event because it came from another thread.
+    """
+
+    def __init__(self) -> None:
+        self._fields: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def update(self, **fields: Any) -> None:
+        with self._lock:
+            self._fields = {**self._fields, **fields}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._fields = {}
+
+    def __call__(
+        self, _logger: object, _method: str, event_dict: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        for key, value in self._fields.items():
+            event_dict.setdefault(key, value)
+        return event_dict
+
+
+process_context = ProcessContext()
+
+
 def configure_logging(
     *, level: str = "info", log_format: str | None = None, stream: TextIO | None = None
 ) -> None:
@@ -39,6 +71,7 @@ def configure_logging(
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            process_context,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             redact_credentials,
@@ -51,3 +84,6 @@ def configure_logging(
         logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=False,
     )
+    # APScheduler logs through the standard library; keep its chatter (job added, skipped
+    # because the previous run is still going) out of the operators' stream.
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)

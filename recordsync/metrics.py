@@ -445,6 +445,12 @@ class SyncMetricsObserver(SyncObserver):
     def quarantined(self, source: str, count: int) -> None:
         self._metrics.records_quarantined.labels(source=job_kind(source)).inc(count)
 
+    def page_written(self, source: str, seconds: float) -> None:
+        self._metrics.observe_write(seconds)
+
+    def drift_checked(self, window: Window, rows_behind: int) -> None:
+        self._metrics.drift_checked(rows_behind)
+
     def rebuild_started(self, reason: str) -> None:
         self._metrics.rebuilds.inc()
 

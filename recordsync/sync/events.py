@@ -34,6 +34,16 @@ class SyncObserver:
     def quarantined(self, source: str, count: int) -> None:
         """Items failed validation and were stored in the quarantine."""
 
+    def page_written(self, source: str, seconds: float) -> None:
+        """One page's warehouse transaction took ``seconds`` (rows, quarantine and cursor)."""
+
+    def drift_checked(self, window: Window, rows_behind: int) -> None:
+        """A drift check over ``window`` finished; ``rows_behind`` > 0 is an alert."""
+
+    def phase_changed(self, phase: str) -> None:
+        """The sync entered ``phase`` (standby, anchoring, snapshot, tailing, rebuilding,
+        backfill)."""
+
     def rebuild_started(self, reason: str) -> None:
         """The change cursor expired: a new anchor and a new snapshot."""
 
@@ -74,6 +84,18 @@ class MultiObserver(SyncObserver):
     def quarantined(self, source: str, count: int) -> None:
         for observer in self.observers:
             observer.quarantined(source, count)
+
+    def page_written(self, source: str, seconds: float) -> None:
+        for observer in self.observers:
+            observer.page_written(source, seconds)
+
+    def drift_checked(self, window: Window, rows_behind: int) -> None:
+        for observer in self.observers:
+            observer.drift_checked(window, rows_behind)
+
+    def phase_changed(self, phase: str) -> None:
+        for observer in self.observers:
+            observer.phase_changed(phase)
 
     def rebuild_started(self, reason: str) -> None:
         for observer in self.observers:
