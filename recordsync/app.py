@@ -18,13 +18,14 @@ import structlog
 
 from recordsync import early_signals
 from recordsync.budget import RateBudget
-from recordsync.client import PlatformClient
+from recordsync.client import ClientObserver, PlatformClient
 from recordsync.errors import FatalPlatformError
 from recordsync.models import DEFAULT_LIMITS
 from recordsync.settings import Settings
 from recordsync.stopping import Stopper
 from recordsync.sync.engine import SyncEngine, SyncOptions
 from recordsync.sync.events import SyncObserver
+from recordsync.sync.resilience import StepRunner
 from recordsync.warehouse import Warehouse
 
 log = structlog.get_logger("recordsync")
@@ -37,6 +38,18 @@ class App:
     warehouse: Warehouse
     engine: SyncEngine
     stopper: Stopper
+    options: SyncOptions
+    observer: SyncObserver | None
+
+    def engine_for(self, stopper: Stopper) -> SyncEngine:
+        """A fresh engine stopped by ``stopper`` (one lease term of the daemon, say)."""
+        return SyncEngine(
+            client=self.client,
+            warehouse=self.warehouse,
+            options=self.options,
+            stopper=stopper,
+            observer=self.observer,
+        )
 
 
 @contextmanager
@@ -45,6 +58,7 @@ def open_app(
     *,
     stopper: Stopper | None = None,
     observer: SyncObserver | None = None,
+    client_observer: ClientObserver | None = None,
     stop_when_caught_up: bool = False,
 ) -> Iterator[App]:
     base_url, merchant_id, secret = settings.platform()
@@ -63,10 +77,14 @@ def open_app(
         timeout=settings.http_timeout,
         verify=settings.verify,
         sleep=stopper.sleep,
+        observer=client_observer,
     )
     warehouse = Warehouse.connect(settings.database_url)
     try:
-        warehouse.migrate()
+        # A warehouse that is down at start-up is waited for, like one that goes down later.
+        StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=False).run(
+            warehouse.migrate, what="migrate"
+        )
         try:
             limits = client.apply_capabilities()
         except FatalPlatformError as exc:
@@ -82,6 +100,7 @@ def open_app(
             page_size=min(settings.page_size, limits.max_page_size),
             poll_interval=settings.poll_interval,
             snapshot_concurrency=settings.snapshot_concurrency,
+            drift_interval=settings.drift_check_interval or None,
             stop_when_caught_up=stop_when_caught_up,
         )
         engine = SyncEngine(
@@ -91,7 +110,7 @@ def open_app(
             stopper=stopper,
             observer=observer,
         )
-        yield App(settings, client, warehouse, engine, stopper)
+        yield App(settings, client, warehouse, engine, stopper, options, observer)
     finally:
         client.close()
         warehouse.close()

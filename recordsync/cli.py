@@ -44,6 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("migrate", help="apply the warehouse migrations")
     status = commands.add_parser("status", help="where the sync stands")
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 0 when the warehouse answers and a page was committed recently, else 1",
+    )
     commands.add_parser(
         "sim", help="run the platform simulator (options: recordsync sim --help)", add_help=False
     )
@@ -91,7 +96,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return commands.migrate(settings)
     if args.command == "status":
         settings = load_settings(config_path=args.config, need_platform=False)
-        return commands.status(settings, as_json=args.json)
+        return commands.status(settings, as_json=args.json, check=args.check)
     settings = load_settings(config_path=args.config)
     configure_logging(level=settings.log_level, log_format=settings.log_format)
     commands.warn_settings(settings)

@@ -5,21 +5,27 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
 import structlog
+from prometheus_client import CollectorRegistry
 from rich.console import Console
 from rich.table import Table
 
-from recordsync.app import open_app, stop_on_signals
-from recordsync.logs import configure_logging
+from recordsync.app import App, open_app, stop_on_signals
+from recordsync.errors import RecordSyncError, ShutdownRequestedError
+from recordsync.health import HealthServer, ReadinessCheck, assess_readiness
+from recordsync.lease import acquire_lease
+from recordsync.logs import configure_logging, process_context
+from recordsync.metrics import Metrics
 from recordsync.progress import RichProgress
 from recordsync.settings import Settings
 from recordsync.signing import Secret
 from recordsync.stopping import Stopper
-from recordsync.sync.events import SyncObserver
 from recordsync.warehouse import Warehouse
 
 log = structlog.get_logger("recordsync")
@@ -30,27 +36,86 @@ def warn_settings(settings: Settings) -> None:
         log.warning("configuration_warning", detail=warning)
 
 
-def run(settings: Settings) -> int:
+def run(settings: Settings, *, registry: CollectorRegistry | None = None) -> int:
+    """The daemon: metrics and health on the HTTP port, one lease term after another."""
+    assert settings.merchant_id is not None
     stopper = Stopper()
-    with stop_on_signals(stopper), open_app(settings, stopper=stopper) as app:
-        log.info("daemon_started", merchant_id=settings.merchant_id)
-        app.engine.run()
-    log.info("daemon_stopped", merchant_id=settings.merchant_id)
+    metrics = Metrics(registry or CollectorRegistry())
+    process_context.update(merchant_id=settings.merchant_id, phase="starting")
+    try:
+        with (
+            stop_on_signals(stopper),
+            open_app(
+                settings,
+                stopper=stopper,
+                observer=metrics.sync_observer(),
+                client_observer=metrics.client_observer(),
+            ) as app,
+            _health_server(settings, metrics, app.warehouse),
+        ):
+            metrics.watch_budget(app.client.budget)
+            log.info("daemon_started")
+            while not stopper.stopped:
+                _one_lease_term(settings, app, stopper)
+    except ShutdownRequestedError:
+        pass  # stopped while starting up or waiting as a standby: nothing was in hand
+    log.info("daemon_stopped")
     return 0
 
 
+def _one_lease_term(settings: Settings, app: App, stopper: Stopper) -> None:
+    """Hold the merchant's lease and sync; a lost lease ends the term, the next one waits."""
+    assert settings.merchant_id is not None
+    term = Stopper(parent=stopper)
+    process_context.update(phase="standby")
+    lease = acquire_lease(
+        app.warehouse.engine, settings.merchant_id, sleep=stopper.sleep, on_lost=term.stop
+    )
+    with lease:
+        log.info("lease_acquired", lease=lease.resource)
+        app.engine_for(term).run()
+    if not stopper.stopped:
+        log.error("lease_lost", action="stopped taking pages; waiting to hold the lease again")
+
+
+@contextmanager
+def _health_server(settings: Settings, metrics: Metrics, warehouse: Warehouse) -> Iterator[None]:
+    if not settings.http_port:
+        yield
+        return
+    readiness = ReadinessCheck(
+        ping=warehouse.ping,
+        last_commit_at=lambda: metrics.last_commit_at,
+        poll_interval=settings.poll_interval,
+        multiple=settings.ready_multiple,
+    )
+    with HealthServer(settings.http_port, registry=metrics.registry, readiness=readiness):
+        log.info("http_listening", port=settings.http_port, paths="/metrics /healthz /readyz")
+        yield
+
+
 def backfill(settings: Settings, start: datetime, end: datetime) -> int:
+    """One-shot snapshot of a range: a progress bar on a terminal, log lines otherwise."""
     stopper = Stopper()
-    interactive = sys.stdout.isatty()
-    observer: SyncObserver = RichProgress() if interactive else SyncObserver()
-    with stop_on_signals(stopper), open_app(settings, stopper=stopper, observer=observer) as app:
-        if isinstance(observer, RichProgress):
-            with observer:
-                result = app.engine.backfill(start, end)
-        else:
+    process_context.update(merchant_id=settings.merchant_id, phase="backfill")
+    progress = RichProgress() if sys.stdout.isatty() else None
+    try:
+        with (
+            stop_on_signals(stopper),
+            open_app(settings, stopper=stopper, observer=progress) as app,
+            progress or nullcontext(),
+        ):
             result = app.engine.backfill(start, end)
+    except ShutdownRequestedError:
+        log.info("backfill_interrupted", action="run the same command again to resume")
+        return 0
     if stopper.stopped:
-        log.info("backfill_interrupted", job=result.job, records=result.records)
+        log.info(
+            "backfill_interrupted",
+            job=result.job,
+            records=result.records,
+            action="run the same command again to resume",
+        )
         return 0
     log.info("backfill_finished", job=result.job, windows=result.windows, records=result.records)
     return 0
@@ -66,10 +131,12 @@ def migrate(settings: Settings) -> int:
     return 0
 
 
-def status(settings: Settings, *, as_json: bool) -> int:
+def status(settings: Settings, *, as_json: bool, check: bool = False) -> int:
     assert settings.merchant_id is not None
     warehouse = Warehouse.connect(settings.database_url)
     try:
+        if check:
+            return _check(settings, warehouse)
         warehouse.migrate()
         report = warehouse.status(settings.merchant_id)
         quarantined = warehouse.quarantined(settings.merchant_id, limit=10)
@@ -92,6 +159,34 @@ def status(settings: Settings, *, as_json: bool) -> int:
         for row in payload["quarantined"]:
             console.print(f"  {row}")
     return 0
+
+
+def _check(settings: Settings, warehouse: Warehouse) -> int:
+    """``status --check``: 0 when the warehouse answers and the sync committed recently.
+
+    The rule is /readyz's (``assess_readiness``) applied to the committed state, so a probe
+    and a script agree; the last commit time is the one the daemon stored with its cursor.
+    """
+    assert settings.merchant_id is not None
+    try:
+        warehouse.ping()
+        state = warehouse.load_state(settings.merchant_id)
+    except RecordSyncError as exc:
+        print(f"not ready: warehouse: {exc}")  # noqa: T201
+        return 1
+    last_commit = state.last_commit_at.timestamp() if state and state.last_commit_at else None
+    now = time.time()
+    verdict = assess_readiness(
+        now=now,
+        started_at=now - settings.ready_multiple * settings.poll_interval,
+        last_commit_at=last_commit,
+        warehouse_error=None,
+        poll_interval=settings.poll_interval,
+        multiple=settings.ready_multiple,
+        startup_grace=0.0,
+    )
+    print(("ready" if verdict.ready else "not ready") + f": {verdict.reason}")  # noqa: T201
+    return 0 if verdict.ready else 1
 
 
 def demo(*, database_url: str, history_days: int, rounds_per_day: int) -> int:

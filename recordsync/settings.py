@@ -41,6 +41,8 @@ class Settings:
     page_size: int = 1000
     snapshot_concurrency: int = 4
     http_timeout: float = 30.0
+    drift_check_interval: float = 3600.0  # seconds; 0 turns the drift check off
+    ready_multiple: float = 30.0  # /readyz: a commit within this many poll intervals
     tls_verify: bool = True
     ca_bundle: str | None = None
     log_level: str = "info"
@@ -111,6 +113,13 @@ def _port(value: str) -> int:
 def _positive_float(value: str) -> float:
     number = float(value)
     if not number > 0:
+        raise ValueError(value)
+    return number
+
+
+def _non_negative_float(value: str) -> float:
+    number = float(value)
+    if not number >= 0:
         raise ValueError(value)
     return number
 
@@ -227,6 +236,12 @@ def load_settings(
         ),
         http_timeout=reader.get(
             "http_timeout", _positive_float, 30.0, hint="a positive number of seconds"
+        ),
+        drift_check_interval=reader.get(
+            "drift_check_interval", _non_negative_float, 3600.0, hint="seconds (0 turns it off)"
+        ),
+        ready_multiple=reader.get(
+            "ready_multiple", _positive_float, 30.0, hint="a positive number"
         ),
         tls_verify=reader.get("tls_verify", _boolean, default=True, hint="true or false"),
         ca_bundle=reader.raw("ca_bundle"),

@@ -126,12 +126,14 @@ class _Jobs:
         )
 
     def every(self, job_id: str, seconds: float, func: Callable[[], None], *, now: bool) -> None:
+        # APScheduler reads next_run_time=None as "paused": leave it out to follow the trigger.
+        first_run = {"next_run_time": datetime.now(UTC)} if now else {}
         self.scheduler.add_job(
             _quiet(func),
             IntervalTrigger(seconds=seconds, timezone=UTC),
             id=job_id,
             name=job_id,
-            next_run_time=datetime.now(UTC) if now else None,
+            **first_run,
         )
 
     def run_until_stopped(self, done: threading.Event | None = None) -> None:
