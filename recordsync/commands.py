@@ -221,6 +221,7 @@ def demo(*, database_url: str, history_days: int, rounds_per_day: int) -> int:
             RichProgress(console) as progress,
             open_app(settings, stopper=stopper, observer=progress, stop_when_caught_up=True) as app,
         ):
+            progress.show_budget(app.client.budget.requests, app.client.budget.seconds)
             caught_up = app.engine.run()
         sim.stop_live()
         if caught_up:
