@@ -255,7 +255,7 @@ def render_table(report: Report, console: Console) -> None:
         _print_freshness(report.freshness, console)
         return
     table = Table(
-        title=f"merchant {report.merchant_id} by {report.by}",
+        title=f"{report.merchant_id}: rounds and money by {report.by}",
         caption=(
             f"UTC days {report.first_day} to {report.last_day}: {report.days} days back from "
             "the newest day with data"
