@@ -1,9 +1,9 @@
 """The warehouse: rows and the cursors that cover them, always committed together.
 
-Every write method is ONE transaction: the upserted rows, the revision history
-(``revisions``), the quarantined items and the cursor (a window's or the tail's) commit
-together or not at all, so after any failure the
-sync re-reads from a cursor that covers exactly what is stored (no gap, no orphan cursor).
+Every write method is ONE transaction: the upserted rows, the revision history (see
+``revisions``), the quarantined items and the cursor (a window's or the tail's) commit
+together or not at all, so after any failure the sync re-reads from a cursor that covers
+exactly what is stored (no gap, no orphan cursor).
 Any "server gone" error is raised as ``WarehouseUnavailableError`` (see ``connection``) after
 the transaction has rolled back; the caller waits and tries again with the same page.
 
