@@ -79,7 +79,7 @@ def open_app(
         sleep=stopper.sleep,
         observer=client_observer,
     )
-    warehouse = Warehouse.connect(settings.database_url)
+    warehouse = Warehouse.connect(settings.database_url, keep_revisions=settings.keep_revisions)
     try:
         # A warehouse that is down at start-up is waited for, like one that goes down later.
         StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=False).run(

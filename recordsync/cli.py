@@ -49,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="exit 0 when the warehouse answers and a page was committed recently, else 1",
     )
+    report = commands.add_parser("report", help="daily totals from the warehouse's BI views")
+    report.add_argument("--days", type=int, default=7, help="UTC days back from the newest data")
+    report.add_argument("--by", choices=("game", "player", "currency"), default="game")
+    report.add_argument("--format", dest="fmt", choices=("table", "csv", "json"), default="table")
     commands.add_parser(
         "sim", help="run the platform simulator (options: recordsync sim --help)", add_help=False
     )
@@ -94,6 +98,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         settings = load_settings(config_path=args.config, need_platform=False, need_merchant=False)
         configure_logging(level=settings.log_level, log_format=settings.log_format)
         return commands.migrate(settings)
+    if args.command == "report":
+        settings = load_settings(config_path=args.config, need_platform=False)
+        return commands.report(settings, days=args.days, by=args.by, fmt=args.fmt)
     if args.command == "status":
         settings = load_settings(config_path=args.config, need_platform=False)
         return commands.status(settings, as_json=args.json, check=args.check)

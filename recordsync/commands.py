@@ -161,6 +161,20 @@ def status(settings: Settings, *, as_json: bool, check: bool = False) -> int:
     return 0
 
 
+def report(settings: Settings, *, days: int, by: str, fmt: str) -> int:
+    """``recordsync report``: the BI views as a table, CSV or JSON on stdout."""
+    from recordsync.report import report as render  # noqa: PLC0415 - this command only
+
+    assert settings.merchant_id is not None
+    warehouse = Warehouse.connect(settings.database_url)
+    try:
+        warehouse.migrate()
+        render(warehouse, settings.merchant_id, days=days, by=by, fmt=fmt, out=sys.stdout)
+    finally:
+        warehouse.close()
+    return 0
+
+
 def _check(settings: Settings, warehouse: Warehouse) -> int:
     """``status --check``: 0 when the warehouse answers and the sync committed recently.
 

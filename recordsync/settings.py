@@ -43,6 +43,7 @@ class Settings:
     http_timeout: float = 30.0
     drift_check_interval: float = 3600.0  # seconds; 0 turns the drift check off
     ready_multiple: float = 30.0  # /readyz: a commit within this many poll intervals
+    keep_revisions: bool = True  # append every revision seen to record_revisions
     tls_verify: bool = True
     ca_bundle: str | None = None
     log_level: str = "info"
@@ -243,6 +244,7 @@ def load_settings(
         ready_multiple=reader.get(
             "ready_multiple", _positive_float, 30.0, hint="a positive number"
         ),
+        keep_revisions=reader.get("keep_revisions", _boolean, default=True, hint="true or false"),
         tls_verify=reader.get("tls_verify", _boolean, default=True, hint="true or false"),
         ca_bundle=reader.raw("ca_bundle"),
         log_level=reader.get(
