@@ -177,3 +177,14 @@ def test_status_json_reports_the_state_for_scripts(sim: Simulator, tmp_path: Pat
     assert report["status"]["records"] == len(sim.truth())
     assert report["status"]["state"]["phase"] == "tailing"
     assert SECRET not in result.stdout
+    csv_report = subprocess.run(  # noqa: S603
+        [sys.executable, "-m", "recordsync", "report", "--by", "currency", "--format", "csv"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    header, *rows = csv_report.stdout.strip().splitlines()
+    assert header.startswith("currency,rounds,")
+    rounds = sum(int(row.split(",")[1]) for row in rows)
+    assert 0 < rounds <= len(sim.truth())
