@@ -66,6 +66,7 @@ def open_app(
     budget = RateBudget(
         DEFAULT_LIMITS.record_requests,
         DEFAULT_LIMITS.record_seconds,
+        margin=settings.rate_margin,
         sleep=stopper.sleep,
         cold_start=True,
     )

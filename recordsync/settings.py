@@ -44,6 +44,7 @@ class Settings:
     drift_check_interval: float = 3600.0  # seconds; 0 turns the drift check off
     ready_multiple: float = 30.0  # /readyz: a commit within this many poll intervals
     keep_revisions: bool = True  # append every revision seen to record_revisions
+    rate_margin: float = 0.05  # seconds added to the budget's window against arrival jitter
     tls_verify: bool = True
     ca_bundle: str | None = None
     log_level: str = "info"
@@ -244,6 +245,7 @@ def load_settings(
         ready_multiple=reader.get(
             "ready_multiple", _positive_float, 30.0, hint="a positive number"
         ),
+        rate_margin=reader.get("rate_margin", _non_negative_float, 0.05, hint="seconds (>= 0)"),
         keep_revisions=reader.get("keep_revisions", _boolean, default=True, hint="true or false"),
         tls_verify=reader.get("tls_verify", _boolean, default=True, hint="true or false"),
         ca_bundle=reader.raw("ca_bundle"),
