@@ -519,23 +519,23 @@ class _ScrapeTimeCollector(Collector):
         total = GaugeMetricFamily(
             MetricName.SNAPSHOT_WINDOWS_TOTAL,
             "Snapshot windows planned, by job kind (rebuild: the history; backfill).",
-            labels=["job"],
+            labels=["kind"],
         )
         done = GaugeMetricFamily(
             MetricName.SNAPSHOT_WINDOWS_DONE,
             "Snapshot windows fully read and committed, by job kind.",
-            labels=["job"],
+            labels=["kind"],
         )
         ratio = GaugeMetricFamily(
             MetricName.SNAPSHOT_PROGRESS,
             "Fraction of snapshot windows done (backfill progress), by job kind.",
-            labels=["job"],
+            labels=["kind"],
         )
         remaining = GaugeMetricFamily(
             MetricName.SNAPSHOT_REMAINING,
             "Estimated time the snapshot has left at the rate windows were done since start; "
             "absent until a window is done.",
-            labels=["job"],
+            labels=["kind"],
         )
         for kind, progress in sorted(jobs.items()):
             total.add_metric([kind], progress.total)

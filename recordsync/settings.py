@@ -183,9 +183,11 @@ def _read_secret(reader: _Reader) -> Secret | None:
     except OSError as exc:
         reader.problems.append(f"{PREFIX}SECRET_FILE: cannot read {path} ({exc.strerror})")
         return None
-    if mode & (stat.S_IRGRP | stat.S_IROTH):
+    # Group-readable is how a non-root container reads a mounted secret (root-owned, 0440,
+    # the pod's fsGroup), so only a world-readable file is worth a warning.
+    if mode & stat.S_IROTH:
         reader.warnings.append(
-            f"{PREFIX}SECRET_FILE: {path} is readable by other users; chmod 600 it"
+            f"{PREFIX}SECRET_FILE: {path} is readable by every user; chmod o-r it"
         )
     value = text.removesuffix("\n").removesuffix("\r")
     if not value:

@@ -66,7 +66,7 @@ def test_config_file_values_lose_to_the_environment(tmp_path: Path) -> None:
     assert settings.history_from == datetime(2026, 11, 1, tzinfo=UTC)
 
 
-def test_secret_file_strips_the_trailing_newline_and_warns_when_others_can_read(
+def test_secret_file_strips_the_trailing_newline_and_warns_when_everyone_can_read(
     tmp_path: Path,
 ) -> None:
     secret_file = tmp_path / "secret"
@@ -76,8 +76,8 @@ def test_secret_file_strips_the_trailing_newline_and_warns_when_others_can_read(
     settings = load_settings({**env, "RECORDSYNC_SECRET_FILE": str(secret_file)})
     assert settings.secret is not None
     assert settings.secret.reveal() == SECRET
-    assert any("readable by other users" in warning for warning in settings.warnings)
-    os.chmod(secret_file, 0o600)  # noqa: PTH101
+    assert any("readable by every user" in warning for warning in settings.warnings)
+    os.chmod(secret_file, 0o640)  # noqa: PTH101 - group-readable, as a Kubernetes mount
     quiet = load_settings({**env, "RECORDSYNC_SECRET_FILE": str(secret_file)})
     assert quiet.warnings == ()
 

@@ -101,8 +101,8 @@ def test_metrics_health_and_logs_of_a_running_daemon(sim: Simulator, tmp_path: P
     assert sample("recordsync_pages_committed_total", '{source="rebuild"}') > 0
     assert sample("recordsync_pages_committed_total", '{source="tail"}') > 0
     assert sample("recordsync_records_written_total", '{outcome="written"}') >= len(sim.truth())
-    assert sample("recordsync_snapshot_windows_done", '{job="rebuild"}') == sample(
-        "recordsync_snapshot_windows", '{job="rebuild"}'
+    assert sample("recordsync_snapshot_windows_done", '{kind="rebuild"}') == sample(
+        "recordsync_snapshot_windows", '{kind="rebuild"}'
     )
     assert sample("recordsync_rate_budget_requests") == 20
     assert sample("recordsync_tail_has_more") == 0

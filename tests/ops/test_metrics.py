@@ -234,22 +234,22 @@ def test_observers_combine_through_multi_observer(metrics, registry):
 def test_snapshot_progress_and_remaining_time_follow_the_windows_done(metrics, registry, clock):
     observer = metrics.sync_observer()
     observer.windows_planned("rebuild", 10, 2)  # resumed: 2 of 10 done before this start
-    assert value(registry, MetricName.SNAPSHOT_WINDOWS_TOTAL, job="rebuild") == 10
-    assert value(registry, MetricName.SNAPSHOT_WINDOWS_DONE, job="rebuild") == 2
-    assert value(registry, MetricName.SNAPSHOT_PROGRESS, job="rebuild") == pytest.approx(0.2)
-    assert value(registry, MetricName.SNAPSHOT_REMAINING, job="rebuild") is None  # no rate yet
+    assert value(registry, MetricName.SNAPSHOT_WINDOWS_TOTAL, kind="rebuild") == 10
+    assert value(registry, MetricName.SNAPSHOT_WINDOWS_DONE, kind="rebuild") == 2
+    assert value(registry, MetricName.SNAPSHOT_PROGRESS, kind="rebuild") == pytest.approx(0.2)
+    assert value(registry, MetricName.SNAPSHOT_REMAINING, kind="rebuild") is None  # no rate yet
 
     for _ in range(2):
         clock.now += 30
         observer.window_page("rebuild", WINDOW, 500, done=False)
         observer.window_page("rebuild", WINDOW, 200, done=True)
     # 2 windows in 60 s here: 6 left take 180 s.
-    assert value(registry, MetricName.SNAPSHOT_WINDOWS_DONE, job="rebuild") == 4
-    assert value(registry, MetricName.SNAPSHOT_PROGRESS, job="rebuild") == pytest.approx(0.4)
-    assert value(registry, MetricName.SNAPSHOT_REMAINING, job="rebuild") == pytest.approx(180)
+    assert value(registry, MetricName.SNAPSHOT_WINDOWS_DONE, kind="rebuild") == 4
+    assert value(registry, MetricName.SNAPSHOT_PROGRESS, kind="rebuild") == pytest.approx(0.4)
+    assert value(registry, MetricName.SNAPSHOT_REMAINING, kind="rebuild") == pytest.approx(180)
 
     clock.now += 60  # a stall: the estimate grows while nothing finishes
-    assert value(registry, MetricName.SNAPSHOT_REMAINING, job="rebuild") == pytest.approx(360)
+    assert value(registry, MetricName.SNAPSHOT_REMAINING, kind="rebuild") == pytest.approx(360)
 
 
 def test_backfill_progress_is_labelled_by_kind_not_by_range(metrics, registry):
@@ -259,9 +259,9 @@ def test_backfill_progress_is_labelled_by_kind_not_by_range(metrics, registry):
     observer.window_page(job, WINDOW, 1, done=True)
     observer.window_page(job, WINDOW, 1, done=True)
 
-    assert value(registry, MetricName.SNAPSHOT_PROGRESS, job="backfill") == 1.0
-    assert value(registry, MetricName.SNAPSHOT_REMAINING, job="backfill") == 0.0
-    assert value(registry, MetricName.SNAPSHOT_WINDOWS_DONE, job="rebuild") is None
+    assert value(registry, MetricName.SNAPSHOT_PROGRESS, kind="backfill") == 1.0
+    assert value(registry, MetricName.SNAPSHOT_REMAINING, kind="backfill") == 0.0
+    assert value(registry, MetricName.SNAPSHOT_WINDOWS_DONE, kind="rebuild") is None
 
 
 @pytest.mark.parametrize(
