@@ -14,7 +14,9 @@ would otherwise be wrong:
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -23,14 +25,18 @@ from typing import Any, Final, NoReturn
 import orjson
 
 from recordsync.errors import InvalidRecordError, ProtocolError
-from recordsync.money import parse_money
+from recordsync.money import amount_or_none, parse_money
 from recordsync.times import parse_time
 
 KNOWN_STATUSES: Final = frozenset({"OPEN", "SETTLED", "VOID"})
 
 _SEQUENCE = re.compile(r"0|[1-9][0-9]*")
-# The exact form record responses use (three millisecond digits and Z): the hot path.
-_RECORD_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z")
+# The exact form record responses use (three millisecond digits and Z): the hot path.  Spelled
+# out digit by digit: the regex engine matches that about twice as fast as counted repeats.
+_D2 = "[0-9][0-9]"
+_RECORD_TIME = re.compile(
+    rf"{_D2}{_D2}-{_D2}-{_D2}T{_D2}:{_D2}:{_D2}\.[0-9][0-9][0-9]Z",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,8 +164,144 @@ def _optional_time(raw: dict[str, Any], name: str) -> datetime | None:
     return None if raw.get(name) is None else _time(raw, name)
 
 
+# The hot path builds a Record without its generated __init__: a frozen dataclass sets each
+# of its 15 fields through object.__setattr__, which costs more than all the checks of a
+# record together.  Setting the slots directly gives the very same object.
+
+
+def _slot_setter(name: str) -> Callable[[Record, Any], None]:
+    setter: Callable[[Record, Any], None] = Record.__dict__[name].__set__
+    return setter
+
+
+_set_record_id = _slot_setter("record_id")
+_set_revision = _slot_setter("revision")
+_set_player_id = _slot_setter("player_id")
+_set_game_id = _slot_setter("game_id")
+_set_currency = _slot_setter("currency")
+_set_round_id = _slot_setter("round_id")
+_set_parent_round_id = _slot_setter("parent_round_id")
+_set_bet_amount = _slot_setter("bet_amount")
+_set_refund_amount = _slot_setter("refund_amount")
+_set_payout_amount = _slot_setter("payout_amount")
+_set_net_amount = _slot_setter("net_amount")
+_set_status = _slot_setter("status")
+_set_created_at = _slot_setter("created_at")
+_set_settled_at = _slot_setter("settled_at")
+_set_updated_at = _slot_setter("updated_at")
+_FIELDS_SET_BY_HAND = frozenset(
+    [
+        "record_id",
+        "revision",
+        "player_id",
+        "game_id",
+        "currency",
+        "round_id",
+        "parent_round_id",
+        "bet_amount",
+        "refund_amount",
+        "payout_amount",
+        "net_amount",
+        "status",
+        "created_at",
+        "settled_at",
+        "updated_at",
+    ]
+)
+if {item.name for item in dataclasses.fields(Record)} != _FIELDS_SET_BY_HAND or hasattr(
+    Record, "__post_init__"
+):
+    raise RuntimeError("Record changed: update _usual_record, which sets its fields by hand")
+_new_object = object.__new__
+_is_record_time = _RECORD_TIME.fullmatch
+_from_iso = datetime.fromisoformat
+
+
+def _usual_record(raw: dict[str, Any]) -> Record | None:
+    """The record, when every field has the form the platform normally sends; else None.
+
+    The hot path (tens of thousands of calls a second): no helper calls and one lookup per
+    amount seen before.  It accepts a subset of what ``parse_record``'s checks accept and
+    builds exactly the same values; anything else (an offset time, a str subclass, a bad
+    field) returns None and the full path decides, with its precise reason.
+    """
+    get = raw.get
+    record_id = get("record_id")
+    revision = get("revision")
+    player_id = get("player_id")
+    game_id = get("game_id")
+    currency = get("currency")
+    round_id = get("round_id")
+    parent = get("parent_round_id")
+    status = get("status")
+    created = get("created_at")
+    settled = get("settled_at")
+    updated = get("updated_at")
+    if not (
+        type(record_id) is str
+        and record_id
+        and type(revision) is int  # not bool: type(True) is bool
+        and revision >= 0
+        and type(player_id) is str
+        and player_id
+        and type(game_id) is str
+        and game_id
+        and type(currency) is str
+        and currency
+        and type(round_id) is str
+        and round_id
+        and (parent is None or type(parent) is str)
+        and type(status) is str
+        and status
+        and type(created) is str
+        and _is_record_time(created)
+        and type(updated) is str
+        and _is_record_time(updated)
+        and (settled is None or (type(settled) is str and _is_record_time(settled)))
+    ):
+        return None
+    bet = amount_or_none(get("bet_amount"))
+    refund = amount_or_none(get("refund_amount"))
+    payout = amount_or_none(get("payout_amount"))
+    net = amount_or_none(get("net_amount"))
+    if bet is None or refund is None or payout is None or net is None:
+        return None
+    try:
+        created_at = _from_iso(created)
+        updated_at = _from_iso(updated)
+        settled_at = None if settled is None else _from_iso(settled)
+    except ValueError:  # the right form but an impossible date: the full path names it
+        return None
+    record: Record = _new_object(Record)
+    _set_record_id(record, record_id)
+    _set_revision(record, revision)
+    _set_player_id(record, player_id)
+    _set_game_id(record, game_id)
+    _set_currency(record, currency)
+    _set_round_id(record, round_id)
+    _set_parent_round_id(record, parent)
+    _set_bet_amount(record, bet)
+    _set_refund_amount(record, refund)
+    _set_payout_amount(record, payout)
+    _set_net_amount(record, net)
+    _set_status(record, status)
+    _set_created_at(record, created_at)
+    _set_settled_at(record, settled_at)
+    _set_updated_at(record, updated_at)
+    return record
+
+
 def parse_record(raw: object) -> Record:
     """Validate one record object or raise ``InvalidRecordError`` with a precise reason."""
+    if type(raw) is dict:
+        usual = _usual_record(raw)
+        if usual is not None:
+            return usual
+    return _checked_record(raw)
+
+
+def _checked_record(raw: object) -> Record:
+    """Every check, one field at a time, so a failure names its field and reason."""
     if not isinstance(raw, dict):
         raise InvalidRecordError(f"record: expected an object, got {type(raw).__name__}")
     parent = raw.get("parent_round_id")
@@ -273,8 +415,12 @@ def parse_records_page(
     records: list[Record] = []
     rejected: list[RejectedItem] = []
     for position, raw in enumerate(shape.items()):
+        usual = _usual_record(raw) if type(raw) is dict else None
+        if usual is not None:
+            records.append(usual)
+            continue
         try:
-            records.append(parse_record(raw))
+            records.append(_checked_record(raw))
         except InvalidRecordError as exc:
             rejected.append(_reject(position, raw, exc))
     has_more = shape.has_more()

@@ -21,19 +21,49 @@ MAX_TRANSACTION_AMOUNT = Decimal("999999999999.9999")
 _MONEY = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]{1,4})?")
 
 
+# Amounts repeat (zero refunds, common stakes and payouts): the hot path remembers the
+# strings it has already validated.  Decimal is immutable, so sharing one is safe; the cache
+# only ever holds strings that passed the check, and it is emptied when full, so its memory
+# is bounded whatever the data.
+_KNOWN: dict[str, Decimal] = {}
+_KNOWN_LIMIT = 4096
+
+
+def amount_or_none(value: object) -> Decimal | None:
+    """The exact amount of a valid money string, or None where ``parse_money`` would raise.
+
+    For the per-record hot path (``models``): one dictionary lookup for an amount seen before.
+    """
+    if type(value) is not str:  # exactly str: a str subclass takes parse_money's full path
+        return None
+    amount = _KNOWN.get(value)
+    if amount is None:
+        if _MONEY.fullmatch(value) is None:
+            return None
+        amount = Decimal(value)
+        if len(_KNOWN) >= _KNOWN_LIMIT:
+            _KNOWN.clear()
+        _KNOWN[value] = amount
+    return amount
+
+
 def parse_money(value: object, *, field: str, per_transaction: bool = False) -> Decimal:
     """Parse one amount exactly or raise ``InvalidRecordError`` naming the field.
 
     The original string survives: ``Decimal("10.50")`` keeps its exponent, so ``str()`` gives
     back exactly what the platform sent.
     """
-    if not isinstance(value, str):
-        raise InvalidRecordError(f"{field}: expected a decimal string, got {type(value).__name__}")
-    if _MONEY.fullmatch(value) is None:
-        raise InvalidRecordError(
-            f"{field}: {value[:40]!r} is not a decimal string with at most 4 fraction digits"
-        )
-    amount = Decimal(value)
+    amount = amount_or_none(value)
+    if amount is None:
+        if not isinstance(value, str):
+            raise InvalidRecordError(
+                f"{field}: expected a decimal string, got {type(value).__name__}"
+            )
+        if _MONEY.fullmatch(value) is None:
+            raise InvalidRecordError(
+                f"{field}: {value[:40]!r} is not a decimal string with at most 4 fraction digits"
+            )
+        amount = Decimal(value)  # a str subclass with the right form
     if per_transaction and abs(amount) > MAX_TRANSACTION_AMOUNT:
         raise InvalidRecordError(f"{field}: {value} exceeds the per-transaction maximum")
     return amount

@@ -5,8 +5,11 @@ from decimal import Decimal
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from recordsync.errors import ProtocolError
+from recordsync import models
+from recordsync.errors import InvalidRecordError, ProtocolError
 from recordsync.models import (
     parse_capabilities,
     parse_change,
@@ -284,3 +287,88 @@ def test_capabilities_limits_and_unknown_fields():
     assert [c.code for c in caps.currencies] == ["USD"]
     assert (caps.limits.record_requests, caps.limits.record_seconds) == (5, 2)
     assert caps.limits.max_page_size == 1000
+
+
+# -- the hot path (_usual_record) decides exactly as the full checks do ------------------------
+
+
+class _Text(str):
+    """A str subclass: the hot path leaves it to the full checks."""
+
+    __slots__ = ()
+
+
+TRICKY_VALUES = [
+    None,
+    "",
+    "x",
+    _Text("x"),
+    0,
+    -1,
+    7,
+    True,
+    False,
+    3.0,
+    [],
+    {},
+    "0",
+    "-0",
+    "-0.00",
+    "10.5",
+    "1e2",
+    "0.12345",
+    "+1",
+    "01",
+    "\uff11\uff12",  # fullwidth digits
+    _Text("10.00"),
+    "2026-01-01T00:00:00.000Z",
+    "2026-02-30T00:00:00.000Z",
+    "2026-01-01T00:00:00Z",
+    "2026-01-01T05:30:00.000+05:30",
+    "2026-01-01t00:00:00.000z",
+    "\uff12\uff10\uff12\uff16-01-01T00:00:00.000Z",
+    "2026-01-01T24:00:00.000Z",
+    "2026-01-01",
+]
+
+
+def _outcome(parse, raw):
+    try:
+        return parse(raw)
+    except InvalidRecordError as exc:
+        return f"rejected: {exc.reason}"
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(list(record())),
+        st.sampled_from(TRICKY_VALUES),
+        max_size=4,
+    )
+)
+def test_the_hot_path_accepts_and_builds_exactly_what_the_full_checks_do(overrides):
+    raw = record(**overrides)
+    full = _outcome(models._checked_record, raw)
+    assert _outcome(parse_record, raw) == full
+    usual = models._usual_record(raw)
+    assert usual is None or usual == full
+    page = parse_records_page(records_page([raw]))
+    if isinstance(full, str):
+        assert page.rejected[0].reason == full.removeprefix("rejected: ")
+    else:
+        assert page.records == [full]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"settled_at": None, "status": "OPEN"}, {"parent_round_id": "round-0"}],
+    ids=["settled", "open", "child-round"],
+)
+def test_records_in_the_platforms_usual_form_take_the_hot_path(overrides):
+    raw = record(**overrides)
+    usual = models._usual_record(raw)
+    assert usual is not None
+    assert usual == models._checked_record(raw)
+    for name in models._FIELDS_SET_BY_HAND:
+        assert getattr(usual, name) == getattr(models._checked_record(raw), name)

@@ -4,8 +4,9 @@ from decimal import Decimal
 
 import pytest
 
+from recordsync import money
 from recordsync.errors import InvalidRecordError
-from recordsync.money import MAX_TRANSACTION_AMOUNT, is_money, parse_money
+from recordsync.money import MAX_TRANSACTION_AMOUNT, amount_or_none, is_money, parse_money
 
 ACCEPTED = [
     ("0", "zero"),
@@ -98,3 +99,37 @@ def test_arithmetic_stays_exact():
     payout = parse_money("0.1", field="payout_amount")
     refund = parse_money("0.2", field="refund_amount")
     assert payout + refund == Decimal("0.3")
+
+
+def test_amounts_seen_before_are_the_same_exact_value_and_form():
+    first = parse_money("12.50", field="bet_amount")
+    again = parse_money("12.50", field="payout_amount")
+    assert again == first == Decimal("12.50")
+    assert str(again) == "12.50"
+
+
+def test_a_remembered_amount_is_still_checked_against_the_per_transaction_maximum():
+    parse_money("1000000000000", field="net_amount")
+    with pytest.raises(InvalidRecordError, match="per-transaction maximum"):
+        parse_money("1000000000000", field="bet_amount", per_transaction=True)
+
+
+def test_invalid_amounts_are_never_remembered_as_valid():
+    for _ in range(2):
+        with pytest.raises(InvalidRecordError, match="not a decimal string"):
+            parse_money("1e3", field="bet_amount")
+    assert amount_or_none("1e3") is None
+    assert amount_or_none(["1"]) is None
+
+
+def test_the_memory_of_amounts_stays_bounded():
+    for number in range(3 * money._KNOWN_LIMIT):
+        assert amount_or_none(f"{number}.25") == Decimal(f"{number}.25")
+    assert len(money._KNOWN) <= money._KNOWN_LIMIT
+
+
+def test_a_str_subclass_is_parsed_by_the_full_path():
+    class Text(str):
+        __slots__ = ()
+
+    assert parse_money(Text("10.00"), field="bet_amount") == Decimal("10.00")
