@@ -1,0 +1,316 @@
+"""What every benchmark shares: sizes, the simulator in its own process, throwaway databases,
+peak memory of a child process, and one way of printing figures against their targets.
+
+The benchmarks are scripts (``.venv/bin/python bench/<name>.py --size tiny|full``), not tests:
+they print what they measure and never fail on a figure (a tiny run proves only that the
+script still works; ``--check`` turns a missed target into exit code 1 for a full run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from sqlalchemy import create_engine, pool, text
+from sqlalchemy.engine import make_url
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script from anywhere: import the working tree
+    sys.path.insert(0, str(ROOT))
+
+from recordsync.settings import Settings  # noqa: E402 - after the path fix above
+from recordsync.signing import Secret  # noqa: E402
+from recordsync.sim import DEMO_MERCHANT_ID, DEMO_SECRET  # noqa: E402
+
+SIZES: Final = ("tiny", "full")
+BACKENDS: Final = ("sqlite", "postgres", "mariadb")
+# The same servers and variables as the test suite (tests/dbfixtures.py).
+SERVER_URLS: Final = {
+    "postgres": (
+        "RECORDSYNC_TEST_POSTGRES_URL",
+        "postgresql+psycopg://postgres@127.0.0.1:5432/test",
+    ),
+    "mariadb": ("RECORDSYNC_TEST_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/test"),
+}
+LIFTED_RATE: Final = 100_000  # record_requests per second when the rate limit is "lifted"
+
+
+def arguments(description: str, extra: Sequence[tuple[str, dict[str, Any]]] = ()) -> Any:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--size", choices=SIZES, default="full", help="tiny: seconds, for CI")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    for name, options in extra:
+        parser.add_argument(name, **options)
+    return parser.parse_args()
+
+
+# -- figures -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    name: str
+    value: float
+    unit: str
+    target: str = ""
+    met: bool | None = None  # None: a figure without a target (context for the others)
+
+    def line(self) -> str:
+        verdict = "" if self.met is None else ("  met" if self.met else "  NOT MET")
+        target = f"  (target {self.target})" if self.target else ""
+        return f"  {self.name:<52} {_number(self.value):>12} {self.unit:<8}{target}{verdict}"
+
+
+def _number(value: float) -> str:
+    if isinstance(value, int):
+        return f"{value:,}"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+
+
+@dataclass
+class Report:
+    title: str
+    size: str
+    figures: list[Figure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(
+        self,
+        name: str,
+        value: float,
+        unit: str,
+        *,
+        target: str = "",
+        met: bool | None = None,
+    ) -> Figure:
+        figure = Figure(name, value, unit, target, met)
+        self.figures.append(figure)
+        print(figure.line(), flush=True)
+        return figure
+
+    def note(self, text_: str) -> None:
+        self.notes.append(text_)
+        print(f"  note: {text_}", flush=True)
+
+    def header(self) -> None:
+        stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+        print(
+            f"== {self.title} (size {self.size}, {os.cpu_count()} cores, load {load}, {stamp})",
+            flush=True,
+        )
+
+    def finish(self, *, check: bool) -> int:
+        missed = [figure.name for figure in self.figures if figure.met is False]
+        if self.size != "full":
+            print("  (tiny size: targets are printed for the record, not judged)", flush=True)
+            return 0
+        if missed:
+            print(f"  missed: {', '.join(missed)}", flush=True)
+        return 1 if check and missed else 0
+
+
+# -- the simulator in its own process --------------------------------------------------------
+
+
+@dataclass
+class SimProcess:
+    """``python -m recordsync.sim`` on a free port: its own interpreter, so its own GIL."""
+
+    process: subprocess.Popen[str]
+    base_url: str
+    records: int
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def cpu_seconds(self) -> float:
+        return process_cpu_seconds(self.process.pid)
+
+
+@contextlib.contextmanager
+def sim_process(
+    *,
+    history_days: float,
+    rounds_per_day: int,
+    record_requests: int = LIFTED_RATE,
+    live_rate: float = 0.0,
+    extra: Sequence[str] = (),
+) -> Iterator[SimProcess]:
+    command = [
+        sys.executable,
+        "-m",
+        "recordsync.sim",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--history-days",
+        str(history_days),
+        "--rounds-per-day",
+        str(rounds_per_day),
+        "--record-requests",
+        str(record_requests),
+        "--live-rate",
+        str(live_rate),
+        *extra,
+    ]
+    process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        command, stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        facts: dict[str, str] = {}
+        assert process.stdout is not None
+        while "records" not in facts:
+            line = process.stdout.readline()
+            if not line:
+                raise RuntimeError(f"the simulator exited with {process.wait()}")
+            for part in line.split():
+                name, _, value = part.partition("=")
+                facts[name] = value
+        yield SimProcess(process, facts["base_url"], int(facts["records"]))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User plus system CPU of a live process (Linux ``/proc``), every thread included."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def own_cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+# -- databases -------------------------------------------------------------------------------
+
+
+def server_url(kind: str) -> str:
+    variable, default = SERVER_URLS[kind]
+    return os.environ.get(variable, default)
+
+
+@contextlib.contextmanager
+def database(kind: str, workdir: Path | None = None) -> Iterator[str]:
+    """A new, empty database of ``kind``; its URL; dropped afterwards (as the tests do)."""
+    if kind == "sqlite":
+        with tempfile.TemporaryDirectory(dir=workdir) as folder:
+            yield f"sqlite:///{Path(folder) / 'warehouse.db'}"
+        return
+    admin_url = make_url(server_url(kind))
+    name = f"rs_bench_{secrets.token_hex(5)}"
+    admin = create_engine(admin_url, poolclass=pool.NullPool, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f"CREATE DATABASE {name}"))
+        try:
+            yield admin_url.set(database=name).render_as_string(hide_password=False)
+        finally:
+            force = " WITH (FORCE)" if kind == "postgres" else ""
+            with admin.connect() as conn:
+                conn.execute(text(f"DROP DATABASE IF EXISTS {name}{force}"))
+    finally:
+        admin.dispose()
+
+
+# -- recordsync's settings and environment for a simulator -----------------------------------
+
+
+def settings_for(
+    base_url: str, database_url: str, history_from: datetime, **overrides: Any
+) -> Settings:
+    values: dict[str, Any] = {
+        "base_url": base_url,
+        "merchant_id": DEMO_MERCHANT_ID,
+        "secret": Secret(DEMO_SECRET),
+        "database_url": database_url,
+        "history_from": history_from,
+        "http_port": 0,
+        "log_level": "warning",
+        "log_format": "console",
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+def environment_for(base_url: str, database_url: str, **overrides: str) -> dict[str, str]:
+    """The RECORDSYNC_* environment of a ``python -m recordsync`` child process."""
+    return {
+        **{key: value for key, value in os.environ.items() if not key.startswith("RECORDSYNC_")},
+        "RECORDSYNC_BASE_URL": base_url,
+        "RECORDSYNC_MERCHANT_ID": DEMO_MERCHANT_ID,
+        "RECORDSYNC_SECRET": DEMO_SECRET,
+        "RECORDSYNC_DATABASE_URL": database_url,
+        "RECORDSYNC_HTTP_PORT": "0",
+        "RECORDSYNC_LOG_LEVEL": "warning",
+        "RECORDSYNC_LOG_FORMAT": "json",
+        **overrides,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class ChildRun:
+    seconds: float
+    peak_rss_mb: float
+    cpu_seconds: float
+    returncode: int
+    output: str
+
+
+def run_child(command: Sequence[str], env: dict[str, str], *, timeout: float) -> ChildRun:
+    """Run ``command`` to the end; its wall time, peak RSS and CPU from ``wait4`` (exact, this
+    child only: no sampling, no other process counted)."""
+    started = time.monotonic()
+    with tempfile.TemporaryFile(mode="w+") as sink:
+        process = subprocess.Popen(  # noqa: S603 - the benchmark's own commands
+            list(command), env=env, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT
+        )
+        deadline = started + timeout
+        while True:
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                process.kill()
+                pid, status, usage = os.wait4(process.pid, 0)
+                break
+            time.sleep(0.05)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.monotonic() - started
+        sink.seek(0)
+        output = sink.read()
+    return ChildRun(
+        seconds=seconds,
+        peak_rss_mb=usage.ru_maxrss / 1024,  # Linux reports KiB
+        cpu_seconds=usage.ru_utime + usage.ru_stime,
+        returncode=process.returncode,
+        output=output,
+    )
+
+
+def iso_ms(value: datetime) -> str:
+    """RFC3339 UTC with milliseconds, as the records endpoint takes it."""
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,0 +1,241 @@
+"""Benchmark 2, the ingest ceiling: records/s end to end with the rate limit lifted.
+
+The simulator runs in its own process (its own GIL) and serves a history of ``rounds`` records
+over loopback HTTP; recordsync backfills the whole range into a fresh SQLite file, PostgreSQL
+database and MariaDB database in turn: request, sign, parse, validate, upsert, commit, exactly
+as ``recordsync backfill`` does (``open_app`` + ``SyncEngine.backfill``).  The baseline is a
+plain standard-library client against the same simulator: http.client, hmac, json and sqlite3
+``executemany`` into a one-index table, one commit per page, no validation.
+
+CPU per record is given for our process and for the simulator's: on two cores the two
+processes share the machine, so every microsecond either spends caps the other.
+
+    .venv/bin/python bench/ingest.py [--size tiny|full] [--profile sqlite]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import http.client
+import json
+import sqlite3
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import quote, urlsplit
+
+import harness
+import profiling
+
+from recordsync.app import open_app
+from recordsync.logs import configure_logging
+from recordsync.sim import DEMO_MERCHANT_ID, DEMO_SECRET
+
+SIZES: Final = {
+    # history_days, rounds_per_day
+    "tiny": (0.5, 6_000),
+    "full": (4.0, 100_000),
+}
+TARGETS: Final = {"sqlite": 40_000, "postgres": 20_000, "mariadb": 12_000}
+# The budget starts paused for one window after a (re)start, by design (budget.py,
+# cold_start): not a throughput cost, so the measurement starts after it.
+COLD_START_SECONDS: Final = 1.1
+
+
+def recordsync_backfill(
+    base_url: str,
+    database_url: str,
+    start: datetime,
+    end: datetime,
+    *,
+    concurrency: int,
+    profile: Path | None,
+) -> dict[str, Any]:
+    settings = harness.settings_for(
+        base_url,
+        database_url,
+        start,
+        page_size=1000,
+        snapshot_concurrency=concurrency,
+    )
+    with open_app(settings) as app:
+        time.sleep(COLD_START_SECONDS)
+        cpu = harness.own_cpu_seconds()
+        started = time.perf_counter()
+        if profile is None:
+            result = app.engine.backfill(start, end)
+        else:
+            with profiling.py_spy(profile):
+                result = app.engine.backfill(start, end)
+        seconds = time.perf_counter() - started
+        cpu = harness.own_cpu_seconds() - cpu
+    return {"records": result.records, "seconds": seconds, "cpu": cpu}
+
+
+# -- the baseline: a plain standard-library client ------------------------------------------
+
+_COLUMNS: Final = (
+    "record_id",
+    "revision",
+    "player_id",
+    "game_id",
+    "currency",
+    "round_id",
+    "parent_round_id",
+    "bet_amount",
+    "refund_amount",
+    "payout_amount",
+    "net_amount",
+    "status",
+    "created_at",
+    "settled_at",
+    "updated_at",
+)
+
+
+def _stdlib_get(conn: http.client.HTTPConnection, target: str) -> dict[str, Any]:
+    timestamp = f"{int(time.time()):010d}"
+    message = f"{timestamp}\nGET\n{target}\n\n\n".encode()
+    signature = hmac.new(DEMO_SECRET.encode(), message, hashlib.sha256).hexdigest()
+    headers = {
+        "X-Merchant-Id": DEMO_MERCHANT_ID,
+        "X-Timestamp": timestamp,
+        "X-Signature": signature,
+    }
+    conn.request("GET", target, headers=headers)
+    response = conn.getresponse()
+    body = response.read()
+    if response.status != 200:
+        raise RuntimeError(f"baseline: HTTP {response.status}: {body[:200]!r}")
+    data: dict[str, Any] = json.loads(body)["data"]
+    return data
+
+
+def stdlib_baseline(base_url: str, start: datetime, end: datetime) -> dict[str, Any]:
+    address = urlsplit(base_url)
+    conn = http.client.HTTPConnection(address.hostname or "127.0.0.1", address.port)
+    with tempfile.TemporaryDirectory() as folder:
+        db = sqlite3.connect(Path(folder) / "baseline.db", isolation_level=None)
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = NORMAL")
+        db.execute(
+            f"CREATE TABLE records (merchant_id TEXT, {', '.join(_COLUMNS)}, "
+            "PRIMARY KEY (merchant_id, record_id))"
+        )
+        updates = ", ".join(f"{name} = excluded.{name}" for name in _COLUMNS[1:])
+        # Built from the constant column names above.
+        upsert = (
+            f"INSERT INTO records VALUES ({', '.join('?' * (len(_COLUMNS) + 1))}) "  # noqa: S608
+            f"ON CONFLICT (merchant_id, record_id) DO UPDATE SET {updates} "
+            "WHERE records.revision < excluded.revision"
+        )
+        count = 0
+        cpu = harness.own_cpu_seconds()
+        started = time.perf_counter()
+        window = start
+        while window < end:
+            window_end = min(window + timedelta(hours=24), end)
+            query = (
+                f"created_from={quote(harness.iso_ms(window), safe='')}"
+                f"&created_to={quote(harness.iso_ms(window_end), safe='')}&limit=1000"
+            )
+            target = f"/v1/records?{query}"
+            while True:
+                data = _stdlib_get(conn, target)
+                rows = [
+                    (DEMO_MERCHANT_ID, *(item.get(name) for name in _COLUMNS))
+                    for item in data["items"]
+                ]
+                db.execute("BEGIN")
+                db.executemany(upsert, rows)
+                db.execute("COMMIT")
+                count += len(rows)
+                if not data["has_more"]:
+                    break
+                target = f"/v1/records?cursor={quote(data['next_cursor'], safe='')}&limit=1000"
+            window = window_end
+        seconds = time.perf_counter() - started
+        cpu = harness.own_cpu_seconds() - cpu
+        db.close()
+    conn.close()
+    return {"records": count, "seconds": seconds, "cpu": cpu}
+
+
+# -- the benchmark ---------------------------------------------------------------------------
+
+
+def main() -> int:
+    args = harness.arguments(
+        __doc__.splitlines()[0],
+        [
+            ("--backends", {"default": ",".join(harness.BACKENDS)}),
+            ("--concurrency", {"type": int, "default": 4, "help": "snapshot_concurrency"}),
+            ("--profile", {"default": "", "help": "a backend to sample with py-spy"}),
+        ],
+    )
+    configure_logging(level="warning", log_format="console")
+    history_days, rounds_per_day = SIZES[args.size]
+    report = harness.Report("ingest ceiling, rate limit lifted", args.size)
+    report.header()
+    with harness.sim_process(history_days=history_days, rounds_per_day=rounds_per_day) as sim:
+        end = datetime.now(UTC)
+        start = end - timedelta(days=history_days, hours=1)
+        report.note(f"{sim.records:,} records over {history_days} days; simulator pid {sim.pid}")
+
+        def measured(name: str, run: Any) -> dict[str, Any]:
+            sim_cpu = sim.cpu_seconds()
+            outcome: dict[str, Any] = run()
+            outcome["sim_cpu"] = sim.cpu_seconds() - sim_cpu
+            records = outcome["records"]
+            if records != sim.records:
+                report.note(f"{name}: {records:,} records stored, expected {sim.records:,}")
+            outcome["rate"] = records / outcome["seconds"]
+            return outcome
+
+        baseline = measured("baseline", lambda: stdlib_baseline(sim.base_url, start, end))
+        report.add("stdlib baseline (json + sqlite3), records/s", baseline["rate"], "rec/s")
+        _cpu_figures(report, "stdlib baseline", baseline)
+        for backend in args.backends.split(","):
+            profile = None
+            if backend == args.profile:
+                profile = Path(tempfile.gettempdir()) / f"recordsync-ingest-{backend}.txt"
+            with harness.database(backend) as url:
+                outcome = measured(
+                    backend,
+                    lambda url=url, profile=profile: recordsync_backfill(
+                        sim.base_url,
+                        url,
+                        start,
+                        end,
+                        concurrency=args.concurrency,
+                        profile=profile,
+                    ),
+                )
+            target = TARGETS[backend]
+            report.add(
+                f"recordsync -> {backend}, records/s",
+                outcome["rate"],
+                "rec/s",
+                target=f">= {target:,}",
+                met=outcome["rate"] >= target,
+            )
+            _cpu_figures(report, f"recordsync -> {backend}", outcome)
+            if profile is not None:
+                print(f"  where the time goes ({backend}, py-spy, share of the working samples):")
+                for layer, share in profiling.summarise(profile):
+                    print(f"    {share * 100:5.1f}%  {layer}")
+                print(f"  raw samples: {profile}")
+    return report.finish(check=args.check)
+
+
+def _cpu_figures(report: harness.Report, name: str, outcome: dict[str, Any]) -> None:
+    records = max(outcome["records"], 1)
+    report.add(f"  {name}: our CPU per record", outcome["cpu"] / records * 1e6, "us")
+    report.add(f"  {name}: simulator CPU per record", outcome["sim_cpu"] / records * 1e6, "us")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
