@@ -173,7 +173,7 @@ def main() -> int:
         [
             ("--backends", {"default": ",".join(harness.BACKENDS)}),
             ("--concurrency", {"type": int, "default": 4, "help": "snapshot_concurrency"}),
-            ("--profile", {"default": "", "help": "a backend to sample with py-spy"}),
+            ("--profile", {"default": "", "help": "backends to sample with py-spy (a,b)"}),
         ],
     )
     configure_logging(level="warning", log_format="console")
@@ -200,7 +200,7 @@ def main() -> int:
         _cpu_figures(report, "stdlib baseline", baseline)
         for backend in args.backends.split(","):
             profile = None
-            if backend == args.profile:
+            if backend in args.profile.split(","):
                 profile = Path(tempfile.gettempdir()) / f"recordsync-ingest-{backend}.txt"
             with harness.database(backend) as url:
                 outcome = measured(
