@@ -27,7 +27,6 @@ their revisions are left out of the history too.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, NamedTuple
 
@@ -37,6 +36,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.dml import Insert
 
 from recordsync.models import Record, RecordChange
+from recordsync.warehouse.compiled import CompiledRows, Encoder, compile_rows
 from recordsync.warehouse.schema import record_revisions
 from recordsync.warehouse.types import (
     CURSOR_LENGTH,
@@ -108,9 +108,6 @@ def build_revision_insert(backend: str) -> Insert:
     raise ValueError(f"no revision insert for database backend {backend!r}")
 
 
-RevisionEncoder = Callable[[str, Sequence[SeenRevision], datetime], list[tuple[Any, ...]]]
-
-
 def _sqlite_rows(
     merchant_id: str, batch: Sequence[SeenRevision], synced_at: datetime
 ) -> list[tuple[Any, ...]]:
@@ -143,7 +140,7 @@ def _sqlite_rows(
     ]
 
 
-def _native_decimal_rows(time: Callable[[datetime], Any]) -> RevisionEncoder:
+def _native_decimal_rows(time: Callable[[datetime], Any]) -> Encoder[SeenRevision]:
     """PostgreSQL and MariaDB: ``Decimal`` as it is; ``time`` encodes times."""
 
     def encode(
@@ -183,38 +180,16 @@ _postgres_rows: Final = _native_decimal_rows(aware_utc)
 _mysql_rows: Final = _native_decimal_rows(mysql_time_text)
 
 
-@dataclass(frozen=True, slots=True)
-class CompiledRevisionInsert:
-    """The insert as the driver sees it, rows encoded straight to the driver's types."""
-
-    sql: str
-    positional: bool
-    encode: RevisionEncoder
-
-    def parameters(
-        self, merchant_id: str, batch: Sequence[SeenRevision], synced_at: datetime
-    ) -> list[tuple[Any, ...]] | list[dict[str, Any]]:
-        rows = self.encode(merchant_id, batch, synced_at)
-        if self.positional:
-            return rows
-        return [dict(zip(COLUMNS, row, strict=True)) for row in rows]
+CompiledRevisionInsert = CompiledRows[SeenRevision]
+_ENCODERS: Final[dict[str, Encoder[SeenRevision]]] = {
+    "sqlite": _sqlite_rows,
+    "postgresql": _postgres_rows,
+    "mysql": _mysql_rows,
+}
 
 
 def compile_revision_insert(dialect: Dialect) -> CompiledRevisionInsert:
     """Compile for a connected ``dialect``; checks the placeholders match ``COLUMNS``."""
-    backend = dialect.name
-    compiled = build_revision_insert(backend).compile(dialect=dialect)
-    placeholders = tuple(compiled.positiontup or ()) if compiled.positional else None
-    if placeholders is not None and placeholders != COLUMNS:
-        raise RuntimeError(f"unexpected revision insert parameter order {placeholders}")
-    if placeholders is None and set(compiled.params) != set(COLUMNS):
-        raise RuntimeError(f"unexpected revision insert parameters {sorted(compiled.params)}")
-    if backend == "sqlite":
-        encode: RevisionEncoder = _sqlite_rows
-    elif backend == "postgresql":
-        encode = _postgres_rows
-    else:
-        encode = _mysql_rows
-    return CompiledRevisionInsert(
-        sql=compiled.string, positional=compiled.positional, encode=encode
+    return compile_rows(
+        build_revision_insert(dialect.name), dialect, COLUMNS, _ENCODERS, default="mysql"
     )

@@ -30,7 +30,6 @@ quarantines them with the reason, on every backend alike.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
@@ -40,6 +39,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.dml import Insert
 
 from recordsync.models import Record
+from recordsync.warehouse.compiled import CompiledRows, Encoder, compile_rows
 from recordsync.warehouse.schema import CODE_LENGTH, ID_LENGTH, records
 from recordsync.warehouse.types import (
     MONEY_PRECISION,
@@ -99,8 +99,6 @@ def build_upsert(backend: str) -> Insert:
 # in which the compiled INSERT lists its placeholders (checked in compile_upsert).
 COLUMNS: Final = tuple(column.name for column in records.columns)
 
-RowEncoder = Callable[[str, Sequence[Record], datetime], list[tuple[Any, ...]]]
-
 
 def _sqlite_rows(
     merchant_id: str, batch: Sequence[Record], synced_at: datetime
@@ -137,7 +135,7 @@ def _sqlite_rows(
     ]
 
 
-def _native_decimal_rows(time: Callable[[datetime], Any]) -> RowEncoder:
+def _native_decimal_rows(time: Callable[[datetime], Any]) -> Encoder[Record]:
     """PostgreSQL and MariaDB: the driver takes ``Decimal`` as it is; ``time`` encodes times."""
 
     def encode(
@@ -182,45 +180,17 @@ _postgres_rows: Final = _native_decimal_rows(aware_utc)
 _mysql_rows: Final = _native_decimal_rows(mysql_time_text)
 
 
-@dataclass(frozen=True, slots=True)
-class CompiledUpsert:
-    """The upsert as the driver sees it: SQL text, and rows already in the driver's types.
-
-    SQLAlchemy's per-row parameter processing costs more than the database's own work at
-    tens of thousands of records per second, so rows bypass it: they are encoded in one
-    comprehension and passed straight to the driver's executemany.
-    """
-
-    sql: str
-    positional: bool
-    encode: RowEncoder
-
-    def parameters(
-        self, merchant_id: str, batch: Sequence[Record], synced_at: datetime
-    ) -> list[tuple[Any, ...]] | list[dict[str, Any]]:
-        rows = self.encode(merchant_id, batch, synced_at)
-        if self.positional:
-            return rows
-        # An engine configured with a named paramstyle: correct, if a little slower.
-        return [dict(zip(COLUMNS, row, strict=True)) for row in rows]
+CompiledUpsert = CompiledRows[Record]
+_ENCODERS: Final[dict[str, Encoder[Record]]] = {
+    "sqlite": _sqlite_rows,
+    "postgresql": _postgres_rows,
+    "mysql": _mysql_rows,
+}
 
 
 def compile_upsert(dialect: Dialect) -> CompiledUpsert:
     """Compile the upsert for a connected ``dialect`` (MariaDB's syntax depends on the server)."""
-    backend = dialect.name
-    compiled = build_upsert(backend).compile(dialect=dialect)
-    placeholders = tuple(compiled.positiontup or ()) if compiled.positional else None
-    if placeholders is not None and placeholders != COLUMNS:
-        raise RuntimeError(f"unexpected upsert parameter order {placeholders}")
-    if placeholders is None and set(compiled.params) != set(COLUMNS):
-        raise RuntimeError(f"unexpected upsert parameters {sorted(compiled.params)}")
-    if backend == "sqlite":
-        encode: RowEncoder = _sqlite_rows
-    elif backend == "postgresql":
-        encode = _postgres_rows
-    else:
-        encode = _mysql_rows
-    return CompiledUpsert(sql=compiled.string, positional=compiled.positional, encode=encode)
+    return compile_rows(build_upsert(dialect.name), dialect, COLUMNS, _ENCODERS, default="mysql")
 
 
 def fits(r: Record) -> bool:
