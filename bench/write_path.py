@@ -11,13 +11,17 @@ printed.  No HTTP, no simulator CPU: only what one page's transaction costs.
   ``cache_size`` (128 MiB) and ``wal_autocheckpoint`` (16384 pages): session settings only;
 - PostgreSQL ``COPY``: rows (encoded by the warehouse's own encoders) are copied into
   temporary tables and merged with one ``INSERT ... SELECT ... ON CONFLICT`` per table, in one
-  transaction per page, with the same revision guard.
+  transaction per page, with the same revision guard;
+- ``stage once`` (SQLite, PostgreSQL): a snapshot page's rows are encoded and sent once, into
+  a temporary table, and both ``records`` (revision-guarded merge) and ``record_revisions``
+  (its revisions, no sequence, as today) are written from it by ``INSERT ... SELECT``.
 
     .venv/bin/python bench/write_path.py [--size tiny|full] [--backends sqlite,postgres,...]
 """
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,7 +30,7 @@ from typing import Any, Final
 
 import harness
 import psycopg
-from sqlalchemy import event
+from sqlalchemy import create_engine, event, pool, text
 from sqlalchemy.engine import make_url
 
 from recordsync.budget import RateBudget
@@ -116,7 +120,61 @@ def with_pragmas(url: str) -> Warehouse:
     return Warehouse(engine)
 
 
-def postgres_copy(url: str, pages: list[RecordsPage]) -> float:
+def _history_from_stage(stage: str) -> str:
+    """The snapshot page's revisions, straight from the staged rows (no second encoding):
+    a snapshot revision has no sequence and no change time (revisions.py)."""
+    selected = ", ".join(
+        "NULL" if name in {"sequence", "changed_at"} else name for name in REVISION_COLUMNS
+    )
+    return (
+        f"INSERT INTO record_revisions ({', '.join(REVISION_COLUMNS)}) "  # noqa: S608
+        f"SELECT {selected} FROM {stage} WHERE true "
+        "ON CONFLICT (merchant_id, record_id, revision) DO NOTHING"
+    )
+
+
+def _merge_records(stage: str) -> str:
+    updated = [name for name in COLUMNS if name not in {"merchant_id", "record_id", "revision"}]
+    return (
+        f"INSERT INTO records ({', '.join(COLUMNS)}) SELECT {', '.join(COLUMNS)} "  # noqa: S608
+        f"FROM {stage} WHERE true ON CONFLICT (merchant_id, record_id) DO UPDATE SET "
+        + ", ".join(f"{name} = excluded.{name}" for name in [*updated, "revision"])
+        + " WHERE records.revision < excluded.revision"
+    )
+
+
+def sqlite_staged(url: str, pages: list[RecordsPage]) -> float:
+    """Prototype: rows encoded once into a TEMP table (no index), then records and history
+    are both written from it by INSERT ... SELECT, one transaction per page."""
+    store = Warehouse.connect(url)
+    store.migrate()
+    dialect = store.engine.dialect
+    store.close()
+    upsert = compile_upsert(dialect)
+    db = sqlite3.connect(make_url(url).database or "", isolation_level=None)
+    for pragma in ("journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON"):
+        db.execute(f"PRAGMA {pragma}")
+    db.execute("CREATE TEMP TABLE stage AS SELECT * FROM records WHERE 0")
+    fill = f"INSERT INTO stage ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"  # noqa: S608
+    merge, history = _merge_records("stage"), _history_from_stage("stage")
+    started = time.perf_counter()
+    for number, page in enumerate(pages):
+        now = datetime.now(UTC)
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("DELETE FROM stage")
+        db.executemany(fill, upsert.encode(MERCHANT, collapse(page.records), now))
+        db.execute(merge)
+        db.execute(history)
+        db.execute(
+            "UPDATE snapshot_windows SET cursor = ? WHERE merchant_id = ?", (str(number), MERCHANT)
+        )
+        db.execute("COMMIT")
+    seconds = time.perf_counter() - started
+    db.close()
+    return seconds
+
+
+def postgres_copy(url: str, pages: list[RecordsPage], *, history_from_stage: bool = False) -> float:
     """Prototype: COPY into temporary tables, one merge per table, one commit per page."""
     store = Warehouse.connect(url)
     store.migrate()
@@ -152,17 +210,33 @@ def postgres_copy(url: str, pages: list[RecordsPage]) -> float:
                 with cursor.copy(f"COPY stage_records ({', '.join(COLUMNS)}) FROM STDIN") as copy:
                     for row in upsert.encode(MERCHANT, rows, now):
                         copy.write_row(row)
-                columns = ", ".join(REVISION_COLUMNS)
-                with cursor.copy(f"COPY stage_revisions ({columns}) FROM STDIN") as copy:
-                    for row in revisions.encode(MERCHANT, seen_revisions(rows), now):
-                        copy.write_row(row)
                 cursor.execute(merge_records)
-                cursor.execute(merge_revisions)
+                if history_from_stage:
+                    cursor.execute(_history_from_stage("stage_records"))
+                else:
+                    columns = ", ".join(REVISION_COLUMNS)
+                    with cursor.copy(f"COPY stage_revisions ({columns}) FROM STDIN") as copy:
+                        for row in revisions.encode(MERCHANT, seen_revisions(rows), now):
+                            copy.write_row(row)
+                    cursor.execute(merge_revisions)
                 cursor.execute(
                     "UPDATE snapshot_windows SET cursor = %s WHERE merchant_id = %s",
                     (f"cursor-{number}", MERCHANT),
                 )
         return time.perf_counter() - started
+
+
+def stored_rows(url: str) -> tuple[int, int]:
+    """(records, record_revisions) rows: every variant must store what ``current`` stores."""
+    engine = create_engine(url, poolclass=pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            return (
+                int(conn.execute(text("SELECT count(*) FROM records")).scalar_one()),
+                int(conn.execute(text("SELECT count(*) FROM record_revisions")).scalar_one()),
+            )
+    finally:
+        engine.dispose()
 
 
 @contextmanager
@@ -185,8 +259,15 @@ def variants(backend: str) -> list[tuple[str, Callable[[str, list[RecordsPage]],
         found.append(
             ("bigger cache", lambda url, pages: through_warehouse(with_pragmas(url), pages))
         )
+        found.append(("stage once, records + history by SELECT", sqlite_staged))
     if backend == "postgres":
         found.append(("COPY + one merge per table", postgres_copy))
+        found.append(
+            (
+                "COPY once, records + history by SELECT",
+                lambda url, pages: postgres_copy(url, pages, history_from_stage=True),
+            )
+        )
     return found
 
 
@@ -201,9 +282,14 @@ def main() -> int:
     count = sum(len(page.records) for page in pages)
     report.note(f"{count:,} records in {len(pages)} pages, committed one page per transaction")
     for backend in args.backends.split(","):
+        expected: tuple[int, int] | None = None
         for name, run in variants(backend):
             with fresh(backend) as url:
                 seconds = run(url, pages)
+                stored = stored_rows(url)
+            expected = expected or stored
+            if stored[0] != expected[0] or (stored[1] not in {0, expected[1]}):
+                report.note(f"{backend}, {name}: stored {stored}, current stores {expected}")
             report.add(f"{backend}, {name}: per record", seconds / count * 1e6, "us")
             report.add(f"  {backend}, {name}: records/s", count / seconds, "rec/s")
     return report.finish(check=args.check)
