@@ -18,6 +18,7 @@ dlt is a benchmark dependency only: ``pip install "dlt[postgres]"``.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import tempfile
@@ -131,6 +132,9 @@ def count_rows(database_url: str, table: str) -> int:
 
 def main() -> int:
     args = harness.arguments(__doc__.splitlines()[0])
+    if importlib.util.find_spec("dlt") is None:
+        print("dlt is not installed: pip install -e '.[bench]' (or 'dlt[postgres]')")
+        return 2
     history_days, rounds_per_day = SIZES[args.size]
     report = harness.Report("side by side with dlt, into PostgreSQL", args.size)
     report.header()
