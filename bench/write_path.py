@@ -143,7 +143,7 @@ def _merge_records(stage: str) -> str:
     )
 
 
-def sqlite_staged(url: str, pages: list[RecordsPage]) -> float:
+def sqlite_staged(url: str, pages: list[RecordsPage], *, bigger_cache: bool = False) -> float:
     """Prototype: rows encoded once into a TEMP table (no index), then records and history
     are both written from it by INSERT ... SELECT, one transaction per page."""
     store = Warehouse.connect(url)
@@ -152,7 +152,8 @@ def sqlite_staged(url: str, pages: list[RecordsPage]) -> float:
     store.close()
     upsert = compile_upsert(dialect)
     db = sqlite3.connect(make_url(url).database or "", isolation_level=None)
-    for pragma in ("journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON"):
+    pragmas = ("journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON")
+    for pragma in pragmas + (SQLITE_PRAGMAS if bigger_cache else ()):
         db.execute(f"PRAGMA {pragma}")
     db.execute("CREATE TEMP TABLE stage AS SELECT * FROM records WHERE 0")
     fill = f"INSERT INTO stage ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"  # noqa: S608
@@ -260,6 +261,12 @@ def variants(backend: str) -> list[tuple[str, Callable[[str, list[RecordsPage]],
             ("bigger cache", lambda url, pages: through_warehouse(with_pragmas(url), pages))
         )
         found.append(("stage once, records + history by SELECT", sqlite_staged))
+        found.append(
+            (
+                "stage once + bigger cache",
+                lambda url, pages: sqlite_staged(url, pages, bigger_cache=True),
+            )
+        )
     if backend == "postgres":
         found.append(("COPY + one merge per table", postgres_copy))
         found.append(
