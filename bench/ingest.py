@@ -53,6 +53,7 @@ def recordsync_backfill(
     *,
     concurrency: int,
     profile: Path | None,
+    keep_revisions: bool = True,
 ) -> dict[str, Any]:
     settings = harness.settings_for(
         base_url,
@@ -60,6 +61,7 @@ def recordsync_backfill(
         start,
         page_size=1000,
         snapshot_concurrency=concurrency,
+        keep_revisions=keep_revisions,
     )
     with open_app(settings) as app:
         time.sleep(COLD_START_SECONDS)
@@ -174,6 +176,10 @@ def main() -> int:
             ("--backends", {"default": ",".join(harness.BACKENDS)}),
             ("--concurrency", {"type": int, "default": 4, "help": "snapshot_concurrency"}),
             ("--profile", {"default": "", "help": "backends to sample with py-spy (a,b)"}),
+            (
+                "--without-history",
+                {"action": "store_true", "help": "also run with RECORDSYNC_KEEP_REVISIONS off"},
+            ),
         ],
     )
     configure_logging(level="warning", log_format="console")
@@ -223,6 +229,21 @@ def main() -> int:
                 met=outcome["rate"] >= target,
             )
             _cpu_figures(report, f"recordsync -> {backend}", outcome)
+            if args.without_history:
+                with harness.database(backend) as url:
+                    bare = measured(
+                        backend,
+                        lambda url=url: recordsync_backfill(
+                            sim.base_url,
+                            url,
+                            start,
+                            end,
+                            concurrency=args.concurrency,
+                            profile=None,
+                            keep_revisions=False,
+                        ),
+                    )
+                report.add(f"  {backend} without the revision history", bare["rate"], "rec/s")
             if profile is not None:
                 print(f"  where the time goes ({backend}, py-spy, share of the working samples):")
                 for layer, share in profiling.summarise(profile):
