@@ -177,7 +177,7 @@ def test_status_json_reports_the_state_for_scripts(sim: Simulator, tmp_path: Pat
     assert report["status"]["records"] == len(sim.truth())
     assert report["status"]["state"]["phase"] == "tailing"
     assert SECRET not in result.stdout
-    csv_report = subprocess.run(  # noqa: S603
+    csv_report = subprocess.run(
         [sys.executable, "-m", "recordsync", "report", "--by", "currency", "--format", "csv"],
         env={**os.environ, **env},
         capture_output=True,
