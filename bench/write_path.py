@@ -8,7 +8,8 @@ printed.  No HTTP, no simulator CPU: only what one page's transaction costs.
 - ``current``: ``Warehouse.commit_window_page``, exactly as the sync calls it;
 - ``no revision history``: the same with ``keep_revisions=False`` (the share of the history);
 - SQLite ``bigger cache``: the same warehouse on an engine whose connections also set
-  ``cache_size`` (128 MiB) and ``wal_autocheckpoint`` (16384 pages): session settings only;
+  ``cache_size`` (128 MiB, or 32 MiB) and ``wal_autocheckpoint`` (16384 pages): session
+  settings only;
 - PostgreSQL ``COPY``: rows (encoded by the warehouse's own encoders) are copied into
   temporary tables and merged with one ``INSERT ... SELECT ... ON CONFLICT`` per table, in one
   transaction per page, with the same revision guard;
@@ -49,7 +50,8 @@ from recordsync.warehouse.upsert import COLUMNS, collapse, compile_upsert
 SIZES: Final = {"tiny": (0.1, 50_000), "full": (2.0, 100_000)}  # history_days, rounds_per_day
 MERCHANT: Final = "demo-merchant"
 JOB: Final = "backfill:bench"
-SQLITE_PRAGMAS: Final = ("cache_size = -131072", "wal_autocheckpoint = 16384")
+SQLITE_PRAGMAS: Final = ("cache_size = -131072", "wal_autocheckpoint = 16384")  # 128 MiB
+SQLITE_PRAGMAS_32: Final = ("cache_size = -32768", "wal_autocheckpoint = 16384")  # 32 MiB
 
 
 def rendered_pages(history_days: float, rounds_per_day: int) -> list[RecordsPage]:
@@ -107,13 +109,13 @@ def through_warehouse(warehouse: Warehouse, pages: list[RecordsPage]) -> float:
     return time.perf_counter() - started
 
 
-def with_pragmas(url: str) -> Warehouse:
+def with_pragmas(url: str, pragmas: tuple[str, ...] = SQLITE_PRAGMAS) -> Warehouse:
     engine = create_warehouse_engine(url)
 
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor = dbapi_connection.cursor()
-        for pragma in SQLITE_PRAGMAS:
+        for pragma in pragmas:
             cursor.execute(f"PRAGMA {pragma}")
         cursor.close()
 
@@ -259,6 +261,12 @@ def variants(backend: str) -> list[tuple[str, Callable[[str, list[RecordsPage]],
     if backend == "sqlite":
         found.append(
             ("bigger cache", lambda url, pages: through_warehouse(with_pragmas(url), pages))
+        )
+        found.append(
+            (
+                "32 MiB cache",
+                lambda url, pages: through_warehouse(with_pragmas(url, SQLITE_PRAGMAS_32), pages),
+            )
         )
         found.append(("stage once, records + history by SELECT", sqlite_staged))
         found.append(
