@@ -71,8 +71,7 @@ def _one_lease_term(settings: Settings, app: App, stopper: Stopper) -> None:
     lease = acquire_lease(
         app.warehouse.engine, settings.merchant_id, sleep=stopper.sleep, on_lost=term.stop
     )
-    with lease:
-        log.info("lease_acquired", lease=lease.resource)
+    with lease:  # acquire_lease logs lease_acquired itself
         app.engine_for(term).run()
     if not stopper.stopped:
         log.error("lease_lost", action="stopped taking pages; waiting to hold the lease again")
