@@ -7,7 +7,8 @@ moment); the kill -9 and signal tests run it as a real subprocess elsewhere.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import pytest
@@ -69,16 +70,30 @@ def sync_until_caught_up(sim: Simulator, url: str, observer: SyncObserver | None
         return app.engine.run()
 
 
-def run_for(sim: Simulator, url: str, seconds: float, **overrides: object) -> None:
-    """The daemon, stopped from outside after ``seconds`` (as SIGTERM would)."""
+def run_for(
+    sim: Simulator,
+    url: str,
+    seconds: float,
+    until: Callable[[], bool] = lambda: True,
+    deadline: float = 60.0,
+    **overrides: object,
+) -> None:
+    """The daemon, stopped from outside (as SIGTERM would) once ``seconds`` have passed and
+    ``until()`` holds, or at ``deadline``."""
     stopper = Stopper()
+    started = time.monotonic()
+
+    def watch() -> None:
+        while not stopper.wait(0.2):
+            elapsed = time.monotonic() - started
+            if (elapsed >= seconds and until()) or elapsed >= deadline:
+                stopper.stop()
+
     with open_app(settings_for(sim, url, **overrides), stopper=stopper) as app:
-        timer = threading.Timer(seconds, stopper.stop)
-        timer.start()
-        try:
-            assert app.engine.run() is False
-        finally:
-            timer.cancel()
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        assert app.engine.run() is False
+        watcher.join()
 
 
 def settle(sim: Simulator, url: str) -> None:
@@ -99,7 +114,15 @@ def test_converges_to_the_truth_under_faults_duplicates_and_live_traffic(
 ) -> None:
     sim.set_faults(NOISY)
     sim.start_live()
-    run_for(sim, warehouse_url, 6.0, page_size=25)
+    kinds = ("projection_lag", "server_error", "connection_reset", "malformed", "duplicates")
+    # At least 6 s of noise, and on until every fault kind has hit the sync at least once.
+    run_for(
+        sim,
+        warehouse_url,
+        6.0,
+        until=lambda: all(sim.stats().faults(kind) > 0 for kind in kinds),
+        page_size=25,
+    )
     settle(sim, warehouse_url)
     warehouse = Warehouse.connect(warehouse_url)
     try:
@@ -112,7 +135,7 @@ def test_converges_to_the_truth_under_faults_duplicates_and_live_traffic(
         warehouse.close()
     assert_clean_platform_view(sim)
     stats = sim.stats()
-    for kind in ("projection_lag", "server_error", "connection_reset", "malformed", "duplicates"):
+    for kind in kinds:
         assert stats.faults(kind) > 0, f"the {kind} fault was never injected"
 
 
