@@ -1,28 +1,21 @@
-"""The warehouse write path alone, and prototypes of what would make it cheaper (evidence for
-the change requests in bench/README.md; the warehouse itself is not changed here).
+"""The warehouse write path alone, and the SQLite session settings it was tuned with.
 
 Pages of 1000 records are rendered by an in-process simulator and parsed once, up front; then
 each variant commits them page by page into a fresh database and the cost per record is
 printed.  No HTTP, no simulator CPU: only what one page's transaction costs.
 
-- ``current``: ``Warehouse.commit_window_page``, exactly as the sync calls it;
+- ``current``: ``Warehouse.commit_window_page``, exactly as the sync calls it (each page
+  staged once, both tables merged from the stage: ``warehouse/page_writer.py``);
 - ``no revision history``: the same with ``keep_revisions=False`` (the share of the history);
-- SQLite ``bigger cache``: the same warehouse on an engine whose connections also set
-  ``cache_size`` (128 MiB, or 32 MiB) and ``wal_autocheckpoint`` (16384 pages): session
-  settings only;
-- PostgreSQL ``COPY``: rows (encoded by the warehouse's own encoders) are copied into
-  temporary tables and merged with one ``INSERT ... SELECT ... ON CONFLICT`` per table, in one
-  transaction per page, with the same revision guard;
-- ``stage once`` (SQLite, PostgreSQL): a snapshot page's rows are encoded and sent once, into
-  a temporary table, and both ``records`` (revision-guarded merge) and ``record_revisions``
-  (its revisions, no sequence, as today) are written from it by ``INSERT ... SELECT``.
+- SQLite page cache: the same warehouse on an engine whose connections then set another
+  ``cache_size`` and ``wal_autocheckpoint``: the evidence for the defaults in
+  ``warehouse/connection.py``.
 
     .venv/bin/python bench/write_path.py [--size tiny|full] [--backends sqlite,postgres,...]
 """
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,9 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import harness
-import psycopg
 from sqlalchemy import create_engine, event, pool, text
-from sqlalchemy.engine import make_url
 
 from recordsync.budget import RateBudget
 from recordsync.client import PlatformClient
@@ -43,15 +34,17 @@ from recordsync.state import Window
 from recordsync.times import floor_ms
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.connection import create_warehouse_engine
-from recordsync.warehouse.revisions import COLUMNS as REVISION_COLUMNS
-from recordsync.warehouse.revisions import compile_revision_insert, seen_revisions
-from recordsync.warehouse.upsert import COLUMNS, collapse, compile_upsert
 
 SIZES: Final = {"tiny": (0.1, 50_000), "full": (2.0, 100_000)}  # history_days, rounds_per_day
 MERCHANT: Final = "demo-merchant"
 JOB: Final = "backfill:bench"
-SQLITE_PRAGMAS: Final = ("cache_size = -131072", "wal_autocheckpoint = 16384")  # 128 MiB
-SQLITE_PRAGMAS_32: Final = ("cache_size = -32768", "wal_autocheckpoint = 16384")  # 32 MiB
+# Session settings tried on top of the warehouse's own (connection._configure_sqlite).
+SQLITE_VARIANTS: Final = {
+    "2 MiB cache (SQLite's default)": ("cache_size = -2000", "wal_autocheckpoint = 1000"),
+    "32 MiB cache": ("cache_size = -32768", "wal_autocheckpoint = 16384"),
+    "64 MiB cache": ("cache_size = -65536", "wal_autocheckpoint = 16384"),
+    "128 MiB cache": ("cache_size = -131072", "wal_autocheckpoint = 16384"),
+}
 
 
 def rendered_pages(history_days: float, rounds_per_day: int) -> list[RecordsPage]:
@@ -109,7 +102,7 @@ def through_warehouse(warehouse: Warehouse, pages: list[RecordsPage]) -> float:
     return time.perf_counter() - started
 
 
-def with_pragmas(url: str, pragmas: tuple[str, ...] = SQLITE_PRAGMAS) -> Warehouse:
+def with_pragmas(url: str, pragmas: tuple[str, ...]) -> Warehouse:
     engine = create_warehouse_engine(url)
 
     @event.listens_for(engine, "connect")
@@ -120,113 +113,6 @@ def with_pragmas(url: str, pragmas: tuple[str, ...] = SQLITE_PRAGMAS) -> Warehou
         cursor.close()
 
     return Warehouse(engine)
-
-
-def _history_from_stage(stage: str) -> str:
-    """The snapshot page's revisions, straight from the staged rows (no second encoding):
-    a snapshot revision has no sequence and no change time (revisions.py)."""
-    selected = ", ".join(
-        "NULL" if name in {"sequence", "changed_at"} else name for name in REVISION_COLUMNS
-    )
-    return (
-        f"INSERT INTO record_revisions ({', '.join(REVISION_COLUMNS)}) "  # noqa: S608
-        f"SELECT {selected} FROM {stage} WHERE true "
-        "ON CONFLICT (merchant_id, record_id, revision) DO NOTHING"
-    )
-
-
-def _merge_records(stage: str) -> str:
-    updated = [name for name in COLUMNS if name not in {"merchant_id", "record_id", "revision"}]
-    return (
-        f"INSERT INTO records ({', '.join(COLUMNS)}) SELECT {', '.join(COLUMNS)} "  # noqa: S608
-        f"FROM {stage} WHERE true ON CONFLICT (merchant_id, record_id) DO UPDATE SET "
-        + ", ".join(f"{name} = excluded.{name}" for name in [*updated, "revision"])
-        + " WHERE records.revision < excluded.revision"
-    )
-
-
-def sqlite_staged(url: str, pages: list[RecordsPage], *, bigger_cache: bool = False) -> float:
-    """Prototype: rows encoded once into a TEMP table (no index), then records and history
-    are both written from it by INSERT ... SELECT, one transaction per page."""
-    store = Warehouse.connect(url)
-    store.migrate()
-    dialect = store.engine.dialect
-    store.close()
-    upsert = compile_upsert(dialect)
-    db = sqlite3.connect(make_url(url).database or "", isolation_level=None)
-    pragmas = ("journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON")
-    for pragma in pragmas + (SQLITE_PRAGMAS if bigger_cache else ()):
-        db.execute(f"PRAGMA {pragma}")
-    db.execute("CREATE TEMP TABLE stage AS SELECT * FROM records WHERE 0")
-    fill = f"INSERT INTO stage ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"  # noqa: S608
-    merge, history = _merge_records("stage"), _history_from_stage("stage")
-    started = time.perf_counter()
-    for number, page in enumerate(pages):
-        now = datetime.now(UTC)
-        db.execute("BEGIN IMMEDIATE")
-        db.execute("DELETE FROM stage")
-        db.executemany(fill, upsert.encode(MERCHANT, collapse(page.records), now))
-        db.execute(merge)
-        db.execute(history)
-        db.execute(
-            "UPDATE snapshot_windows SET cursor = ? WHERE merchant_id = ?", (str(number), MERCHANT)
-        )
-        db.execute("COMMIT")
-    seconds = time.perf_counter() - started
-    db.close()
-    return seconds
-
-
-def postgres_copy(url: str, pages: list[RecordsPage], *, history_from_stage: bool = False) -> float:
-    """Prototype: COPY into temporary tables, one merge per table, one commit per page."""
-    store = Warehouse.connect(url)
-    store.migrate()
-    dialect = store.engine.dialect
-    store.close()
-    upsert, revisions = compile_upsert(dialect), compile_revision_insert(dialect)
-    updated = [name for name in COLUMNS if name not in {"merchant_id", "record_id", "revision"}]
-    merge_records = (
-        f"INSERT INTO records ({', '.join(COLUMNS)}) SELECT {', '.join(COLUMNS)} "  # noqa: S608
-        "FROM stage_records ON CONFLICT (merchant_id, record_id) DO UPDATE SET "
-        + ", ".join(f"{name} = excluded.{name}" for name in [*updated, "revision"])
-        + " WHERE records.revision < excluded.revision"
-    )
-    merge_revisions = (
-        f"INSERT INTO record_revisions ({', '.join(REVISION_COLUMNS)}) "  # noqa: S608
-        f"SELECT {', '.join(REVISION_COLUMNS)} FROM stage_revisions "
-        "ON CONFLICT (merchant_id, record_id, revision) DO UPDATE SET "
-        "sequence = excluded.sequence, changed_at = excluded.changed_at "
-        "WHERE record_revisions.sequence IS NULL AND excluded.sequence IS NOT NULL"
-    )
-    plain = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-    with psycopg.connect(plain) as conn:
-        conn.execute(
-            "CREATE TEMP TABLE stage_records (LIKE records) ON COMMIT DELETE ROWS;"
-            "CREATE TEMP TABLE stage_revisions (LIKE record_revisions) ON COMMIT DELETE ROWS"
-        )
-        conn.commit()
-        started = time.perf_counter()
-        for number, page in enumerate(pages):
-            now = datetime.now(UTC)
-            rows = collapse(page.records)
-            with conn.transaction(), conn.cursor() as cursor:
-                with cursor.copy(f"COPY stage_records ({', '.join(COLUMNS)}) FROM STDIN") as copy:
-                    for row in upsert.encode(MERCHANT, rows, now):
-                        copy.write_row(row)
-                cursor.execute(merge_records)
-                if history_from_stage:
-                    cursor.execute(_history_from_stage("stage_records"))
-                else:
-                    columns = ", ".join(REVISION_COLUMNS)
-                    with cursor.copy(f"COPY stage_revisions ({columns}) FROM STDIN") as copy:
-                        for row in revisions.encode(MERCHANT, seen_revisions(rows), now):
-                            copy.write_row(row)
-                    cursor.execute(merge_revisions)
-                cursor.execute(
-                    "UPDATE snapshot_windows SET cursor = %s WHERE merchant_id = %s",
-                    (f"cursor-{number}", MERCHANT),
-                )
-        return time.perf_counter() - started
 
 
 def stored_rows(url: str) -> tuple[int, int]:
@@ -259,30 +145,13 @@ def variants(backend: str) -> list[tuple[str, Callable[[str, list[RecordsPage]],
         ),
     ]
     if backend == "sqlite":
-        found.append(
-            ("bigger cache", lambda url, pages: through_warehouse(with_pragmas(url), pages))
-        )
-        found.append(
-            (
-                "32 MiB cache",
-                lambda url, pages: through_warehouse(with_pragmas(url, SQLITE_PRAGMAS_32), pages),
+        for label, pragmas in SQLITE_VARIANTS.items():
+            found.append(
+                (
+                    label,
+                    lambda url, pages, p=pragmas: through_warehouse(with_pragmas(url, p), pages),
+                )
             )
-        )
-        found.append(("stage once, records + history by SELECT", sqlite_staged))
-        found.append(
-            (
-                "stage once + bigger cache",
-                lambda url, pages: sqlite_staged(url, pages, bigger_cache=True),
-            )
-        )
-    if backend == "postgres":
-        found.append(("COPY + one merge per table", postgres_copy))
-        found.append(
-            (
-                "COPY once, records + history by SELECT",
-                lambda url, pages: postgres_copy(url, pages, history_from_stage=True),
-            )
-        )
     return found
 
 

@@ -41,11 +41,7 @@ from recordsync.warehouse.connection import (
     translate_errors,
 )
 from recordsync.warehouse.migrate import upgrade as upgrade_schema
-from recordsync.warehouse.revisions import (
-    CompiledRevisionInsert,
-    compile_revision_insert,
-    seen_revisions,
-)
+from recordsync.warehouse.page_writer import PageWriter
 from recordsync.warehouse.schema import (
     quarantined_records,
     record_revisions,
@@ -53,12 +49,8 @@ from recordsync.warehouse.schema import (
     snapshot_windows,
     sync_state,
 )
-from recordsync.warehouse.upsert import (
-    CompiledUpsert,
-    collapse,
-    compile_upsert,
-    split_unstorable,
-)
+from recordsync.warehouse.staging import stage_page
+from recordsync.warehouse.upsert import collapse, split_unstorable
 from recordsync.warehouse.values import (
     DailySummary,
     Freshness,
@@ -106,8 +98,7 @@ class Warehouse:
         self._writer = engine.execution_options(**{WRITE_OPTION: True})
         self._clock = clock
         self._keep_revisions = keep_revisions
-        self._upsert: CompiledUpsert | None = None  # compiled at the first write (see there)
-        self._revision_insert: CompiledRevisionInsert | None = None
+        self._page_writer: PageWriter | None = None  # compiled at the first write (see there)
 
     @classmethod
     def connect(
@@ -381,36 +372,17 @@ class Warehouse:
             }
             for record, reason in unfit
         )
-        if rows:
-            upsert = self._compiled_upsert(conn)
-            conn.exec_driver_sql(upsert.sql, upsert.parameters(merchant_id, rows, now))
-        if self._keep_revisions:
-            self._append_revisions(conn, merchant_id, rows, changes, now)
+        staged = stage_page(rows, changes, keep_revisions=self._keep_revisions)
+        self._writer_for(conn).write(conn, merchant_id, staged, now)
         if quarantine:
             conn.execute(insert(quarantined_records), quarantine)
         return WriteResult(records=len(rows), quarantined=len(quarantine))
 
-    def _append_revisions(
-        self,
-        conn: Connection,
-        merchant_id: str,
-        rows: Sequence[Record],
-        changes: Sequence[RecordChange],
-        now: datetime,
-    ) -> None:
-        seen = seen_revisions(rows, changes)
-        if not seen:
-            return
-        if self._revision_insert is None:
-            self._revision_insert = compile_revision_insert(conn.dialect)
-        insert_sql = self._revision_insert
-        conn.exec_driver_sql(insert_sql.sql, insert_sql.parameters(merchant_id, seen, now))
-
-    def _compiled_upsert(self, conn: Connection) -> CompiledUpsert:
+    def _writer_for(self, conn: Connection) -> PageWriter:
         """Compiled against the connected dialect: MariaDB's syntax depends on the server."""
-        if self._upsert is None:
-            self._upsert = compile_upsert(conn.dialect)
-        return self._upsert
+        if self._page_writer is None:
+            self._page_writer = PageWriter(conn.dialect)
+        return self._page_writer
 
     # -- reading -------------------------------------------------------------------------
 

@@ -1,54 +1,28 @@
-"""The revision-guarded upsert: one statement per page batch, and a revision never goes down.
+"""What may be written to ``records``: one row per record_id, and only what the columns hold.
 
 Spec, Records endpoints: "The same record may appear several times; the client keeps, per
 record_id, the highest revision", and snapshot pages and change pages arrive in any order
-relative to each other.  So every write is "insert, or replace the row only if the incoming
-revision is higher".
-
-- The batch is first collapsed to the highest revision per record_id: PostgreSQL refuses an
-  ``ON CONFLICT DO UPDATE`` that touches the same row twice in one statement, and fewer rows
-  is less work.  The result is sorted by record_id so concurrent writers lock rows in the
-  same order and do not deadlock each other.
-- SQLite and PostgreSQL: ``INSERT ... ON CONFLICT (merchant_id, record_id) DO UPDATE SET ...
-  WHERE records.revision < excluded.revision``.
-- MariaDB: ``INSERT ... ON DUPLICATE KEY UPDATE`` has no WHERE and evaluates its assignments
-  left to right, each seeing the columns already assigned.  Every column is therefore
-  guarded on the *old* revision, ``col = IF(VALUES(revision) > revision, VALUES(col), col)``,
-  and ``revision`` is assigned last.
-
-The statement is compiled once per warehouse and the rows go as executemany parameters,
-encoded in one comprehension per backend (``CompiledUpsert``): psycopg pipelines them, PyMySQL
-folds them into one multi-row INSERT, sqlite3 loops in C.  Every row also carries its amounts
-as integer units of 10**-4 (``money_units``; the ``*_units`` columns SQLite's views sum).
+relative to each other.  A page is first collapsed to its highest revision per record_id
+(``collapse``): PostgreSQL refuses an ``ON CONFLICT DO UPDATE`` that touches the same row
+twice in one statement, and fewer rows is less work.  The revision guard itself, "replace a
+stored row only with a higher revision", is in the merge statements (``page_writer``).
 
 A record the columns cannot hold (an identifier longer than the column, an amount beyond
 NUMERIC(30,4), a revision beyond BIGINT, a NUL character PostgreSQL refuses) would fail the
-whole batch on every retry: a crash loop.  ``unstorable()`` finds those first, and the caller
+whole page on every retry: a crash loop.  ``unstorable()`` finds those first, and the caller
 quarantines them with the reason, on every backend alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
-from typing import Any, Final
-
-from sqlalchemy import func
-from sqlalchemy.dialects import mysql, postgresql, sqlite
-from sqlalchemy.engine import Dialect
-from sqlalchemy.sql.dml import Insert
+from collections.abc import Iterable
+from typing import Final
 
 from recordsync.models import Record
-from recordsync.warehouse.compiled import CompiledRows, Encoder, compile_rows
 from recordsync.warehouse.schema import CODE_LENGTH, ID_LENGTH, records
 from recordsync.warehouse.types import (
     MONEY_PRECISION,
     MONEY_SCALE,
-    MYSQL_FAMILY,
-    aware_utc,
-    money_units,
-    mysql_time_text,
-    sqlite_time_text,
 )
 
 _KEY: Final = ("merchant_id", "record_id")
@@ -73,124 +47,6 @@ def collapse(batch: Iterable[Record]) -> list[Record]:
         if held is None or record.revision > held.revision:
             best[record.record_id] = record
     return [best[record_id] for record_id in sorted(best)]
-
-
-def build_upsert(backend: str) -> Insert:
-    """The revision-guarded upsert for ``backend`` (a SQLAlchemy dialect name)."""
-    if backend in MYSQL_FAMILY:
-        statement = mysql.insert(records)
-        incoming = statement.inserted
-        newer = incoming.revision > records.c.revision
-        return statement.on_duplicate_key_update(
-            [(name, func.if_(newer, incoming[name], records.c[name])) for name in _UPDATED]
-        )
-    if backend in {"postgresql", "sqlite"}:
-        dialect_insert = postgresql.insert if backend == "postgresql" else sqlite.insert
-        upsert = dialect_insert(records)
-        return upsert.on_conflict_do_update(
-            index_elements=[records.c[name] for name in _KEY],
-            set_={name: upsert.excluded[name] for name in _UPDATED},
-            where=records.c.revision < upsert.excluded.revision,
-        )
-    raise ValueError(f"no upsert for database backend {backend!r}")
-
-
-# The parameter order of every row tuple: the table's column order, which is also the order
-# in which the compiled INSERT lists its placeholders (checked in compile_upsert).
-COLUMNS: Final = tuple(column.name for column in records.columns)
-
-
-def _sqlite_rows(
-    merchant_id: str, batch: Sequence[Record], synced_at: datetime
-) -> list[tuple[Any, ...]]:
-    """SQLite: decimal strings as sent and fixed-width UTC text (see ``types``)."""
-    t = sqlite_time_text
-    u = money_units
-    synced = t(synced_at)
-    return [
-        (
-            merchant_id,
-            r.record_id,
-            r.revision,
-            r.player_id,
-            r.game_id,
-            r.currency,
-            r.round_id,
-            r.parent_round_id,
-            str(r.bet_amount),
-            str(r.refund_amount),
-            str(r.payout_amount),
-            str(r.net_amount),
-            r.status,
-            t(r.created_at),
-            None if r.settled_at is None else t(r.settled_at),
-            t(r.updated_at),
-            synced,
-            u(r.bet_amount),
-            u(r.refund_amount),
-            u(r.payout_amount),
-            u(r.net_amount),
-        )
-        for r in batch
-    ]
-
-
-def _native_decimal_rows(time: Callable[[datetime], Any]) -> Encoder[Record]:
-    """PostgreSQL and MariaDB: the driver takes ``Decimal`` as it is; ``time`` encodes times."""
-
-    def encode(
-        merchant_id: str, batch: Sequence[Record], synced_at: datetime
-    ) -> list[tuple[Any, ...]]:
-        t = time
-        u = money_units
-        synced = t(synced_at)
-        return [
-            (
-                merchant_id,
-                r.record_id,
-                r.revision,
-                r.player_id,
-                r.game_id,
-                r.currency,
-                r.round_id,
-                r.parent_round_id,
-                r.bet_amount,
-                r.refund_amount,
-                r.payout_amount,
-                r.net_amount,
-                r.status,
-                t(r.created_at),
-                None if r.settled_at is None else t(r.settled_at),
-                t(r.updated_at),
-                synced,
-                u(r.bet_amount),
-                u(r.refund_amount),
-                u(r.payout_amount),
-                u(r.net_amount),
-            )
-            for r in batch
-        ]
-
-    return encode
-
-
-# psycopg binds aware datetimes to TIMESTAMPTZ itself (aware_utc only refuses naive ones);
-# for DATETIME(6), a UTC literal is what PyMySQL escapes fastest.
-_postgres_rows: Final = _native_decimal_rows(aware_utc)
-_mysql_rows: Final = _native_decimal_rows(mysql_time_text)
-
-
-CompiledUpsert = CompiledRows[Record]
-_ENCODERS: Final[dict[str, Encoder[Record]]] = {
-    "sqlite": _sqlite_rows,
-    "postgresql": _postgres_rows,
-    "mysql": _mysql_rows,
-}
-
-
-def compile_upsert(dialect: Dialect) -> CompiledUpsert:
-    """Compile the upsert for a connected ``dialect`` (MariaDB's syntax depends on the server)."""
-    return compile_rows(build_upsert(dialect.name), dialect, COLUMNS, _ENCODERS, default="mysql")
 
 
 def fits(r: Record) -> bool:

@@ -1,0 +1,239 @@
+"""Writing a page: stage its revisions once, then merge them into both tables under the guards.
+
+Per page, inside the caller's transaction (``store``):
+
+1. the session's temporary stage table is created if this connection has none yet, and
+   emptied (PostgreSQL empties it at every commit itself: ``ON COMMIT DELETE ROWS``);
+2. the staged rows go in once, encoded once (``staging``): PostgreSQL ``COPY``, SQLite and
+   MariaDB one ``executemany`` (sqlite3 loops in C; PyMySQL folds it into one multi-row
+   INSERT);
+3. ``records`` takes the ``is_top`` rows under the revision guard, and ``record_revisions``
+   the ``in_history`` rows, each by one ``INSERT ... SELECT`` from the stage.
+
+The guards (spec, Records endpoints: "the client keeps, per record_id, the highest revision";
+snapshot and change pages arrive in any order relative to each other):
+
+- ``records``, SQLite and PostgreSQL: ``ON CONFLICT (merchant_id, record_id) DO UPDATE ...
+  WHERE records.revision < excluded.revision``.  MariaDB's ``ON DUPLICATE KEY UPDATE`` has no
+  WHERE and assigns left to right, each assignment seeing the columns already assigned, so
+  every column is guarded on the *old* revision, ``col = IF(VALUES(revision) > revision,
+  VALUES(col), col)``, and ``revision`` is assigned last.
+- ``record_revisions``: a stored revision is never duplicated nor rewritten, except that one
+  first seen in a snapshot gets the change stream's ``sequence`` and ``changed_at`` when they
+  arrive (they were unknown, not different): ``ON CONFLICT DO UPDATE ... WHERE
+  record_revisions.sequence IS NULL``; on MariaDB both assignments guarded on the old sequence
+  (``changed_at`` first).  ``INSERT IGNORE`` is avoided: it would turn real errors into
+  warnings.
+
+Both merges read the stage ordered by key, so concurrent writers lock rows in the same order
+and cannot deadlock each other.  The statements are compiled once per warehouse for the
+connected dialect (MariaDB's syntax depends on the server).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, Final
+
+from sqlalchemy import Connection, String, bindparam, cast, exc, func, select
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.engine import Dialect
+from sqlalchemy.schema import CreateTable
+from sqlalchemy.sql.dml import Insert
+from sqlalchemy.sql.elements import ColumnElement
+
+from recordsync.warehouse.schema import ID_LENGTH, record_revisions, records
+from recordsync.warehouse.staging import (
+    STAGE_COLUMNS,
+    STAGE_TABLE,
+    StagedRevision,
+    stage,
+    stage_encoder,
+    time_parameter,
+)
+from recordsync.warehouse.types import MYSQL_FAMILY
+
+_RECORD_KEY: Final = ("merchant_id", "record_id")
+_REVISION_KEY: Final = ("merchant_id", "record_id", "revision")
+# Every column a records update replaces; ``revision`` last, which matters on MariaDB.
+_UPDATED: Final = (
+    *(c.name for c in records.columns if c.name not in {*_RECORD_KEY, "revision"}),
+    "revision",
+)
+# The two values every row of a page shares, bound once per statement.
+_PAGE_PARAMETERS: Final = ("merchant_id", "synced_at")
+
+
+def _dialect_insert(backend: str) -> Callable[[Any], Any]:
+    if backend in MYSQL_FAMILY:
+        return mysql.insert
+    if backend == "postgresql":
+        return postgresql.insert
+    if backend == "sqlite":
+        return sqlite.insert
+    raise ValueError(f"no page writer for database backend {backend!r}")
+
+
+def _from_stage(table: Any, backend: str, where: ColumnElement[bool], *order: str) -> Any:
+    """``INSERT INTO table (...) SELECT ... FROM stage WHERE where ORDER BY order``."""
+    names = [column.name for column in table.columns]
+
+    def source(name: str) -> Any:
+        if name == "merchant_id":
+            return cast(bindparam("merchant_id"), String(ID_LENGTH))
+        if name == "synced_at":
+            return bindparam("synced_at")
+        return stage.c[name]
+
+    rows = select(*(source(name) for name in names)).where(where)
+    rows = rows.order_by(*(stage.c[name] for name in order))
+    return _dialect_insert(backend)(table).from_select(names, rows)
+
+
+def build_records_merge(backend: str) -> Insert:
+    """The page's top rows into ``records``; a stored revision never goes down."""
+    statement = _from_stage(records, backend, stage.c.is_top, "record_id")
+    if backend in MYSQL_FAMILY:
+        incoming = statement.inserted
+        newer = incoming.revision > records.c.revision
+        return statement.on_duplicate_key_update(  # type: ignore[no-any-return]
+            [(name, func.if_(newer, incoming[name], records.c[name])) for name in _UPDATED]
+        )
+    return statement.on_conflict_do_update(  # type: ignore[no-any-return]
+        index_elements=[records.c[name] for name in _RECORD_KEY],
+        set_={name: statement.excluded[name] for name in _UPDATED},
+        where=records.c.revision < statement.excluded.revision,
+    )
+
+
+def build_history_merge(backend: str) -> Insert:
+    """The page's revisions into ``record_revisions``; only unknown sequences are filled."""
+    table = record_revisions
+    statement = _from_stage(table, backend, stage.c.in_history, "record_id", "revision")
+    if backend in MYSQL_FAMILY:
+        incoming = statement.inserted
+        unknown = table.c.sequence.is_(None)
+        return statement.on_duplicate_key_update(  # type: ignore[no-any-return]
+            [
+                ("changed_at", func.if_(unknown, incoming.changed_at, table.c.changed_at)),
+                ("sequence", func.coalesce(table.c.sequence, incoming.sequence)),
+            ]
+        )
+    return statement.on_conflict_do_update(  # type: ignore[no-any-return]
+        index_elements=[table.c[name] for name in _REVISION_KEY],
+        set_={"sequence": statement.excluded.sequence, "changed_at": statement.excluded.changed_at},
+        where=table.c.sequence.is_(None) & statement.excluded.sequence.is_not(None),
+    )
+
+
+class _Compiled:
+    """A statement compiled for one dialect, and how to bind the page's shared values."""
+
+    def __init__(self, statement: Any, dialect: Dialect) -> None:
+        compiled = statement.compile(dialect=dialect)
+        self.sql: str = compiled.string
+        names = tuple(compiled.positiontup or ()) if compiled.positional else None
+        if names is not None and set(names) - set(_PAGE_PARAMETERS):
+            raise RuntimeError(f"unexpected parameters {names}")
+        self._names = names
+
+    def parameters(self, shared: dict[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
+        if self._names is None:  # an engine configured with a named paramstyle
+            return shared
+        return tuple(shared[name] for name in self._names)
+
+
+def _stage_insert(dialect: Dialect) -> tuple[str, bool]:
+    """The stage's INSERT and whether it takes the encoders' tuples as they are.
+
+    Positional placeholders must be in the encoders' column order; an engine configured with
+    a named paramstyle gets each row as a dict (correct, if a little slower).
+    """
+    compiled = stage.insert().compile(dialect=dialect)
+    if not compiled.positional:
+        return compiled.string, False
+    if tuple(compiled.positiontup or ()) != STAGE_COLUMNS:
+        raise RuntimeError(f"unexpected parameter order {compiled.positiontup}")
+    return compiled.string, True
+
+
+@contextmanager
+def _driver_errors(conn: Connection, action: str) -> Iterator[None]:
+    """Errors raised by the driver directly (COPY bypasses SQLAlchemy) as SQLAlchemy's own.
+
+    So ``connection.translate_errors`` sees a dropped server as it sees it everywhere else,
+    and a dead connection is invalidated instead of going back to the pool.
+    """
+    dbapi = conn.dialect.loaded_dbapi
+    try:
+        yield
+    except dbapi.Error as error:
+        dbapi_connection = conn.connection.dbapi_connection
+        invalidated = conn.dialect.is_disconnect(error, dbapi_connection, None)
+        if invalidated:
+            conn.invalidate(error)
+        raise exc.DBAPIError.instance(
+            action, None, error, dbapi.Error, connection_invalidated=invalidated
+        ) from error
+
+
+class PageWriter:
+    """Stages a page and merges it into ``records`` and ``record_revisions``.
+
+    Built once per warehouse from the connected dialect; ``write`` runs inside the caller's
+    transaction, which also moves the cursor that covers the page.
+    """
+
+    def __init__(self, dialect: Dialect) -> None:
+        backend = dialect.name
+        self._backend = backend
+        self._encode = stage_encoder(backend)
+        self._time = time_parameter(backend)
+        self._create_stage = str(CreateTable(stage, if_not_exists=True).compile(dialect=dialect))
+        # PostgreSQL empties the stage at every commit (ON COMMIT DELETE ROWS); the others
+        # keep a temporary table's rows for the session, so each page starts by emptying it.
+        self._empty_stage = (
+            None if backend == "postgresql" else str(stage.delete().compile(dialect=dialect))
+        )
+        self._load_stage, self._positional = _stage_insert(dialect)
+        self._copy_stage = f"COPY {STAGE_TABLE} ({', '.join(STAGE_COLUMNS)}) FROM STDIN"
+        self._records_merge = _Compiled(build_records_merge(backend), dialect)
+        self._history_merge = _Compiled(build_history_merge(backend), dialect)
+
+    def write(
+        self,
+        conn: Connection,
+        merchant_id: str,
+        staged: Sequence[StagedRevision],
+        synced_at: datetime,
+    ) -> None:
+        if not staged:
+            return
+        conn.exec_driver_sql(self._create_stage)
+        if self._empty_stage is not None:
+            conn.exec_driver_sql(self._empty_stage)
+        rows = self._encode(staged)
+        if self._backend == "postgresql":
+            self._copy(conn, rows)
+        elif self._positional:
+            conn.exec_driver_sql(self._load_stage, rows)
+        else:
+            named = [dict(zip(STAGE_COLUMNS, row, strict=True)) for row in rows]
+            conn.exec_driver_sql(self._load_stage, named)
+        shared = {"merchant_id": merchant_id, "synced_at": self._time(synced_at)}
+        if any(item.is_top for item in staged):
+            merge = self._records_merge
+            conn.exec_driver_sql(merge.sql, merge.parameters(shared))
+        if any(item.in_history for item in staged):
+            merge = self._history_merge
+            conn.exec_driver_sql(merge.sql, merge.parameters(shared))
+
+    def _copy(self, conn: Connection, rows: list[tuple[Any, ...]]) -> None:
+        """PostgreSQL: the rows by ``COPY``, the cheapest way in for both sides."""
+        with _driver_errors(conn, "COPY into the stage"):
+            driver_connection: Any = conn.connection.dbapi_connection  # psycopg's Connection
+            with driver_connection.cursor() as cursor, cursor.copy(self._copy_stage) as copy:
+                for row in rows:
+                    copy.write_row(row)
