@@ -6,6 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size="${1:-full}"
-for name in budget_utilisation ingest write_path freshness memory peer_dlt; do
+for name in simulator budget_utilisation ingest write_path freshness memory peer_dlt; do
   .venv/bin/python "bench/${name}.py" --size "$size"
 done

@@ -1,0 +1,82 @@
+"""The simulator's own speed, so that the other benchmarks measure recordsync and not it.
+
+It must build a history quickly and serve pages of 1000 records much faster than the
+platform's default limit of 2 requests per second: records pages and record-changes pages per
+second over real loopback HTTP, signed by the project's client with the rate limit lifted,
+everything in one process (the client's parsing included, so the figures are a floor).  These
+were timed assertions in the test suite once; a figure is a benchmark's job, not a test's.
+
+    .venv/bin/python bench/simulator.py [--size tiny|full]
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Final
+
+import harness
+
+from recordsync.budget import RateBudget
+from recordsync.client import PlatformClient
+from recordsync.signing import Secret
+from recordsync.sim import SimConfig, Simulator
+from recordsync.times import floor_ms
+
+SIZES: Final = {"tiny": 5_000, "full": 100_000}  # records in one day of history
+PAGE: Final = 1000
+
+
+def main() -> int:
+    args = harness.arguments(__doc__.splitlines()[0])
+    rounds = SIZES[args.size]
+    report = harness.Report("the simulator's own speed", args.size)
+    report.header()
+    config = SimConfig(history_days=1, rounds_per_day=rounds, record_requests=harness.LIFTED_RATE)
+    started = time.perf_counter()
+    with Simulator(config) as sim:
+        sim.start()
+        report.add(
+            "history built, records per second", rounds / (time.perf_counter() - started), "rec/s"
+        )
+        client = PlatformClient(
+            base_url=sim.base_url,
+            merchant_id=config.merchant_id,
+            secret=Secret(config.secret),
+            budget=RateBudget(harness.LIFTED_RATE, 1),
+        )
+        end = floor_ms(sim.now())
+        start = end - timedelta(hours=24)
+        with client:
+            started = time.perf_counter()
+            pages, page = 1, client.records_first(start, end, limit=PAGE)
+            while page.has_more:
+                page = client.records_next(page.next_cursor, limit=PAGE)
+                pages += 1
+            report.add(
+                "records pages of 1000 per second",
+                pages / (time.perf_counter() - started),
+                "pages/s",
+            )
+            started = time.perf_counter()
+            changes, cursor = 0, None
+            for _ in range(pages):
+                reply = (
+                    client.changes(since=start, limit=PAGE)
+                    if cursor is None
+                    else client.changes(cursor=cursor, limit=PAGE)
+                )
+                changes += 1
+                cursor = reply.next_cursor
+                if not reply.has_more:
+                    break
+            report.add(
+                "record-changes pages per second",
+                changes / (time.perf_counter() - started),
+                "pages/s",
+            )
+    return report.finish(check=args.check)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
