@@ -3,7 +3,8 @@
 Session settings per backend:
 
 - SQLite: WAL, so a ``status`` command can read while the daemon writes; a busy timeout, so a
-  brief lock waits instead of failing; foreign keys on.  The driver's own implicit
+  brief lock waits instead of failing; foreign keys on; a bigger page cache and fewer
+  checkpoints than SQLite's defaults, for the write path.  The driver's own implicit
   transactions are switched off and SQLAlchemy's ``begin`` emits ``BEGIN`` itself (the recipe
   in SQLAlchemy's SQLite dialect notes): reads get a plain deferred ``BEGIN``, writes
   ``BEGIN IMMEDIATE`` so a read-then-write transaction never fails half-way on a lock upgrade.
@@ -28,6 +29,10 @@ SUPPORTED_BACKENDS: Final = frozenset({"sqlite", "postgresql", *MYSQL_FAMILY})
 # Execution option marking a write transaction (SQLite then takes the write lock at BEGIN).
 WRITE_OPTION: Final = "recordsync_write"
 SQLITE_BUSY_TIMEOUT_MS: Final = 30_000
+# Per connection, filled only as pages are read: 32 MiB keeps a backfill's peak memory far
+# below its 150 MB budget (bench/memory.py) and gives most of what 128 MiB gives.
+SQLITE_CACHE_KIB: Final = 32 * 1024
+SQLITE_CHECKPOINT_PAGES: Final = 16_384  # a WAL of up to 64 MiB between checkpoints
 MYSQL_POOL_RECYCLE_S: Final = 3600  # below MariaDB's default wait_timeout of 8 h
 
 
@@ -61,6 +66,11 @@ def _configure_sqlite(engine: Engine) -> None:
         # lose the last commits, rows and cursor together, which the sync simply re-reads.
         cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.execute("PRAGMA foreign_keys = ON")
+        # The records B-tree is keyed by random UUIDs, so every page touches pages all over
+        # it; with SQLite's 2 MiB default cache most of them are re-read, and checkpoints every
+        # 1000 pages write the same hot pages again and again (bench/write_path.py, W2).
+        cursor.execute(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
+        cursor.execute(f"PRAGMA wal_autocheckpoint = {SQLITE_CHECKPOINT_PAGES}")
         cursor.close()
 
     @event.listens_for(engine, "begin")

@@ -103,6 +103,8 @@ SESSION_CHECKS = {
         ("PRAGMA journal_mode", "wal"),
         ("PRAGMA busy_timeout", 30000),
         ("PRAGMA foreign_keys", 1),
+        ("PRAGMA cache_size", -32768),
+        ("PRAGMA wal_autocheckpoint", 16384),
     ],
     "postgresql": [("SELECT 1", 1)],
     "mysql": [
