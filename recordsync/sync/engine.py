@@ -58,6 +58,7 @@ from recordsync.sync.events import SyncObserver
 from recordsync.sync.plan import (
     DEFAULT_SNAPSHOT_OVERLAP,
     describe_windows,
+    hand_out_order,
     highest_sequence,
     plan_windows,
     snapshot_end,
@@ -163,11 +164,11 @@ def _quiet(func: Callable[[], None]) -> Callable[[], None]:
 
 
 class _Snapshot:
-    """The windows of one job still to read, shared by its worker jobs."""
+    """The windows of one job still to read, shared by its worker jobs in hand-out order."""
 
     def __init__(self, pending: Sequence[WindowProgress], workers: int) -> None:
         self.queue: queue.SimpleQueue[WindowProgress] = queue.SimpleQueue()
-        for item in pending:
+        for item in hand_out_order(pending):
             self.queue.put(item)
         self.workers = workers
         self.finished_workers = 0

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from recordsync.models import RecordChange
-from recordsync.state import Window
+from recordsync.state import Window, WindowProgress
 from recordsync.times import MILLISECOND, ceil_ms, floor_ms
 
 MAX_WINDOW = timedelta(hours=24)
@@ -49,6 +49,32 @@ def plan_windows(start: datetime, end: datetime) -> list[Window]:
         windows.append(Window(cursor, window_end))
         cursor = window_end
     return windows
+
+
+def hand_out_order(pending: Iterable[WindowProgress]) -> list[WindowProgress]:
+    """The order in which the snapshot workers take the pending windows: windows already
+    partly read first, then the rest by expected work, the longest first.
+
+    A window is one chain of pages read one after the other, so the job ends when its longest
+    chain still running ends.  Taking the long windows first leaves the short ones (the
+    partial windows at the two ends of a range) for last: the chains still running when the
+    queue is empty finish soon after, and the budget's rate is not left unused while fewer
+    chains remain than a round trip needs to fill it.  Duration is the measure of work (a
+    window is at most 24 h; the records' density is not known before reading them).
+
+    A window with a cursor goes first whatever its length: that cursor is valid 24 h from its
+    first issue (spec, Records endpoints), so leaving it queued behind a long backlog risks a
+    410 and reading the window again from its start.  There are at most as many of them as
+    there were workers when the job stopped, so (at the same concurrency) they all start in
+    the first round and do not change which chains end the job.  Ties go to the earlier start,
+    so the order is the same on every run.
+    """
+
+    def key(item: WindowProgress) -> tuple[bool, timedelta, datetime]:
+        window = item.window
+        return (item.cursor is None, -(window.end - window.start), window.start)
+
+    return sorted(pending, key=key)
 
 
 def highest_sequence(changes: Iterable[RecordChange]) -> str | None:

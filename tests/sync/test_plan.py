@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import itertools
+import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recordsync.state import Window
-from recordsync.sync.plan import MAX_WINDOW, highest_sequence, plan_windows, snapshot_end
+from recordsync.state import Window, WindowProgress
+from recordsync.sync.plan import (
+    MAX_WINDOW,
+    hand_out_order,
+    highest_sequence,
+    plan_windows,
+    snapshot_end,
+)
 from recordsync.times import MILLISECOND
 
 
@@ -97,3 +104,69 @@ def test_highest_sequence_compares_beyond_64_bits() -> None:
     changes = [Change("18446744073709551617"), Change("9"), Change("18446744073709551616")]
     assert highest_sequence(changes) == "18446744073709551617"  # type: ignore[arg-type]
     assert highest_sequence([]) is None
+
+
+def pending(window: Window, cursor: str | None = None) -> WindowProgress:
+    return WindowProgress(
+        merchant_id="m",
+        job="rebuild",
+        window=window,
+        cursor=cursor,
+        cursor_issued_at=None if cursor is None else window.start,
+        done=False,
+        records=0,
+    )
+
+
+def test_hand_out_puts_the_partial_windows_at_the_ends_of_a_range_last() -> None:
+    windows = plan_windows(at("2026-11-17T23:00:00+00:00"), at("2026-11-21T08:00:00+00:00"))
+    first_day, *full_days, last_day = windows
+    order = [item.window for item in hand_out_order([pending(w) for w in windows])]
+    # the full days in date order, then the 8 h end, then the 1 h start
+    assert order == [*full_days, last_day, first_day]
+
+
+def test_hand_out_resumes_partly_read_windows_first_even_short_ones() -> None:
+    short = Window(at("2026-11-17T23:00:00+00:00"), at("2026-11-18T00:00:00+00:00"))
+    day = Window(at("2026-11-18T00:00:00+00:00"), at("2026-11-19T00:00:00+00:00"))
+    resumed_day = Window(at("2026-11-19T00:00:00+00:00"), at("2026-11-20T00:00:00+00:00"))
+    order = hand_out_order([pending(day), pending(short, "c1"), pending(resumed_day, "c2")])
+    assert [item.window for item in order] == [resumed_day, short, day]
+
+
+def test_hand_out_of_nothing_is_nothing() -> None:
+    assert hand_out_order([]) == []
+
+
+windows_of_a_range = st.lists(
+    st.tuples(
+        instants,
+        st.timedeltas(min_value=MILLISECOND, max_value=MAX_WINDOW),
+        st.booleans(),
+    ),
+    max_size=12,
+).map(
+    lambda rows: [
+        pending(Window(start, start + length), "cursor" if resumed else None)
+        for start, length, resumed in rows
+    ]
+)
+
+
+@given(items=windows_of_a_range, seed=st.randoms(use_true_random=False))
+def test_hand_out_is_longest_first_within_resumed_then_fresh_whatever_the_input_order(
+    items: list[WindowProgress], seed: random.Random
+) -> None:
+    order = hand_out_order(items)
+    shuffled = list(items)
+    seed.shuffle(shuffled)
+    assert hand_out_order(shuffled) == order  # deterministic: the input order does not matter
+    assert sorted(order, key=id) == sorted(items, key=id)  # every window handed out once
+    resumed = [item for item in order if item.cursor is not None]
+    assert order[: len(resumed)] == resumed
+    for before, after in itertools.pairwise(order):
+        if (before.cursor is None) != (after.cursor is None):
+            continue
+        longer = before.window.end - before.window.start
+        shorter = after.window.end - after.window.start
+        assert longer > shorter or (longer == shorter and before.window.start <= after.window.start)
