@@ -200,6 +200,27 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+SERVER_PROCESSES: Final = {"postgres": {"postgres"}, "mariadb": {"mariadbd", "mysqld"}}
+
+
+def server_cpu_seconds(backend: str) -> float:
+    """CPU of ``backend``'s server processes on this machine (none for SQLite), reaped
+    children included (a PostgreSQL backend's CPU moves to the postmaster's when it exits):
+    the server's share of a run is the difference between two readings."""
+    names = SERVER_PROCESSES.get(backend, set())
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            name, _, rest = stat.read_text().partition(" (")[2].partition(")")
+        except OSError:  # the process ended meanwhile
+            continue
+        if name in names:
+            fields = rest.split()
+            total += sum(int(value) for value in fields[11:15])
+    return total / ticks
+
+
 def own_cpu_seconds() -> float:
     times = os.times()
     return times.user + times.system

@@ -7,8 +7,8 @@ as ``recordsync backfill`` does (``open_app`` + ``SyncEngine.backfill``).  The b
 plain standard-library client against the same simulator: http.client, hmac, json and sqlite3
 ``executemany`` into a one-index table, one commit per page, no validation.
 
-CPU per record is given for our process and for the simulator's: on two cores the two
-processes share the machine, so every microsecond either spends caps the other.
+CPU per record is given for our process, the simulator's and the database server's: on two
+cores they share the machine, so every microsecond one spends caps the others.
 
     .venv/bin/python bench/ingest.py [--size tiny|full] [--profile sqlite]
 """
@@ -192,9 +192,10 @@ def main() -> int:
         report.note(f"{sim.records:,} records over {history_days} days; simulator pid {sim.pid}")
 
         def measured(name: str, run: Any) -> dict[str, Any]:
-            sim_cpu = sim.cpu_seconds()
+            sim_cpu, db_cpu = sim.cpu_seconds(), harness.server_cpu_seconds(name)
             outcome: dict[str, Any] = run()
             outcome["sim_cpu"] = sim.cpu_seconds() - sim_cpu
+            outcome["db_cpu"] = harness.server_cpu_seconds(name) - db_cpu
             records = outcome["records"]
             if records != sim.records:
                 report.note(f"{name}: {records:,} records stored, expected {sim.records:,}")
@@ -256,6 +257,9 @@ def _cpu_figures(report: harness.Report, name: str, outcome: dict[str, Any]) -> 
     records = max(outcome["records"], 1)
     report.add(f"  {name}: our CPU per record", outcome["cpu"] / records * 1e6, "us")
     report.add(f"  {name}: simulator CPU per record", outcome["sim_cpu"] / records * 1e6, "us")
+    if outcome["db_cpu"]:
+        server = outcome["db_cpu"] / records * 1e6
+        report.add(f"  {name}: database server CPU per record", server, "us")
 
 
 if __name__ == "__main__":
