@@ -13,7 +13,8 @@ The tail starts as soon as the anchor exists and runs alongside the snapshot wit
 on the shared rate budget, so a week-long backfill never leaves today's data a week stale;
 that is safe because the warehouse keeps the highest revision whatever the arrival order.
 Snapshot windows are fetched by a few workers to hide request latency; every request goes
-through the one budget and commits are serialised by one writer lock.  Pages are streamed
+through the one budget and commits are serialised by one writer lock unless the warehouse
+takes concurrent commits (PostgreSQL, ``Warehouse.concurrent_writes``).  Pages are streamed
 and dropped after their commit: memory does not grow with the history.
 
 The work runs as APScheduler jobs, each with one instance and coalescing: the tail drains
@@ -30,6 +31,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import Enum
@@ -199,7 +201,10 @@ class SyncEngine:
         self.stopper = stopper
         self.observer = observer or SyncObserver()
         self.rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
-        self._writer = threading.Lock()
+        # Commits wait for one another unless the warehouse takes them side by side.
+        self._writer: AbstractContextManager[Any] = (
+            nullcontext() if warehouse.concurrent_writes else threading.Lock()
+        )
         self._caught_up = threading.Event()
         self._log = log.bind(merchant_id=options.merchant_id)
 

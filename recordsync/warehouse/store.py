@@ -124,6 +124,19 @@ class Warehouse:
     def keep_revisions(self) -> bool:
         return self._keep_revisions
 
+    @property
+    def concurrent_writes(self) -> bool:
+        """Whether page commits may run side by side, or should wait for one another.
+
+        PostgreSQL: yes.  Each page locks its rows in key order and takes no gap locks, so
+        concurrent pages cannot deadlock, and the server's merge work for one page overlaps
+        the next page's fetch and encoding (bench/README.md, ingest: about a quarter more
+        records per second).  SQLite has one writer at a time anyway (waiting in Python is
+        cheaper than in the busy handler), and MariaDB's REPEATABLE READ gap locks can
+        deadlock upserts into neighbouring keys: both write one page at a time.
+        """
+        return self._engine.dialect.name == "postgresql"
+
     def migrate(self) -> None:
         """Apply every pending Alembic revision (idempotent)."""
         with translate_errors("migrate"):
