@@ -10,6 +10,10 @@ Per page, inside the caller's transaction (``store``):
 3. ``records`` takes the ``is_top`` rows under the revision guard, and ``record_revisions``
    the ``in_history`` rows, each by one ``INSERT ... SELECT`` from the stage.
 
+MariaDB through PyMySQL skips the stage: the same guards in two multi-row ``INSERT ... ON
+DUPLICATE KEY UPDATE`` statements, each value escaped by the driver once (``mariadb_pages``:
+the stage cost the server twice the work there).
+
 The guards (spec, Records endpoints: "the client keeps, per record_id, the highest revision";
 snapshot and change pages arrive in any order relative to each other):
 
@@ -44,6 +48,7 @@ from sqlalchemy.schema import CreateTable
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.elements import ColumnElement
 
+from recordsync.warehouse import mariadb_pages
 from recordsync.warehouse.schema import ID_LENGTH, record_revisions, records
 from recordsync.warehouse.staging import (
     STAGE_COLUMNS,
@@ -189,6 +194,10 @@ class PageWriter:
     def __init__(self, dialect: Dialect) -> None:
         backend = dialect.name
         self._backend = backend
+        # MariaDB through PyMySQL writes without the stage (see mariadb_pages for why).
+        self._direct = (
+            mariadb_pages.MariaDBPageWriter(dialect) if mariadb_pages.supports(dialect) else None
+        )
         self._encode = stage_encoder(backend)
         self._time = time_parameter(backend)
         self._create_stage = str(CreateTable(stage, if_not_exists=True).compile(dialect=dialect))
@@ -210,6 +219,9 @@ class PageWriter:
         synced_at: datetime,
     ) -> None:
         if not staged:
+            return
+        if self._direct is not None:
+            self._direct.write(conn, merchant_id, staged, synced_at)
             return
         conn.exec_driver_sql(self._create_stage)
         if self._empty_stage is not None:
