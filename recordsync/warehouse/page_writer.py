@@ -4,9 +4,8 @@ Per page, inside the caller's transaction (``store``):
 
 1. the session's temporary stage table is created if this connection has none yet, and
    emptied (PostgreSQL empties it at every commit itself: ``ON COMMIT DELETE ROWS``);
-2. the staged rows go in once, encoded once (``staging``): PostgreSQL ``COPY``, SQLite and
-   MariaDB one ``executemany`` (sqlite3 loops in C; PyMySQL folds it into one multi-row
-   INSERT);
+2. the staged rows go in once, encoded once (``staging``): PostgreSQL (psycopg 3) by binary
+   ``COPY`` (``postgres_copy``), otherwise one ``executemany`` (sqlite3 loops in C);
 3. ``records`` takes the ``is_top`` rows under the revision guard, and ``record_revisions``
    the ``in_history`` rows, each by one ``INSERT ... SELECT`` from the stage.
 
@@ -36,12 +35,11 @@ connected dialect (MariaDB's syntax depends on the server).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import Connection, String, bindparam, cast, exc, func, select
+from sqlalchemy import Connection, String, bindparam, cast, func, select
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.schema import CreateTable
@@ -49,10 +47,10 @@ from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.elements import ColumnElement
 
 from recordsync.warehouse import mariadb_pages
+from recordsync.warehouse.postgres_copy import StageCopy
 from recordsync.warehouse.schema import ID_LENGTH, record_revisions, records
 from recordsync.warehouse.staging import (
     STAGE_COLUMNS,
-    STAGE_TABLE,
     StagedRevision,
     stage,
     stage_encoder,
@@ -164,26 +162,6 @@ def _stage_insert(dialect: Dialect) -> tuple[str, bool]:
     return compiled.string, True
 
 
-@contextmanager
-def _driver_errors(conn: Connection, action: str) -> Iterator[None]:
-    """Errors raised by the driver directly (COPY bypasses SQLAlchemy) as SQLAlchemy's own.
-
-    So ``connection.translate_errors`` sees a dropped server as it sees it everywhere else,
-    and a dead connection is invalidated instead of going back to the pool.
-    """
-    dbapi = conn.dialect.loaded_dbapi
-    try:
-        yield
-    except dbapi.Error as error:
-        dbapi_connection = conn.connection.dbapi_connection
-        invalidated = conn.dialect.is_disconnect(error, dbapi_connection, None)
-        if invalidated:
-            conn.invalidate(error)
-        raise exc.DBAPIError.instance(
-            action, None, error, dbapi.Error, connection_invalidated=invalidated
-        ) from error
-
-
 class PageWriter:
     """Stages a page and merges it into ``records`` and ``record_revisions``.
 
@@ -207,7 +185,10 @@ class PageWriter:
             None if backend == "postgresql" else str(stage.delete().compile(dialect=dialect))
         )
         self._load_stage, self._positional = _stage_insert(dialect)
-        self._copy_stage = f"COPY {STAGE_TABLE} ({', '.join(STAGE_COLUMNS)}) FROM STDIN"
+        # PostgreSQL through psycopg 3 loads the stage by binary COPY (see postgres_copy).
+        self._copy = (
+            StageCopy() if backend == "postgresql" and dialect.driver == "psycopg" else None
+        )
         self._records_merge = _Compiled(build_records_merge(backend), dialect)
         self._history_merge = _Compiled(build_history_merge(backend), dialect)
 
@@ -227,8 +208,8 @@ class PageWriter:
         if self._empty_stage is not None:
             conn.exec_driver_sql(self._empty_stage)
         rows = self._encode(staged)
-        if self._backend == "postgresql":
-            self._copy(conn, rows)
+        if self._copy is not None:
+            self._copy.load(conn, rows)
         elif self._positional:
             conn.exec_driver_sql(self._load_stage, rows)
         else:
@@ -241,11 +222,3 @@ class PageWriter:
         if any(item.in_history for item in staged):
             merge = self._history_merge
             conn.exec_driver_sql(merge.sql, merge.parameters(shared))
-
-    def _copy(self, conn: Connection, rows: list[tuple[Any, ...]]) -> None:
-        """PostgreSQL: the rows by ``COPY``, the cheapest way in for both sides."""
-        with _driver_errors(conn, "COPY into the stage"):
-            driver_connection: Any = conn.connection.dbapi_connection  # psycopg's Connection
-            with driver_connection.cursor() as cursor, cursor.copy(self._copy_stage) as copy:
-                for row in rows:
-                    copy.write_row(row)
