@@ -6,10 +6,12 @@ of 2 requests per second, with the simulator adding 0 ms and then 1000 ms to eve
 Utilisation is records/s divided by the ceiling ``max_page_size * record_requests /
 record_seconds`` (1000 * 2 / 1 = 2000 records/s).  Two factors explain it: the request rate
 (requests/s over the budget's rate) and how full the pages are (the last page of each window
-is partial).  The simulator runs in this process: at 2 requests a second it costs next to
-nothing, and its counters prove the limit was never exceeded.  With ``--sim-process`` it runs
-in its own process instead (its arrival stamps then do not wait for our GIL), and the client
-counts the 429s.
+is partial).  The budget spaces requests by the platform's window plus the smaller of the
+rate margin and the round trip (budget.py: an answered request had arrived), so at 0 ms the
+round trip, a few milliseconds, sets the pace; at 1000 ms, the margin.  The simulator runs
+in this process: at 2 requests a second it costs next to nothing, and its counters prove the
+limit was never exceeded.  With ``--sim-process`` it runs in its own process instead (its
+arrival stamps then do not wait for our GIL), and the client counts the 429s.
 
     .venv/bin/python bench/budget_utilisation.py [--size tiny|full] [--concurrency N]
 """
@@ -165,7 +167,7 @@ def main() -> int:
         )
         window = config.record_seconds
         report.add(
-            f"  {latency} ms: most the budget allows (margin {settings.rate_margin} s)",
+            f"  {latency} ms: most the budget allows unanswered (margin {settings.rate_margin} s)",
             window / (window + settings.rate_margin),
             "",
         )

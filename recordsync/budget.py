@@ -5,12 +5,20 @@ The platform allows ``record_requests`` requests per ``record_seconds`` per merc
 every thread of the process, so the snapshot, the tail and background checks never add up to
 more than the platform allows.
 
-The rule is a sliding window over request *starts*: never more than ``requests`` starts in any
-interval of ``seconds + margin``.  The margin exists because the platform counts *arrivals*, not
-our starts: two requests sent exactly ``seconds`` apart can arrive closer together when the
-first one is delayed more on the way (arrival jitter).  Widening our window by ``margin``
-seconds (30 ms by default, well above typical jitter on one path) keeps that from ever turning
-into a 429.
+The platform counts *arrivals* in a sliding window, and we cannot see them; we know when a
+request started (just before it went out) and, once it is answered, that it had arrived by
+then.  So each request is given a latest possible arrival: its start plus ``margin``, or the
+moment its answer came back if that is earlier (the platform decides on a request before it
+answers it).  A new request may start only when fewer than ``requests`` earlier ones could
+still have arrived within the last ``seconds``.  Since a request never arrives before it starts,
+no ``seconds`` of the platform's clock can then hold more than ``requests`` arrivals.
+
+- The margin is the assumption: a request unanswered after ``margin`` seconds (a slow or lost
+  answer) is taken to have arrived within ``margin`` of its start, that is, no request is
+  delayed on its way ``margin`` more than a later one (arrival jitter).  50 ms by default
+  (``RECORDSYNC_RATE_MARGIN``), measured in bench/README.md.
+- A fast answer removes the assumption: with quick round trips, the spacing is the round
+  trip, not the margin, so the budget is used nearly in full without trusting any bound.
 
 A start is the moment the request is handed to the transport, not the moment the budget let the
 caller go: ``acquire`` hands out a ``Slot`` and the client calls ``Slot.stamp()`` right before
@@ -61,13 +69,14 @@ class Slot:
     ``stamp()`` does nothing: a request that started counts whatever happened to it.
     """
 
-    __slots__ = ("_budget", "_cancelled", "acquired_at", "started_at")
+    __slots__ = ("_budget", "_cancelled", "acquired_at", "answered_at", "started_at")
 
     def __init__(self, budget: RateBudget, acquired_at: float) -> None:
         self._budget = budget
         self._cancelled = False
         self.acquired_at = acquired_at
         self.started_at: float | None = None
+        self.answered_at: float | None = None
 
     @property
     def stamped(self) -> bool:
@@ -79,8 +88,15 @@ class Slot:
     def cancel(self) -> None:
         self._budget._cancel(self)  # noqa: SLF001 - the slot is part of the budget
 
+    def answered(self) -> None:
+        """The platform's answer came back: the request had arrived by now."""
+        self._budget._answer(self)  # noqa: SLF001 - the slot is part of the budget
+
     def __repr__(self) -> str:
-        return f"Slot(acquired_at={self.acquired_at!r}, started_at={self.started_at!r})"
+        return (
+            f"Slot(acquired_at={self.acquired_at!r}, started_at={self.started_at!r}, "
+            f"answered_at={self.answered_at!r})"
+        )
 
 
 class RateBudget:
@@ -178,7 +194,7 @@ class RateBudget:
                     # us by priority), stamp, cancel or pause meanwhile.  We re-check after.
                     self._cond.release()
                     try:
-                        self._sleep(delay)
+                        self._sleep(self._pause_for(delay))
                     finally:
                         self._cond.acquire()
             except BaseException:
@@ -213,32 +229,49 @@ class RateBudget:
         if now < self._paused_until:
             return self._paused_until - now
         self._recent = [
-            s for s in self._recent if self._effective_start(s, now) > now - self._horizon
+            s for s in self._recent if self._latest_arrival(s, now) > now - self._horizon
         ]
-        window = self._window
-        starts = sorted(
-            start
-            for start in (self._effective_start(s, now) for s in self._recent)
-            if start > now - window
+        seconds = self._seconds
+        arrivals = sorted(
+            arrival
+            for arrival in (self._latest_arrival(s, now) for s in self._recent)
+            if arrival > now - seconds
         )
-        excess = len(starts) - self._requests + 1
+        excess = len(arrivals) - self._requests + 1
         if excess <= 0:
             return 0.0
-        # The oldest ``excess`` starts must leave the window first.  An unstamped slot counts
-        # as starting now, so waiting for it means at least a full window, as it should.
-        return starts[excess - 1] + window - now
+        # The oldest ``excess`` possible arrivals must leave the window first.  An unstamped
+        # slot counts as starting now, so waiting for it means at least a full window.
+        return arrivals[excess - 1] + seconds - now
 
-    @staticmethod
-    def _effective_start(slot: Slot, now: float) -> float:
-        if slot.started_at is not None:
-            return slot.started_at
-        return min(now, slot.acquired_at + UNSTAMPED_GRACE_SECONDS)
+    def _latest_arrival(self, slot: Slot, now: float) -> float:
+        """The latest moment ``slot``'s request can have reached the platform (see above)."""
+        if slot.started_at is None:
+            return min(now, slot.acquired_at + UNSTAMPED_GRACE_SECONDS) + self._margin
+        latest = slot.started_at + self._margin
+        if slot.answered_at is not None and slot.answered_at < latest:
+            return slot.answered_at
+        return latest
+
+    def _pause_for(self, delay: float) -> float:
+        """How long to sleep before looking again: an answer coming back meanwhile may let the
+        head start up to ``margin`` earlier, so the last ``margin`` is not slept blindly."""
+        if delay > 2 * self._margin:
+            return delay - self._margin
+        return delay
 
     def _stamp(self, slot: Slot) -> None:
         with self._cond:
             if slot.started_at is not None or slot._cancelled:  # noqa: SLF001
                 raise RuntimeError("a slot is stamped once, and never after cancel()")
             slot.started_at = self._clock()
+
+    def _answer(self, slot: Slot) -> None:
+        with self._cond:
+            if slot.started_at is None or slot.answered_at is not None:
+                return  # only a request that went out can be answered, once
+            slot.answered_at = self._clock()
+            self._cond.notify_all()
 
     def _cancel(self, slot: Slot) -> None:
         with self._cond:

@@ -351,6 +351,8 @@ class PlatformClient:
             started = time.perf_counter()
             try:
                 response = self._send(endpoint, request)
+                if slot is not None:
+                    slot.answered()  # it had arrived: the budget may count from now (budget.py)
             except PlatformError:
                 self._observer.on_response(
                     endpoint, None, None, time.perf_counter() - started, None

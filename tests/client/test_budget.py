@@ -332,3 +332,100 @@ def test_a_cold_start_grows_with_a_longer_window_from_capabilities(fake_time):
     second = budget.acquire()
     second.stamp()
     assert second.started_at == pytest.approx(1010.0)
+
+
+# -- answers: a request had arrived by the time its answer came back ----------------------
+
+
+def _send(budget, clock, *, answer_after=None):
+    """Acquire, stamp and (optionally) take the answer ``answer_after`` seconds later."""
+    slot = budget.acquire()
+    slot.stamp()
+    if answer_after is not None:
+        clock.advance(answer_after)
+        slot.answered()
+    return slot
+
+
+def test_a_quick_answer_lets_the_next_request_start_a_window_after_it(fake_time):
+    budget = RateBudget(1, 1.0, margin=0.05, clock=fake_time, sleep=fake_time.sleep)
+    first = _send(budget, fake_time, answer_after=0.01)
+    second = _send(budget, fake_time)
+    assert second.started_at == pytest.approx(first.started_at + 1.01)
+
+
+def test_without_an_answer_the_margin_holds(fake_time):
+    budget = RateBudget(1, 1.0, margin=0.05, clock=fake_time, sleep=fake_time.sleep)
+    first = _send(budget, fake_time)
+    second = _send(budget, fake_time)
+    assert second.started_at == pytest.approx(first.started_at + 1.05)
+
+
+def test_a_slow_answer_never_delays_beyond_the_margin(fake_time):
+    budget = RateBudget(1, 1.0, margin=0.05, clock=fake_time, sleep=fake_time.sleep)
+    first = _send(budget, fake_time, answer_after=0.5)
+    second = _send(budget, fake_time)
+    assert second.started_at == pytest.approx(first.started_at + 1.05)
+
+
+def test_an_answer_coming_in_while_the_next_caller_waits_is_used(fake_time):
+    """Two requests in flight; the third caller starts waiting before either is answered."""
+    budget = RateBudget(2, 1.0, margin=0.05, clock=fake_time, sleep=fake_time.sleep)
+    a, b = _send(budget, fake_time), _send(budget, fake_time)
+
+    def sleep_and_answer(seconds):  # the answers come back while the third caller sleeps
+        fake_time.sleep(seconds)
+        for slot in (a, b):
+            if slot.answered_at is None:
+                slot.answered_at = a.started_at + 0.02  # as if answered 20 ms after sending
+
+    budget._sleep = sleep_and_answer
+    third = budget.acquire()
+    third.stamp()
+    assert third.started_at == pytest.approx(a.started_at + 1.02)
+
+
+def test_answering_an_unsent_or_cancelled_slot_changes_nothing(fake_time):
+    budget = RateBudget(1, 1.0, margin=0.05, clock=fake_time, sleep=fake_time.sleep)
+    slot = budget.acquire()
+    slot.answered()
+    assert slot.answered_at is None
+    slot.cancel()
+    slot.answered()
+    assert slot.answered_at is None
+
+
+def assert_no_window_can_hold_more_arrivals(sent, requests, seconds):
+    """``sent``: (start, latest arrival) per request.  Arrivals lie anywhere in between, so
+    ``requests + 1`` of them fit in ``seconds`` only if some request, and ``requests`` others
+    that started no later, could all still arrive within ``seconds`` before it started."""
+    for start, _ in sent:
+        could = [latest for other, latest in sent if other <= start and latest > start - seconds]
+        assert len(could) <= requests, (start, could)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    requests=st.integers(1, 4),
+    seconds_ms=st.integers(50, 2000),
+    margin_ms=st.integers(0, 100),
+    round_trips_ms=st.lists(st.one_of(st.none(), st.integers(0, 300)), max_size=40),
+)
+def test_property_answers_never_let_more_arrivals_into_a_window(
+    requests, seconds_ms, margin_ms, round_trips_ms
+):
+    """Sequential callers (each waits for its answer, or for none: a lost answer)."""
+    clock = _Clock()
+    margin = margin_ms / 1000
+    budget = RateBudget(requests, seconds_ms / 1000, margin=margin, clock=clock, sleep=clock.sleep)
+    sent = []
+    for round_trip_ms in round_trips_ms:
+        slot = budget.acquire()
+        slot.stamp()
+        latest = slot.started_at + margin
+        if round_trip_ms is not None:
+            clock.now += round_trip_ms / 1000
+            slot.answered()
+            latest = min(latest, slot.answered_at)
+        sent.append((slot.started_at, latest))
+    assert_no_window_can_hold_more_arrivals(sent, requests, seconds_ms / 1000 - EPSILON)
