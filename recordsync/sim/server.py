@@ -41,6 +41,13 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._arrival: float | None = None
+
+    def parse_request(self) -> bool:
+        # Called right after the request line is read: the earliest moment the request is
+        # known to have arrived, before the headers are parsed.
+        self._arrival = self.server.service.monotonic()
+        return super().parse_request()
 
     def _serve(self) -> None:
         service = self.server.service
@@ -48,7 +55,9 @@ class _Handler(BaseHTTPRequestHandler):
         if body is None:
             return
         headers = {name.lower(): value for name, value in self.headers.items()}
-        response = service.handle(Request(self.command, self.path, headers, body))
+        response = service.handle(
+            Request(self.command, self.path, headers, body, arrival=self._arrival)
+        )
         if response.action is Action.RESET:
             self._reset()
             return

@@ -94,6 +94,10 @@ class Request:
     target: str  # the raw request target, exactly as on the request line
     headers: Mapping[str, str]  # names in lower case
     body: bytes = b""
+    # When the request line was read (the service's monotonic clock); None: when ``handle``
+    # is called.  The rate limit counts arrivals, so the server stamps them before parsing
+    # headers and body, which take the GIL and can make a busy process late by milliseconds.
+    arrival: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +155,12 @@ class PlatformService:
 
     # --- the request pipeline ----------------------------------------------------------
 
+    def monotonic(self) -> float:
+        """The clock arrivals are stamped on (the rate limit's window runs on it)."""
+        return self._monotonic()
+
     def handle(self, request: Request) -> Response:
-        arrival = self._monotonic()
+        arrival = self._monotonic() if request.arrival is None else request.arrival
         request_id = self._ids.next()
         path = request.target.partition("?")[0]
         endpoint = ENDPOINTS.get(path, OTHER)

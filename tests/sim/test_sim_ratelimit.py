@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+from urllib.parse import urlsplit
+
 import pytest
 from sim.sim_platform import error_of, small_config
 
+from recordsync.signing import format_timestamp, sign
 from recordsync.sim import ManualClock
 from recordsync.sim.ratelimit import SlidingWindow, retry_after_header
 
@@ -97,3 +103,42 @@ def test_the_real_clock_limits_a_burst(start_sim):
     assert statuses[:2] == [200, 200]
     assert 429 in statuses[2:]
     assert sim.stats().rate_limit_violations >= 1
+
+
+class _WatchedClock:
+    """A ManualClock that says when someone read it: the test waits for the server's stamp."""
+
+    def __init__(self, start: float) -> None:
+        self.clock = ManualClock(start=start)
+        self.read = threading.Event()
+
+    def __call__(self) -> float:
+        now = self.clock()
+        self.read.set()
+        return now
+
+
+def test_an_arrival_is_stamped_when_the_request_line_is_read_not_after_the_headers(start_sim):
+    """A busy server can take a while over the headers; the limit counts the arrival."""
+    monotonic = _WatchedClock(start=1000.0)
+    sim, platform = start_sim(
+        small_config(record_requests=1, record_seconds=10), monotonic=monotonic
+    )
+    assert platform.get_target(CHANGES).status_code == 200  # counted at 1000.0
+    url = urlsplit(sim.base_url)
+    stamp = format_timestamp(time.time())
+    signature = sign(platform.secret, timestamp=stamp, method="GET", target=CHANGES)
+    headers = (
+        f"Host: {url.netloc}\r\nX-Merchant-Id: {platform.merchant_id}\r\n"
+        f"X-Timestamp: {stamp}\r\nX-Signature: {signature}\r\n\r\n"
+    )
+    with socket.create_connection((url.hostname, url.port), timeout=10) as conn:
+        monotonic.clock.set(1009.9)  # still inside the first request's window
+        monotonic.read.clear()
+        conn.sendall(f"GET {CHANGES} HTTP/1.1\r\n".encode())
+        assert monotonic.read.wait(timeout=10), "the server never stamped the request line"
+        monotonic.clock.set(1010.5)  # the headers come after the window has moved on
+        conn.sendall(headers.encode())
+        answer = conn.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 429 "), answer[:80]
+    assert sim.stats().rate_limit_violations == 1
