@@ -24,13 +24,31 @@ from typing import Final
 # (layer, substrings of "function (file" that belong to it), tried in this order per frame.
 LAYERS: Final = (
     ("warehouse: commit", ("do_commit (",)),
+    # PyMySQL's escaping builds the MariaDB statement's literals (mariadb_pages.py): encoding
+    # in pure Python, though it sits in the driver's package.
+    ("warehouse: rows encoded for the driver", ("pymysql/converters.py",)),
     (
         "warehouse: driver executes the statement",
-        ("do_executemany (", "do_execute (", "psycopg/", "pymysql/", "sqlite3/"),
+        (
+            "do_executemany (",
+            "do_execute (",
+            "psycopg/",
+            "psycopg_binary/",
+            "pymysql/",
+            "sqlite3/",
+        ),
     ),
     (
         "warehouse: rows encoded for the driver",
-        ("warehouse/upsert.py", "warehouse/revisions.py", "warehouse/types.py"),
+        (
+            "warehouse/staging.py",
+            "warehouse/mariadb_pages.py",
+            "warehouse/postgres_copy.py",
+            "warehouse/upsert.py",
+            "warehouse/revisions.py",
+            "warehouse/types.py",
+            "warehouse/values.py",
+        ),
     ),
     ("warehouse: transaction and bookkeeping", ("warehouse/", "sqlalchemy/")),
     ("parse + validate (models, money, times)", ("models.py", "money.py", "times.py")),
