@@ -7,6 +7,9 @@ printed.  No HTTP, no simulator CPU: only what one page's transaction costs.
 - ``current``: ``Warehouse.commit_window_page``, exactly as the sync calls it (each page
   staged once, both tables merged from the stage: ``warehouse/page_writer.py``);
 - ``no revision history``: the same with ``keep_revisions=False`` (the share of the history);
+- ``without the BI indexes``: ``current`` after dropping the four secondary indexes of
+  ``records`` (the primary key stays): what building them after a bulk load would save
+  (change request W5 in bench/README.md);
 - SQLite page cache: the same warehouse on an engine whose connections then set another
   ``cache_size`` and ``wal_autocheckpoint``: the evidence for the defaults in
   ``warehouse/connection.py``.
@@ -34,6 +37,7 @@ from recordsync.state import Window
 from recordsync.times import floor_ms
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.connection import create_warehouse_engine
+from recordsync.warehouse.schema import records
 
 SIZES: Final = {"tiny": (0.1, 50_000), "full": (2.0, 100_000)}  # history_days, rounds_per_day
 MERCHANT: Final = "demo-merchant"
@@ -102,6 +106,15 @@ def through_warehouse(warehouse: Warehouse, pages: list[RecordsPage]) -> float:
     return time.perf_counter() - started
 
 
+def without_bi_indexes(url: str, pages: list[RecordsPage]) -> float:
+    warehouse = Warehouse.connect(url)
+    warehouse.migrate()
+    with warehouse.engine.begin() as conn:
+        for index in records.indexes:
+            index.drop(conn)
+    return through_warehouse(warehouse, pages)
+
+
 def with_pragmas(url: str, pragmas: tuple[str, ...]) -> Warehouse:
     engine = create_warehouse_engine(url)
 
@@ -143,6 +156,7 @@ def variants(backend: str) -> list[tuple[str, Callable[[str, list[RecordsPage]],
                 Warehouse.connect(url, keep_revisions=False), pages
             ),
         ),
+        ("without the BI indexes", without_bi_indexes),
     ]
     if backend == "sqlite":
         for label, pragmas in SQLITE_VARIANTS.items():
