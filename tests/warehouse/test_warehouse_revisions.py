@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 from sqlalchemy import event
-from warehouse.warehouse_samples import MERCHANT, T0, make_record, windows
+from warehouse.warehouse_samples import MERCHANT, T0, make_change, make_record, windows
 
 from recordsync.models import Record, RecordChange
 from recordsync.state import REBUILD_JOB
@@ -16,16 +16,6 @@ from recordsync.warehouse import Warehouse
 from recordsync.warehouse.revisions import SeenRevision, seen_revisions
 
 WINDOW = windows(1)[0]
-
-
-def change(record: Record, sequence: int) -> RecordChange:
-    return RecordChange(
-        sequence=str(sequence),
-        record_id=record.record_id,
-        revision=record.revision,
-        changed_at=record.updated_at + timedelta(milliseconds=5),
-        record=record,
-    )
 
 
 def start(store: Warehouse) -> Warehouse:
@@ -89,20 +79,20 @@ def test_a_snapshot_page_brings_its_records_without_sequence_ordered_by_key():
 
 def test_a_change_page_brings_every_revision_once_with_its_first_sequence():
     r1, r2 = make_record("a", 1), make_record("a", 2)
-    changes = [change(r2, 11), change(r1, 10), change(r2, 12)]
+    changes = [make_change(r2, 11), make_change(r1, 10), make_change(r2, 12)]
     seen = seen_revisions([r2], changes)
     assert [(s.record.revision, s.sequence) for s in seen] == [(1, "10"), (2, "11")]
     assert seen[0].changed_at == changes[1].changed_at
 
 
 def test_revisions_the_columns_cannot_hold_are_left_out():
-    fitting = change(make_record("ok"), 2)
-    seen = seen_revisions([], [change(make_record("x" * 300), 1), fitting])
+    fitting = make_change(make_record("ok"), 2)
+    seen = seen_revisions([], [make_change(make_record("x" * 300), 1), fitting])
     assert seen == [SeenRevision(fitting.record, "2", fitting.changed_at)]
 
 
 def test_a_sequence_too_long_for_its_column_is_dropped_not_fatal():
-    seen = seen_revisions([], [replace(change(make_record(), 1), sequence="9" * 5000)])
+    seen = seen_revisions([], [replace(make_change(make_record(), 1), sequence="9" * 5000)])
     assert seen[0].sequence is None
     assert seen[0].changed_at is not None
 
@@ -124,7 +114,7 @@ def test_a_snapshot_page_appends_its_revisions_without_sequence(rebuilding):
 
 def test_a_change_page_appends_every_revision_even_those_the_upsert_collapses(rebuilding):
     revisions = [make_record("a", n, payout_amount=Decimal(n)) for n in (1, 2, 3)]
-    tail_page(rebuilding, *(change(r, 100 + r.revision) for r in revisions))
+    tail_page(rebuilding, *(make_change(r, 100 + r.revision) for r in revisions))
     assert history(rebuilding) == [("a", 1, "101"), ("a", 2, "102"), ("a", 3, "103")]
     rows = rebuilding.fetch_revisions(MERCHANT, "a")
     assert [row["payout_amount"] for row in rows] == [Decimal(1), Decimal(2), Decimal(3)]
@@ -133,7 +123,7 @@ def test_a_change_page_appends_every_revision_even_those_the_upsert_collapses(re
 
 
 def test_the_same_page_twice_appends_nothing_and_rewrites_nothing(rebuilding):
-    page = [change(make_record("a", 1), 7), change(make_record("a", 2), 8)]
+    page = [make_change(make_record("a", 1), 7), make_change(make_record("a", 2), 8)]
     tail_page(rebuilding, *page)
     first = rebuilding.fetch_revisions(MERCHANT)
     tail_page(rebuilding, *page)
@@ -144,7 +134,7 @@ def test_the_same_page_twice_appends_nothing_and_rewrites_nothing(rebuilding):
 def test_a_revision_seen_in_a_snapshot_gets_its_sequence_from_the_change_stream(rebuilding):
     snapshot_page(rebuilding, make_record("a", 2))
     synced = rebuilding.fetch_revisions(MERCHANT)[0]["synced_at"]
-    stream = change(make_record("a", 2), 42)
+    stream = make_change(make_record("a", 2), 42)
     tail_page(rebuilding, stream)
     (row,) = rebuilding.fetch_revisions(MERCHANT)
     assert (row["sequence"], row["changed_at"]) == ("42", stream.changed_at)
@@ -152,24 +142,24 @@ def test_a_revision_seen_in_a_snapshot_gets_its_sequence_from_the_change_stream(
 
 
 def test_a_revision_seen_in_the_change_stream_keeps_its_sequence_after_a_snapshot(rebuilding):
-    tail_page(rebuilding, change(make_record("a", 2), 42))
+    tail_page(rebuilding, make_change(make_record("a", 2), 42))
     snapshot_page(rebuilding, make_record("a", 2))
-    tail_page(rebuilding, change(make_record("a", 2), 43))  # a repeat with a later sequence
+    tail_page(rebuilding, make_change(make_record("a", 2), 43))  # a repeat with a later sequence
     assert history(rebuilding) == [("a", 2, "42")]
 
 
 def test_a_tail_page_without_its_changes_records_the_collapsed_records(rebuilding):
     tail_page(
         rebuilding,
-        change(make_record("a", 1), 1),
-        change(make_record("a", 2), 2),
+        make_change(make_record("a", 1), 1),
+        make_change(make_record("a", 2), 2),
         with_changes=False,
     )
     assert history(rebuilding) == [("a", 2, None)]
 
 
 def test_unstorable_records_are_quarantined_and_absent_from_the_history(rebuilding):
-    tail_page(rebuilding, change(make_record("x" * 300), 1), change(make_record("ok"), 2))
+    tail_page(rebuilding, make_change(make_record("x" * 300), 1), make_change(make_record("ok"), 2))
     assert history(rebuilding) == [("ok", 1, "2")]
     assert rebuilding.status(MERCHANT).quarantined == 1
 
@@ -192,7 +182,7 @@ def test_revisions_are_kept_per_merchant(rebuilding):
         last_sequence="1",
         projection_as_of=None,
         position="c",
-        changes=[change(make_record("a", 1), 1)],
+        changes=[make_change(make_record("a", 1), 1)],
     )
     assert history(rebuilding) == [("a", 1, None)]
     assert [row["sequence"] for row in rebuilding.fetch_revisions("merchant-2")] == ["1"]
@@ -211,7 +201,7 @@ def test_keep_revisions_off_writes_no_history_and_never_touches_the_table(wareho
         )
         start(store)
         snapshot_page(store, make_record("a", 1))
-        tail_page(store, change(make_record("a", 2), 5))
+        tail_page(store, make_change(make_record("a", 2), 5))
         assert store.fetch_records(MERCHANT)["a"]["revision"] == 2
         assert store.fetch_revisions(MERCHANT) == []
     finally:

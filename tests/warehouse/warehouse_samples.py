@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from recordsync.models import Record
+from recordsync.models import Record, RecordChange
 from recordsync.state import Window
 
 MERCHANT = "merchant-1"
@@ -34,6 +34,17 @@ def make_record(record_id: str = "rec-1", revision: int = 1, **changes: Any) -> 
         updated_at=T0 + timedelta(minutes=1, seconds=revision % 1000),
     )
     return replace(record, **changes)
+
+
+def make_change(record: Record, sequence: int) -> RecordChange:
+    """The change that brought ``record``, 5 ms after its update."""
+    return RecordChange(
+        sequence=str(sequence),
+        record_id=record.record_id,
+        revision=record.revision,
+        changed_at=record.updated_at + timedelta(milliseconds=5),
+        record=record,
+    )
 
 
 def windows(count: int, start: datetime = T0 - 3 * DAY) -> list[Window]:
