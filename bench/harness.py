@@ -30,9 +30,11 @@ ROOT: Final = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere: import the working tree
     sys.path.insert(0, str(ROOT))
 
-from recordsync.settings import Settings  # noqa: E402 - after the path fix above
+from recordsync.budget import RateBudget  # noqa: E402 - after the path fix above
+from recordsync.client import PlatformClient  # noqa: E402
+from recordsync.settings import Settings  # noqa: E402
 from recordsync.signing import Secret  # noqa: E402
-from recordsync.sim import DEMO_MERCHANT_ID, DEMO_SECRET  # noqa: E402
+from recordsync.sim import DEMO_MERCHANT_ID, DEMO_SECRET, Simulator  # noqa: E402
 
 SIZES: Final = ("tiny", "full")
 BACKENDS: Final = ("sqlite", "postgres", "mariadb")
@@ -280,6 +282,16 @@ def mariadb_buffer_pool(mib: int) -> Iterator[None]:
 
 
 # -- recordsync's settings and environment for a simulator -----------------------------------
+
+
+def lifted_client(sim: Simulator) -> PlatformClient:
+    """The platform client for an in-process simulator, its budget as lifted as the limit."""
+    return PlatformClient(
+        base_url=sim.base_url,
+        merchant_id=sim.config.merchant_id,
+        secret=Secret(sim.config.secret),
+        budget=RateBudget(LIFTED_RATE, 1),
+    )
 
 
 def settings_for(

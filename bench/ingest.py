@@ -206,6 +206,22 @@ def main() -> int:
             outcome["rate"] = records / outcome["seconds"]
             return outcome
 
+        def backfilled(
+            backend: str, url: str, profile: Path | None = None, **options: Any
+        ) -> dict[str, Any]:
+            return measured(
+                backend,
+                lambda: recordsync_backfill(
+                    sim.base_url,
+                    url,
+                    start,
+                    end,
+                    concurrency=args.concurrency,
+                    profile=profile,
+                    **options,
+                ),
+            )
+
         baseline = measured("baseline", lambda: stdlib_baseline(sim.base_url, start, end))
         report.add("stdlib baseline (json + sqlite3), records/s", baseline["rate"], "rec/s")
         _cpu_figures(report, "stdlib baseline", baseline)
@@ -214,17 +230,7 @@ def main() -> int:
             if backend in args.profile.split(","):
                 profile = Path(tempfile.gettempdir()) / f"recordsync-ingest-{backend}.txt"
             with harness.database(backend) as url:
-                outcome = measured(
-                    backend,
-                    lambda url=url, profile=profile: recordsync_backfill(
-                        sim.base_url,
-                        url,
-                        start,
-                        end,
-                        concurrency=args.concurrency,
-                        profile=profile,
-                    ),
-                )
+                outcome = backfilled(backend, url, profile)
             target = TARGETS[backend]
             report.add(
                 f"recordsync -> {backend}, records/s",
@@ -236,33 +242,12 @@ def main() -> int:
             _cpu_figures(report, f"recordsync -> {backend}", outcome)
             if args.without_history:
                 with harness.database(backend) as url:
-                    bare = measured(
-                        backend,
-                        lambda url=url: recordsync_backfill(
-                            sim.base_url,
-                            url,
-                            start,
-                            end,
-                            concurrency=args.concurrency,
-                            profile=None,
-                            keep_revisions=False,
-                        ),
-                    )
+                    bare = backfilled(backend, url, keep_revisions=False)
                 report.add(f"  {backend} without the revision history", bare["rate"], "rec/s")
             if backend == "mariadb" and args.mariadb_buffer_pool_mib:
                 mib = args.mariadb_buffer_pool_mib
                 with harness.mariadb_buffer_pool(mib), harness.database(backend) as url:
-                    sized = measured(
-                        backend,
-                        lambda url=url: recordsync_backfill(
-                            sim.base_url,
-                            url,
-                            start,
-                            end,
-                            concurrency=args.concurrency,
-                            profile=None,
-                        ),
-                    )
+                    sized = backfilled(backend, url)
                 report.add(
                     f"  mariadb with a {mib} MiB buffer pool, records/s",
                     sized["rate"],

@@ -17,9 +17,6 @@ from typing import Final
 
 import harness
 
-from recordsync.budget import RateBudget
-from recordsync.client import PlatformClient
-from recordsync.signing import Secret
 from recordsync.sim import SimConfig, Simulator
 from recordsync.times import floor_ms
 
@@ -39,12 +36,7 @@ def main() -> int:
         report.add(
             "history built, records per second", rounds / (time.perf_counter() - started), "rec/s"
         )
-        client = PlatformClient(
-            base_url=sim.base_url,
-            merchant_id=config.merchant_id,
-            secret=Secret(config.secret),
-            budget=RateBudget(harness.LIFTED_RATE, 1),
-        )
+        client = harness.lifted_client(sim)
         end = floor_ms(sim.now())
         start = end - timedelta(hours=24)
         with client:

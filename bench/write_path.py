@@ -28,10 +28,7 @@ from typing import Any, Final
 import harness
 from sqlalchemy import create_engine, event, pool, text
 
-from recordsync.budget import RateBudget
-from recordsync.client import PlatformClient
 from recordsync.models import RecordsPage
-from recordsync.signing import Secret
 from recordsync.sim import SimConfig, Simulator
 from recordsync.state import Window
 from recordsync.times import floor_ms
@@ -60,12 +57,7 @@ def rendered_pages(history_days: float, rounds_per_day: int) -> list[RecordsPage
     pages = []
     with Simulator(config) as sim:
         sim.start()
-        client = PlatformClient(
-            base_url=sim.base_url,
-            merchant_id=config.merchant_id,
-            secret=Secret(config.secret),
-            budget=RateBudget(harness.LIFTED_RATE, 1),
-        )
+        client = harness.lifted_client(sim)
         end = floor_ms(sim.now())
         start = end - timedelta(days=history_days, hours=1)
         with client:
