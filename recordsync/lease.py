@@ -49,10 +49,10 @@ from urllib.parse import unquote, urlsplit
 
 import structlog
 from sqlalchemy import Connection, Engine, create_engine, pool, text
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL
 
 from recordsync.errors import ConfigurationError, WarehouseUnavailableError
-from recordsync.warehouse.connection import translate_errors
+from recordsync.warehouse.connection import translate_errors, warehouse_url
 from recordsync.warehouse.types import MYSQL_FAMILY
 
 DEFAULT_POLL: Final = 5.0
@@ -230,7 +230,7 @@ def acquire_lease(
 
 
 def _lock_for(warehouse: str | URL | Engine, merchant_id: str, *, lease_seconds: int) -> _Lock:
-    url = warehouse.url if isinstance(warehouse, Engine) else make_url(warehouse)
+    url = warehouse.url if isinstance(warehouse, Engine) else warehouse_url(warehouse)
     backend = url.get_backend_name()
     if backend == "sqlite":
         path = _sqlite_file(url)

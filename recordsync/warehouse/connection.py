@@ -11,6 +11,12 @@ Session settings per backend:
 - MariaDB: utf8mb4 and ``time_zone = '+00:00'`` on every new connection.
 - Every backend: ``pool_pre_ping``, so a connection the server dropped while idle is replaced
   instead of failing the next page.
+
+The server databases are written through the drivers recordsync ships with (the ``postgres``
+and ``mysql`` extras), whose bulk paths the page writers use: psycopg 3's binary ``COPY`` and
+PyMySQL's escaping (``page_writer``).  A URL without a driver (``postgresql://``,
+``mariadb://``) gets that driver instead of SQLAlchemy's default (psycopg2, mysqlclient,
+neither installed); a URL naming another driver is refused with the one to use.
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ from typing import Any, Final
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import URL, Connection, make_url
 
-from recordsync.errors import WarehouseUnavailableError
+from recordsync.errors import ConfigurationError, WarehouseUnavailableError
 from recordsync.warehouse.types import MYSQL_FAMILY
 
 SUPPORTED_BACKENDS: Final = frozenset({"sqlite", "postgresql", *MYSQL_FAMILY})
+# The driver each server database is written through (see above).
+WRITER_DRIVERS: Final = {"postgresql": "psycopg", **dict.fromkeys(MYSQL_FAMILY, "pymysql")}
 # Execution option marking a write transaction (SQLite then takes the write lock at BEGIN).
 WRITE_OPTION: Final = "recordsync_write"
 SQLITE_BUSY_TIMEOUT_MS: Final = 30_000
@@ -38,7 +46,7 @@ MYSQL_POOL_RECYCLE_S: Final = 3600  # below MariaDB's default wait_timeout of 8 
 
 def create_warehouse_engine(url: str | URL, **kwargs: Any) -> Engine:
     """``create_engine`` with the session settings above; ``kwargs`` go to ``create_engine``."""
-    parsed = make_url(url)
+    parsed = warehouse_url(url)
     backend = parsed.get_backend_name()
     options: dict[str, Any] = {"pool_pre_ping": True, **kwargs}
     if backend != "sqlite":
@@ -53,6 +61,26 @@ def create_warehouse_engine(url: str | URL, **kwargs: Any) -> Engine:
     elif backend in MYSQL_FAMILY:
         _configure_mysql(engine)
     return engine
+
+
+def warehouse_url(url: str | URL) -> URL:
+    """``url`` with the driver recordsync writes through; another named driver is refused."""
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend in WRITER_DRIVERS and "+" not in parsed.drivername:
+        parsed = parsed.set(drivername=f"{backend}+{WRITER_DRIVERS[backend]}")
+    check_driver(backend, parsed.get_driver_name())
+    return parsed
+
+
+def check_driver(backend: str, driver: str) -> None:
+    """Refuse a server database reached through a driver recordsync does not write through."""
+    wanted = WRITER_DRIVERS.get(backend)
+    if wanted is not None and driver != wanted:
+        raise ConfigurationError(
+            f"{backend} warehouses are written through {wanted}: use a {backend}+{wanted}:// "
+            f"URL (or {backend}://), not {backend}+{driver}://"
+        )
 
 
 def _configure_sqlite(engine: Engine) -> None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, Final
 
@@ -42,7 +42,7 @@ from sqlalchemy.engine import Dialect
 
 from recordsync.warehouse.schema import record_revisions, records
 from recordsync.warehouse.staging import StagedRevision
-from recordsync.warehouse.types import aware_utc, money_units
+from recordsync.warehouse.types import money_units, mysql_time_text
 
 _AMOUNTS: Final = ("bet", "refund", "payout", "net")
 # The row formatter below writes the tables' columns in this order: merchant_id, the columns
@@ -73,11 +73,6 @@ _INSERT_VALUES: Final = re.compile(  # a pattern for compiled SQL, not a query:
 _LITERAL_SQL: Final = {"no_parameters": True}
 
 Quote = Callable[[str], str]
-
-
-def supports(dialect: Dialect) -> bool:
-    """Whether this writer serves ``dialect``: the MySQL family through PyMySQL."""
-    return dialect.name in {"mysql", "mariadb"} and dialect.driver == "pymysql"
 
 
 def _records_upsert() -> Any:
@@ -116,9 +111,7 @@ def _split(statement: Any, dialect: Dialect, columns: tuple[str, ...]) -> tuple[
 
 def _time(value: datetime) -> str:
     """``'2024-03-01 00:01:00.000000'``: a DATETIME(6) literal in UTC (``types``)."""
-    if value.tzinfo is not UTC:
-        value = aware_utc(value)
-    return f"'{value.replace(tzinfo=None).isoformat(' ', 'microseconds')}'"
+    return f"'{mysql_time_text(value)}'"
 
 
 def _quote_for(dbapi_connection: Any) -> Quote:

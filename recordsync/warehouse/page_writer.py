@@ -1,52 +1,47 @@
 """Writing a page: stage its revisions once, then merge them into both tables under the guards.
 
-Per page, inside the caller's transaction (``store``):
+Per page, inside the caller's transaction (``store``), on SQLite and PostgreSQL:
 
 1. the session's temporary stage table is created if this connection has none yet, and
    emptied (PostgreSQL empties it at every commit itself: ``ON COMMIT DELETE ROWS``);
-2. the staged rows go in once, encoded once (``staging``): PostgreSQL (psycopg 3) by binary
-   ``COPY`` (``postgres_copy``), otherwise one ``executemany`` (sqlite3 loops in C);
+2. the staged rows go in once, encoded once (``staging``): PostgreSQL by psycopg 3's binary
+   ``COPY`` (``postgres_copy``), SQLite by one ``executemany`` (sqlite3 loops in C);
 3. ``records`` takes the ``is_top`` rows under the revision guard, and ``record_revisions``
    the ``in_history`` rows, each by one ``INSERT ... SELECT`` from the stage.
 
-MariaDB through PyMySQL skips the stage: the same guards in two multi-row ``INSERT ... ON
-DUPLICATE KEY UPDATE`` statements, each value escaped by the driver once (``mariadb_pages``:
-the stage cost the server twice the work there).
+MariaDB skips the stage (``mariadb_pages``: it cost the server twice the work there): the
+same guards in two multi-row ``INSERT ... ON DUPLICATE KEY UPDATE`` statements, each value
+escaped by PyMySQL once.  ``page_writer_for`` picks the writer for the connected dialect.
 
 The guards (spec, Records endpoints: "the client keeps, per record_id, the highest revision";
 snapshot and change pages arrive in any order relative to each other):
 
-- ``records``, SQLite and PostgreSQL: ``ON CONFLICT (merchant_id, record_id) DO UPDATE ...
-  WHERE records.revision < excluded.revision``.  MariaDB's ``ON DUPLICATE KEY UPDATE`` has no
-  WHERE and assigns left to right, each assignment seeing the columns already assigned, so
-  every column is guarded on the *old* revision, ``col = IF(VALUES(revision) > revision,
-  VALUES(col), col)``, and ``revision`` is assigned last.
+- ``records``: ``ON CONFLICT (merchant_id, record_id) DO UPDATE ... WHERE records.revision <
+  excluded.revision``;
 - ``record_revisions``: a stored revision is never duplicated nor rewritten, except that one
   first seen in a snapshot gets the change stream's ``sequence`` and ``changed_at`` when they
   arrive (they were unknown, not different): ``ON CONFLICT DO UPDATE ... WHERE
-  record_revisions.sequence IS NULL``; on MariaDB both assignments guarded on the old sequence
-  (``changed_at`` first).  ``INSERT IGNORE`` is avoided: it would turn real errors into
-  warnings.
+  record_revisions.sequence IS NULL``.
 
 Both merges read the stage ordered by key, so concurrent writers lock rows in the same order
 and cannot deadlock each other.  The statements are compiled once per warehouse for the
-connected dialect (MariaDB's syntax depends on the server).
+connected dialect.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-from sqlalchemy import Connection, String, bindparam, cast, func, select
-from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy import Connection, String, bindparam, cast, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.schema import CreateTable
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.elements import ColumnElement
 
-from recordsync.warehouse import mariadb_pages
+from recordsync.warehouse.mariadb_pages import MariaDBPageWriter
 from recordsync.warehouse.postgres_copy import StageCopy
 from recordsync.warehouse.schema import ID_LENGTH, record_revisions, records
 from recordsync.warehouse.staging import (
@@ -60,7 +55,7 @@ from recordsync.warehouse.types import MYSQL_FAMILY
 
 _RECORD_KEY: Final = ("merchant_id", "record_id")
 _REVISION_KEY: Final = ("merchant_id", "record_id", "revision")
-# Every column a records update replaces; ``revision`` last, which matters on MariaDB.
+# Every column a records update replaces.
 _UPDATED: Final = (
     *(c.name for c in records.columns if c.name not in {*_RECORD_KEY, "revision"}),
     "revision",
@@ -69,14 +64,30 @@ _UPDATED: Final = (
 _PAGE_PARAMETERS: Final = ("merchant_id", "synced_at")
 
 
+class PageWriter(Protocol):
+    def write(
+        self,
+        conn: Connection,
+        merchant_id: str,
+        staged: Sequence[StagedRevision],
+        synced_at: datetime,
+    ) -> None:
+        """Write the page's staged revisions inside the caller's transaction."""
+
+
+def page_writer_for(dialect: Dialect) -> PageWriter:
+    """The writer for ``dialect``; the driver is the one ``connection`` insists on."""
+    if dialect.name in MYSQL_FAMILY:
+        return MariaDBPageWriter(dialect)
+    return StagePageWriter(dialect)
+
+
 def _dialect_insert(backend: str) -> Callable[[Any], Any]:
-    if backend in MYSQL_FAMILY:
-        return mysql.insert
     if backend == "postgresql":
         return postgresql.insert
     if backend == "sqlite":
         return sqlite.insert
-    raise ValueError(f"no page writer for database backend {backend!r}")
+    raise ValueError(f"no stage writer for database backend {backend!r}")
 
 
 def _from_stage(table: Any, backend: str, where: ColumnElement[bool], *order: str) -> Any:
@@ -98,12 +109,6 @@ def _from_stage(table: Any, backend: str, where: ColumnElement[bool], *order: st
 def build_records_merge(backend: str) -> Insert:
     """The page's top rows into ``records``; a stored revision never goes down."""
     statement = _from_stage(records, backend, stage.c.is_top, "record_id")
-    if backend in MYSQL_FAMILY:
-        incoming = statement.inserted
-        newer = incoming.revision > records.c.revision
-        return statement.on_duplicate_key_update(  # type: ignore[no-any-return]
-            [(name, func.if_(newer, incoming[name], records.c[name])) for name in _UPDATED]
-        )
     return statement.on_conflict_do_update(  # type: ignore[no-any-return]
         index_elements=[records.c[name] for name in _RECORD_KEY],
         set_={name: statement.excluded[name] for name in _UPDATED},
@@ -115,15 +120,6 @@ def build_history_merge(backend: str) -> Insert:
     """The page's revisions into ``record_revisions``; only unknown sequences are filled."""
     table = record_revisions
     statement = _from_stage(table, backend, stage.c.in_history, "record_id", "revision")
-    if backend in MYSQL_FAMILY:
-        incoming = statement.inserted
-        unknown = table.c.sequence.is_(None)
-        return statement.on_duplicate_key_update(  # type: ignore[no-any-return]
-            [
-                ("changed_at", func.if_(unknown, incoming.changed_at, table.c.changed_at)),
-                ("sequence", func.coalesce(table.c.sequence, incoming.sequence)),
-            ]
-        )
     return statement.on_conflict_do_update(  # type: ignore[no-any-return]
         index_elements=[table.c[name] for name in _REVISION_KEY],
         set_={"sequence": statement.excluded.sequence, "changed_at": statement.excluded.changed_at},
@@ -162,8 +158,9 @@ def _stage_insert(dialect: Dialect) -> tuple[str, bool]:
     return compiled.string, True
 
 
-class PageWriter:
-    """Stages a page and merges it into ``records`` and ``record_revisions``.
+class StagePageWriter:
+    """Stages a page and merges it into ``records`` and ``record_revisions`` (SQLite,
+    PostgreSQL).
 
     Built once per warehouse from the connected dialect; ``write`` runs inside the caller's
     transaction, which also moves the cursor that covers the page.
@@ -171,24 +168,17 @@ class PageWriter:
 
     def __init__(self, dialect: Dialect) -> None:
         backend = dialect.name
-        self._backend = backend
-        # MariaDB through PyMySQL writes without the stage (see mariadb_pages for why).
-        self._direct = (
-            mariadb_pages.MariaDBPageWriter(dialect) if mariadb_pages.supports(dialect) else None
-        )
         self._encode = stage_encoder(backend)
         self._time = time_parameter(backend)
         self._create_stage = str(CreateTable(stage, if_not_exists=True).compile(dialect=dialect))
-        # PostgreSQL empties the stage at every commit (ON COMMIT DELETE ROWS); the others
-        # keep a temporary table's rows for the session, so each page starts by emptying it.
+        # PostgreSQL empties the stage at every commit (ON COMMIT DELETE ROWS) and loads it by
+        # binary COPY; SQLite keeps a temporary table's rows for the session, so each page
+        # starts by emptying it, and loads it by executemany.
+        self._copy = StageCopy() if backend == "postgresql" else None
         self._empty_stage = (
-            None if backend == "postgresql" else str(stage.delete().compile(dialect=dialect))
+            None if self._copy is not None else str(stage.delete().compile(dialect=dialect))
         )
         self._load_stage, self._positional = _stage_insert(dialect)
-        # PostgreSQL through psycopg 3 loads the stage by binary COPY (see postgres_copy).
-        self._copy = (
-            StageCopy() if backend == "postgresql" and dialect.driver == "psycopg" else None
-        )
         self._records_merge = _Compiled(build_records_merge(backend), dialect)
         self._history_merge = _Compiled(build_history_merge(backend), dialect)
 
@@ -200,9 +190,6 @@ class PageWriter:
         synced_at: datetime,
     ) -> None:
         if not staged:
-            return
-        if self._direct is not None:
-            self._direct.write(conn, merchant_id, staged, synced_at)
             return
         conn.exec_driver_sql(self._create_stage)
         if self._empty_stage is not None:

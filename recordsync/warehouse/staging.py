@@ -30,10 +30,8 @@ from recordsync.models import Record, RecordChange
 from recordsync.warehouse.revisions import seen_revisions
 from recordsync.warehouse.schema import record_revisions
 from recordsync.warehouse.types import (
-    MYSQL_FAMILY,
     aware_utc,
     money_units,
-    mysql_time_text,
     sqlite_time_text,
 )
 
@@ -147,13 +145,12 @@ def _as_is(amount: Decimal) -> Decimal:
     return amount
 
 
-# psycopg binds aware datetimes to TIMESTAMPTZ itself (aware_utc only refuses naive ones);
-# for DATETIME(6), a UTC literal is what PyMySQL escapes fastest.
-# SQLite keeps the decimal string as sent (see ``types``); the other drivers take Decimal.
+# psycopg binds aware datetimes to TIMESTAMPTZ itself (aware_utc only refuses naive ones) and
+# Decimal to NUMERIC; SQLite keeps the decimal string as sent (see ``types``).  MariaDB has no
+# stage (``mariadb_pages``).
 _ENCODERS: Final[dict[str, StageEncoder]] = {
     "sqlite": _encoder(sqlite_time_text, str),
     "postgresql": _encoder(aware_utc, _as_is),
-    **dict.fromkeys(MYSQL_FAMILY, _encoder(mysql_time_text, _as_is)),
 }
 
 
@@ -169,6 +166,4 @@ def time_parameter(backend: str) -> Callable[[datetime], Any]:
     """How ``backend`` takes a time bound as a statement parameter (``synced_at``)."""
     if backend == "sqlite":
         return sqlite_time_text
-    if backend in MYSQL_FAMILY:
-        return mysql_time_text
     return aware_utc

@@ -37,11 +37,12 @@ from recordsync.warehouse import summaries
 from recordsync.warehouse.connection import (
     SUPPORTED_BACKENDS,
     WRITE_OPTION,
+    check_driver,
     create_warehouse_engine,
     translate_errors,
 )
 from recordsync.warehouse.migrate import upgrade as upgrade_schema
-from recordsync.warehouse.page_writer import PageWriter
+from recordsync.warehouse.page_writer import PageWriter, page_writer_for
 from recordsync.warehouse.schema import (
     quarantined_records,
     record_revisions,
@@ -94,6 +95,7 @@ class Warehouse:
             raise ConfigurationError(
                 f"unsupported warehouse database {backend!r}: use SQLite, PostgreSQL or MariaDB"
             )
+        check_driver(backend, engine.dialect.driver)
         self._engine = engine
         self._writer = engine.execution_options(**{WRITE_OPTION: True})
         self._clock = clock
@@ -394,7 +396,7 @@ class Warehouse:
     def _writer_for(self, conn: Connection) -> PageWriter:
         """Compiled against the connected dialect: MariaDB's syntax depends on the server."""
         if self._page_writer is None:
-            self._page_writer = PageWriter(conn.dialect)
+            self._page_writer = page_writer_for(conn.dialect)
         return self._page_writer
 
     # -- reading -------------------------------------------------------------------------
