@@ -28,10 +28,10 @@ from typing import Final
 
 import harness
 
-from recordsync.app import open_app
+from recordsync.core.state import Window
 from recordsync.logs import configure_logging
+from recordsync.service.app import open_app
 from recordsync.sim import FaultRates, SimConfig, Simulator
-from recordsync.state import Window
 from recordsync.sync.events import SyncObserver
 
 SIZES: Final = {

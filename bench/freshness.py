@@ -21,11 +21,11 @@ from typing import Final
 import harness
 from sqlalchemy import select
 
-from recordsync.app import open_app
+from recordsync.core.state import Phase
+from recordsync.core.stopping import Stopper
 from recordsync.logs import configure_logging
+from recordsync.service.app import open_app
 from recordsync.sim import SimConfig, Simulator
-from recordsync.state import Phase
-from recordsync.stopping import Stopper
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.schema import records
 

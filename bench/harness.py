@@ -30,10 +30,10 @@ ROOT: Final = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere: import the working tree
     sys.path.insert(0, str(ROOT))
 
-from recordsync.budget import RateBudget  # noqa: E402 - after the path fix above
-from recordsync.client import PlatformClient  # noqa: E402
-from recordsync.settings import Settings  # noqa: E402
-from recordsync.signing import Secret  # noqa: E402
+from recordsync.core.secret import Secret  # noqa: E402
+from recordsync.core.settings import Settings  # noqa: E402
+from recordsync.platform.budget import RateBudget  # noqa: E402 - after the path fix above
+from recordsync.platform.client import PlatformClient  # noqa: E402
 from recordsync.sim import DEMO_MERCHANT_ID, DEMO_SECRET, Simulator  # noqa: E402
 
 SIZES: Final = ("tiny", "full")

@@ -30,8 +30,8 @@ from urllib.parse import quote, urlsplit
 import harness
 import profiling
 
-from recordsync.app import open_app
 from recordsync.logs import configure_logging
+from recordsync.service.app import open_app
 from recordsync.sim import DEMO_MERCHANT_ID, DEMO_SECRET
 
 SIZES: Final = {

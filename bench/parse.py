@@ -16,8 +16,8 @@ from typing import Final
 import harness
 import orjson
 
-from recordsync.envelope import decode_reply
-from recordsync.models import parse_records_page
+from recordsync.platform.envelope import decode_reply
+from recordsync.platform.parsing import parse_records_page
 from recordsync.sim import SimConfig, Simulator
 from recordsync.sim.store import RecordFilter
 

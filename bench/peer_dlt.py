@@ -9,7 +9,7 @@ of the process, peak RSS from ``wait4``):
   endpoint window by window (cursor pages, at most 24 h a window, as the spec asks),
   ``write_disposition="merge"`` on ``record_id`` (highest revision first in a load), exact
   types as hints (decimal amounts, timestamps), requests signed by a ``requests`` auth class
-  that reuses ``recordsync.signing`` over the exact path and query sent.
+  that reuses ``recordsync.platform.signing`` over the exact path and query sent.
 
 dlt is a benchmark dependency only: ``pip install "dlt[postgres]"``.
 
@@ -45,7 +45,7 @@ def dlt_child(base_url: str, database_url: str, start: str, end: str) -> None:
     import dlt  # noqa: PLC0415 - a bench-only dependency, imported where it is used
     import requests  # noqa: PLC0415
 
-    from recordsync.signing import format_timestamp, sign  # noqa: PLC0415
+    from recordsync.platform.signing import format_timestamp, sign  # noqa: PLC0415
     from recordsync.sim import DEMO_MERCHANT_ID, DEMO_SECRET  # noqa: PLC0415
 
     class PlatformAuth(requests.auth.AuthBase):

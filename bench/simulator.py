@@ -17,8 +17,8 @@ from typing import Final
 
 import harness
 
+from recordsync.core.times import floor_ms
 from recordsync.sim import SimConfig, Simulator
-from recordsync.times import floor_ms
 
 SIZES: Final = {"tiny": 5_000, "full": 100_000}  # records in one day of history
 PAGE: Final = 1000

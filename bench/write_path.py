@@ -28,10 +28,10 @@ from typing import Any, Final
 import harness
 from sqlalchemy import create_engine, event, pool, text
 
-from recordsync.models import RecordsPage
+from recordsync.core.models import RecordsPage
+from recordsync.core.state import Window
+from recordsync.core.times import floor_ms
 from recordsync.sim import SimConfig, Simulator
-from recordsync.state import Window
-from recordsync.times import floor_ms
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.connection import create_warehouse_engine
 from recordsync.warehouse.schema import records

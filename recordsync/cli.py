@@ -7,11 +7,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from recordsync import __version__, early_signals
-from recordsync.errors import ConfigurationError, RecordSyncError
+from recordsync import __version__
+from recordsync.core import early_signals
+from recordsync.core.errors import ConfigurationError, RecordSyncError
+from recordsync.core.settings import load_settings
+from recordsync.core.times import parse_time
 from recordsync.logs import configure_logging
-from recordsync.settings import load_settings
-from recordsync.times import parse_time
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -86,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     # Imports are local so `recordsync --help` stays fast and `sim` needs no database driver.
-    from recordsync import commands  # noqa: PLC0415
+    from recordsync.service import commands  # noqa: PLC0415
 
     if args.command == "demo":
         return commands.demo(

@@ -39,11 +39,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from recordsync import __version__
-from recordsync.state import Window
+from recordsync.core.state import Window
 from recordsync.sync.events import SyncObserver
 
 if TYPE_CHECKING:
-    from recordsync.client import ClientObserver
+    from recordsync.platform.client import ClientObserver
 
 
 class MetricName(StrEnum):
@@ -109,7 +109,7 @@ WRITE_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 def job_kind(job: str) -> str:
     """A bounded label value for a job or source: ``tail``, ``rebuild`` or ``backfill``.
 
-    A backfill job is named ``backfill:<from>/<to>`` (``recordsync.state.backfill_job``); the
+    A backfill job is named ``backfill:<from>/<to>`` (``recordsync.core.state.backfill_job``); the
     range would make an unbounded label, so only the kind is kept.
     """
     return job.split(":", 1)[0]
@@ -143,7 +143,7 @@ def estimate_remaining_seconds(
 
 
 class BudgetView(Protocol):
-    """What the metrics read from ``recordsync.budget.RateBudget``."""
+    """What the metrics read from ``recordsync.platform.budget.RateBudget``."""
 
     @property
     def requests(self) -> int: ...
@@ -387,7 +387,7 @@ def _copy(progress: _JobProgress) -> _JobProgress:
 
 
 class ClientMetricsObserver:
-    """``recordsync.client.ClientObserver``: never raises, label values are bounded."""
+    """``recordsync.platform.client.ClientObserver``: never raises, label values are bounded."""
 
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics

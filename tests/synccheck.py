@@ -13,10 +13,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from recordsync.errors import WarehouseUnavailableError
-from recordsync.models import Record, parse_record
-from recordsync.settings import Settings
-from recordsync.signing import Secret
+from recordsync.core.errors import WarehouseUnavailableError
+from recordsync.core.models import Record
+from recordsync.core.secret import Secret
+from recordsync.core.settings import Settings
+from recordsync.platform.parsing import parse_record
 from recordsync.sim import Simulator
 from recordsync.warehouse import Warehouse
 

@@ -7,8 +7,8 @@ Used by the tests, the demo and the benchmarks, and by merchants to try recordsy
     with Simulator(SimConfig(seed=7)).start() as sim:
         print(sim.base_url)
 
-It imports only ``recordsync.signing``, ``times``, ``money`` and ``errors`` from the package:
-never the client, the sync or the warehouse (the arrows point from the edge to the core).
+It imports only the core and ``recordsync.platform.signing`` from the package: never the
+client, the sync, the warehouse or the service (``lint-imports`` holds it to that).
 """
 
 from recordsync.sim.config import DEMO_MERCHANT_ID, DEMO_SECRET, FaultRates, SimConfig

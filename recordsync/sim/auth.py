@@ -15,7 +15,8 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
-from recordsync.signing import Secret, sign, signatures_match
+from recordsync.core.secret import Secret
+from recordsync.platform.signing import sign, signatures_match
 from recordsync.sim.envelope import ApiError
 
 MAX_SKEW_SECONDS: Final = 300

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from recordsync.errors import ConfigurationError
+from recordsync.core.errors import ConfigurationError
 from recordsync.sim.config import (
     DEFAULT_SEED,
     DEMO_MERCHANT_ID,

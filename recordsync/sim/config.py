@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from recordsync.errors import ConfigurationError
+from recordsync.core.errors import ConfigurationError
 
 DEMO_MERCHANT_ID = "demo-merchant"
 # A fixed, public, 43-character demo secret (spec: Authentication, a 43-character string).

@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 from typing import Final
 from urllib.parse import unquote
 
-from recordsync.errors import InvalidRecordError
+from recordsync.core.errors import InvalidRecordError
+from recordsync.core.times import parse_time
 from recordsync.sim.cursors import MAX_CURSOR_LENGTH
 from recordsync.sim.envelope import ApiError
-from recordsync.times import parse_time
 
 MAX_WINDOW_MS: Final = 24 * 3600 * 1000  # spec: Limits, records window
 DEFAULT_LIMIT: Final = 100

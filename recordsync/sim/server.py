@@ -17,8 +17,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from recordsync.sim.api import Action, PlatformService, Request, Response
 from recordsync.sim.envelope import ApiError, RequestIds, error_body
-from recordsync.sim.service import Action, PlatformService, Request, Response
 
 _IDLE_TIMEOUT_SECONDS = 120.0
 _ALL_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")

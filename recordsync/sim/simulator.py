@@ -15,7 +15,8 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
 
-from recordsync.signing import Secret
+from recordsync.core.secret import Secret
+from recordsync.sim.api import PlatformService
 from recordsync.sim.auth import Authenticator
 from recordsync.sim.config import FaultRates, SimConfig
 from recordsync.sim.cursors import CursorCodec
@@ -23,7 +24,6 @@ from recordsync.sim.data import LiveEvents, generate_history
 from recordsync.sim.faults import FaultInjector
 from recordsync.sim.ratelimit import SlidingWindow
 from recordsync.sim.server import HttpServer
-from recordsync.sim.service import PlatformService
 from recordsync.sim.stats import SimStats, StatsRecorder
 from recordsync.sim.store import Store
 

@@ -9,8 +9,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from recordsync.models import Record
-from recordsync.state import Window
+from recordsync.core.models import Record
+from recordsync.core.state import Window
 
 
 def last_closed_day(platform_now: datetime) -> Window:

@@ -43,18 +43,18 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from recordsync.budget import Priority
-from recordsync.client import PlatformClient
-from recordsync.errors import (
+from recordsync.core.errors import (
     ConfigurationError,
     CursorExpiredError,
     ProtocolError,
     ShutdownRequestedError,
 )
+from recordsync.core.models import Record, RecordsPage, RejectedItem
+from recordsync.core.state import REBUILD_JOB, Phase, SyncState, WindowProgress, backfill_job
+from recordsync.core.stopping import Stopper
 from recordsync.logs import process_context
-from recordsync.models import Record, RecordsPage, RejectedItem
-from recordsync.state import REBUILD_JOB, Phase, SyncState, WindowProgress, backfill_job
-from recordsync.stopping import Stopper
+from recordsync.platform.budget import Priority
+from recordsync.platform.client import PlatformClient
 from recordsync.sync.drift import DriftTally, last_closed_day
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.plan import (

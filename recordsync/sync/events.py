@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from recordsync.state import Window
+from recordsync.core.state import Window
 
 
 class SyncObserver:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
-from recordsync.models import RecordChange
-from recordsync.state import Window, WindowProgress
-from recordsync.times import MILLISECOND, ceil_ms, floor_ms
+from recordsync.core.models import RecordChange
+from recordsync.core.state import Window, WindowProgress
+from recordsync.core.times import MILLISECOND, ceil_ms, floor_ms
 
 MAX_WINDOW = timedelta(hours=24)
 

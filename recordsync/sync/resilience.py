@@ -17,15 +17,15 @@ from typing import TypeVar
 
 import structlog
 
-from recordsync.errors import (
+from recordsync.core.errors import (
     ClockSkewError,
     FatalPlatformError,
     RetryableError,
     ShutdownRequestedError,
     WarehouseUnavailableError,
 )
-from recordsync.retry import RetryPolicy
-from recordsync.stopping import Stopper
+from recordsync.core.stopping import Stopper
+from recordsync.platform.retry import RetryPolicy
 from recordsync.sync.events import SyncObserver
 
 T = TypeVar("T")

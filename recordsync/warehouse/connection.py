@@ -28,7 +28,7 @@ from typing import Any, Final
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import URL, Connection, make_url
 
-from recordsync.errors import ConfigurationError, WarehouseUnavailableError
+from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
 from recordsync.warehouse.types import MYSQL_FAMILY
 
 SUPPORTED_BACKENDS: Final = frozenset({"sqlite", "postgresql", *MYSQL_FAMILY})

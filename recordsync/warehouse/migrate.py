@@ -14,7 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine
 
-from recordsync.errors import ConfigurationError
+from recordsync.core.errors import ConfigurationError
 from recordsync.warehouse.schema import VERSION_TABLE
 
 _PACKAGE = Path(__file__).resolve().parent.parent

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Final, NamedTuple
 
-from recordsync.models import Record, RecordChange
+from recordsync.core.models import Record, RecordChange
 from recordsync.warehouse.schema import record_revisions
 from recordsync.warehouse.types import (
     CURSOR_LENGTH,

@@ -3,7 +3,7 @@
 ``records`` holds one row per (merchant_id, record_id) at the highest revision seen (spec:
 Record; Records endpoints, "the client keeps, per record_id, the highest revision").
 ``sync_state`` and ``snapshot_windows`` hold the cursors that cover those rows
-(``recordsync.state``); they are always written in the same transaction as the rows.
+(``recordsync.core.state``); they are always written in the same transaction as the rows.
 ``quarantined_records`` keeps every item that failed validation, exactly as received, so
 nothing is silently lost.  ``record_revisions`` is the append-only history of every revision
 seen (revision 0002); the ``*_units`` columns of ``records`` (revision 0003) hold each amount

@@ -26,7 +26,7 @@ from typing import Any, Final, NamedTuple
 
 from sqlalchemy import BigInteger, Boolean, Column, MetaData, Table
 
-from recordsync.models import Record, RecordChange
+from recordsync.core.models import Record, RecordChange
 from recordsync.warehouse.revisions import seen_revisions
 from recordsync.warehouse.schema import record_revisions
 from recordsync.warehouse.types import (

@@ -30,9 +30,9 @@ from sqlalchemy import (
     update,
 )
 
-from recordsync.errors import ConfigurationError
-from recordsync.models import Record, RecordChange, RejectedItem
-from recordsync.state import REBUILD_JOB, Phase, SyncState, Window, WindowProgress
+from recordsync.core.errors import ConfigurationError
+from recordsync.core.models import Record, RecordChange, RejectedItem
+from recordsync.core.state import REBUILD_JOB, Phase, SyncState, Window, WindowProgress
 from recordsync.warehouse import summaries
 from recordsync.warehouse.connection import (
     SUPPORTED_BACKENDS,

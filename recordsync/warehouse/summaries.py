@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from sqlalchemy import BigInteger, Column, Connection, MetaData, String, Table, func, select
 
-from recordsync.state import Phase
+from recordsync.core.state import Phase
 from recordsync.warehouse.schema import CODE_LENGTH, ID_LENGTH, PHASE_LENGTH, records
 from recordsync.warehouse.types import exact_decimal, utc_datetime, utc_day
 from recordsync.warehouse.values import DailySummary, Freshness

@@ -63,7 +63,7 @@ def money_units(amount: Decimal) -> int | None:
     """``amount`` in integer units of 10**-4, or None when that exceeds a BIGINT.
 
     Exact: amounts carry at most 4 fraction digits (spec: Conventions, Money; checked by
-    ``recordsync.money``), so the scaled value is an integer.
+    ``recordsync.core.money``), so the scaled value is an integer.
     """
     units = int(amount.scaleb(MONEY_SCALE, _UNITS_CONTEXT))
     return units if -MAX_UNITS <= units <= MAX_UNITS else None

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from recordsync.models import Record
+from recordsync.core.models import Record
 from recordsync.warehouse.schema import CODE_LENGTH, ID_LENGTH, records
 from recordsync.warehouse.types import (
     MONEY_PRECISION,

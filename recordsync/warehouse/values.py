@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
 
-from recordsync.state import Phase, SyncState
+from recordsync.core.state import Phase, SyncState
 
 
 @dataclass(frozen=True, slots=True)

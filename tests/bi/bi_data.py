@@ -22,10 +22,11 @@ from typing import Any
 
 import orjson
 
-from recordsync.models import Record, RecordChange, parse_change, parse_record
+from recordsync.core.models import Record, RecordChange
+from recordsync.core.state import REBUILD_JOB, Window
+from recordsync.platform.parsing import parse_change, parse_record
 from recordsync.sim import Simulator
 from recordsync.sim.config import SimConfig
-from recordsync.state import REBUILD_JOB, Window
 from recordsync.warehouse import Warehouse
 
 MERCHANT = "demo-merchant"

@@ -19,7 +19,7 @@ from bi.bi_data import (
 from bi.conftest import STALENESS
 from sqlalchemy import text
 
-from recordsync.state import Phase
+from recordsync.core.state import Phase
 from recordsync.warehouse import Warehouse
 
 SUMMARIES = [("daily_game_summary", "game_id"), ("daily_player_summary", "player_id")]

@@ -22,8 +22,8 @@ from bi.bi_data import (
 )
 from rich.console import Console
 
-from recordsync.errors import ConfigurationError
-from recordsync.report import ReportRow, report, summarize
+from recordsync.core.errors import ConfigurationError
+from recordsync.service.report import ReportRow, report, summarize
 from recordsync.warehouse import DailySummary, Warehouse
 
 

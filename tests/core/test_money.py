@@ -4,9 +4,9 @@ from decimal import Decimal
 
 import pytest
 
-from recordsync import money
-from recordsync.errors import InvalidRecordError
-from recordsync.money import MAX_TRANSACTION_AMOUNT, amount_or_none, is_money, parse_money
+from recordsync.core import money
+from recordsync.core.errors import InvalidRecordError
+from recordsync.core.money import MAX_TRANSACTION_AMOUNT, amount_or_none, is_money, parse_money
 
 ACCEPTED = [
     ("0", "zero"),

@@ -4,8 +4,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from recordsync.errors import InvalidRecordError
-from recordsync.times import ceil_ms, floor_ms, format_time, parse_time
+from recordsync.core.errors import InvalidRecordError
+from recordsync.core.times import ceil_ms, floor_ms, format_time, parse_time
 
 MIDNIGHT = datetime(2026, 1, 1, tzinfo=UTC)
 

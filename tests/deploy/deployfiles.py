@@ -21,8 +21,8 @@ from typing import Any, Final
 
 import pytest
 
+from recordsync.core.settings import PREFIX, Settings
 from recordsync.metrics import MetricName
-from recordsync.settings import PREFIX, Settings
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 DEPLOY: Final = ROOT / "deploy"

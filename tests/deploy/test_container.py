@@ -9,7 +9,7 @@ import re
 from deploy.deployfiles import DEPLOY, DOCKERFILE, ROOT, run_tool, setting_variables, tool
 
 from recordsync.cli import build_parser
-from recordsync.settings import DEFAULT_HTTP_PORT
+from recordsync.core.settings import DEFAULT_HTTP_PORT
 
 DOCKERIGNORE = DEPLOY / "Dockerfile.dockerignore"
 

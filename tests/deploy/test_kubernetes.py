@@ -28,8 +28,8 @@ from deploy.deployfiles import (
 from prometheus_client import CollectorRegistry
 
 from recordsync.cli import build_parser
-from recordsync.health import HealthServer, Readiness
-from recordsync.settings import DEFAULT_HTTP_PORT, PREFIX, load_settings
+from recordsync.core.settings import DEFAULT_HTTP_PORT, PREFIX, load_settings
+from recordsync.service.health import HealthServer, Readiness
 
 KUSTOMIZATION = KUBERNETES / "kustomization.yaml"
 BACKFILL_JOB = KUBERNETES / "backfill-job.yaml"

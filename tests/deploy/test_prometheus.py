@@ -16,7 +16,7 @@ from deploy.deployfiles import (
     yaml_document,
 )
 
-from recordsync import errors
+from recordsync.core import errors
 
 ALERTS = PROMETHEUS / "alerts.yml"
 ALERT_TESTS = PROMETHEUS / "alerts.test.yml"

@@ -20,7 +20,7 @@ from deploy.deployfiles import (
 )
 
 from recordsync.cli import EXIT_CONFIG, build_parser
-from recordsync.settings import DEFAULT_HTTP_PORT, PREFIX, load_settings
+from recordsync.core.settings import DEFAULT_HTTP_PORT, PREFIX, load_settings
 
 DAEMON = SYSTEMD / "recordsync.service"
 BACKFILL = SYSTEMD / "recordsync-backfill@.service"

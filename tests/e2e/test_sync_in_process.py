@@ -15,11 +15,11 @@ import pytest
 from structlog.testing import capture_logs
 from synccheck import assert_equals_truth, differences, settings_for
 
-from recordsync.app import open_app
-from recordsync.errors import ClockSkewError
+from recordsync.core.errors import ClockSkewError
+from recordsync.core.state import REBUILD_JOB, Phase, Window
+from recordsync.core.stopping import Stopper
+from recordsync.service.app import open_app
 from recordsync.sim import FaultRates, SimConfig, Simulator
-from recordsync.state import REBUILD_JOB, Phase, Window
-from recordsync.stopping import Stopper
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.plan import plan_windows
 from recordsync.warehouse import Warehouse

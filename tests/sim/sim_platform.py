@@ -1,4 +1,4 @@
-"""A small signed-request helper for the simulator tests: recordsync.signing + httpx, no client.
+"""A small signed-request helper for the simulator tests: signing + httpx, no client.
 
 The real platform client is tested elsewhere; these tests talk to the simulator the way the
 spec describes, byte for byte, so a simulator bug cannot hide behind a client bug.
@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import orjson
 
-from recordsync.signing import build_target, format_timestamp, sign
+from recordsync.core.times import format_time
+from recordsync.platform.signing import build_target, format_timestamp, sign
 from recordsync.sim import SimConfig, Simulator
-from recordsync.times import format_time
 
 Params = Iterable[tuple[str, str]]
 

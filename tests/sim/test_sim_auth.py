@@ -7,7 +7,7 @@ import time
 import pytest
 from sim.sim_platform import error_of, small_config
 
-from recordsync.signing import build_target, format_timestamp
+from recordsync.platform.signing import build_target, format_timestamp
 from recordsync.sim import FaultRates
 
 TARGET = "/v1/record-changes?from_now=true"

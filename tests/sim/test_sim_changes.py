@@ -6,9 +6,9 @@ from datetime import timedelta
 
 from sim.sim_platform import error_of, sim_now, small_config
 
-from recordsync.models import parse_changes_page
+from recordsync.core.times import format_time
+from recordsync.platform.parsing import parse_changes_page
 from recordsync.sim import SEQUENCE_BASE, ManualClock
-from recordsync.times import format_time
 
 
 def test_from_now_is_an_empty_page_with_a_cursor_that_sees_what_comes_next(platform, sim):

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from recordsync.signing import format_timestamp, sign
+from recordsync.platform.signing import format_timestamp, sign
 from recordsync.sim import DEMO_MERCHANT_ID, DEMO_SECRET
 from recordsync.sim.cli import EXIT_CONFIGURATION, main
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recordsync.money import MAX_TRANSACTION_AMOUNT, is_money
+from recordsync.core.money import MAX_TRANSACTION_AMOUNT, is_money
 from recordsync.sim.data import DAY_MS, LiveEvents, generate_history
 from recordsync.sim.render import Renderer, format_amount, format_ms
 from recordsync.sim.store import Store

@@ -12,8 +12,9 @@ import orjson
 import pytest
 from sim.sim_platform import error_of, sim_now, small_config
 
-from recordsync.models import parse_changes_page, parse_records_page
-from recordsync.signing import format_timestamp, sign
+from recordsync.core.times import format_time
+from recordsync.platform.parsing import parse_changes_page, parse_records_page
+from recordsync.platform.signing import format_timestamp, sign
 from recordsync.sim import FaultRates, ManualClock
 from recordsync.sim.stats import (
     BAD_RECORDS,
@@ -26,7 +27,6 @@ from recordsync.sim.stats import (
     RATE_LIMITED,
     SERVER_ERROR,
 )
-from recordsync.times import format_time
 
 CHANGES = "/v1/record-changes?from_now=true"
 

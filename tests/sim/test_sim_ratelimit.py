@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 import pytest
 from sim.sim_platform import error_of, small_config
 
-from recordsync.signing import format_timestamp, sign
+from recordsync.platform.signing import format_timestamp, sign
 from recordsync.sim import ManualClock
 from recordsync.sim.ratelimit import SlidingWindow, retry_after_header
 

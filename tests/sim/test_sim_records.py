@@ -9,9 +9,9 @@ from decimal import Decimal
 import pytest
 from sim.sim_platform import Platform, error_of, sim_now, small_config
 
-from recordsync.models import parse_records_page
+from recordsync.core.times import format_time, parse_time
+from recordsync.platform.parsing import parse_records_page
 from recordsync.sim import SEQUENCE_BASE, ManualClock, SimConfig
-from recordsync.times import format_time, parse_time
 
 
 def as_of(changes: list[dict], watermark: int) -> dict[str, dict]:

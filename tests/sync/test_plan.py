@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recordsync.state import Window, WindowProgress
+from recordsync.core.state import Window, WindowProgress
+from recordsync.core.times import MILLISECOND
 from recordsync.sync.plan import (
     MAX_WINDOW,
     hand_out_order,
@@ -18,7 +19,6 @@ from recordsync.sync.plan import (
     plan_windows,
     snapshot_end,
 )
-from recordsync.times import MILLISECOND
 
 
 def at(text: str) -> datetime:

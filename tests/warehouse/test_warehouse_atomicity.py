@@ -15,8 +15,8 @@ from dbfixtures import SERVER_PARAMS, server_url
 from sqlalchemy import create_engine, event, text
 from warehouse.warehouse_samples import MERCHANT, T0, make_record, windows
 
-from recordsync.errors import WarehouseUnavailableError
-from recordsync.state import REBUILD_JOB, Phase
+from recordsync.core.errors import WarehouseUnavailableError
+from recordsync.core.state import REBUILD_JOB, Phase
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.connection import WRITE_OPTION
 

@@ -10,8 +10,8 @@ from datetime import timedelta
 from sqlalchemy import text
 from warehouse.warehouse_samples import MERCHANT, T0, make_record
 
-from recordsync.models import Record
-from recordsync.state import Window
+from recordsync.core.models import Record
+from recordsync.core.state import Window
 from recordsync.warehouse import Warehouse
 
 JOB = "backfill:concurrency"

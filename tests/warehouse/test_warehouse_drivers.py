@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recordsync.errors import ConfigurationError
+from recordsync.core.errors import ConfigurationError
 from recordsync.warehouse import Warehouse, create_warehouse_engine
 from recordsync.warehouse.connection import warehouse_url
 

@@ -19,7 +19,7 @@ from sqlalchemy import event
 from warehouse.test_warehouse_revisions import snapshot_page, start
 from warehouse.warehouse_samples import MERCHANT, T0, make_record, row_view, stored_view
 
-from recordsync.models import Record, RecordChange
+from recordsync.core.models import Record, RecordChange
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.connection import create_warehouse_engine
 from recordsync.warehouse.mariadb_pages import MAX_STATEMENT_CHARS

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import event
 from warehouse.warehouse_samples import MERCHANT, T0, make_change, make_record, windows
 
-from recordsync.models import Record, RecordChange
-from recordsync.state import REBUILD_JOB
+from recordsync.core.models import Record, RecordChange
+from recordsync.core.state import REBUILD_JOB
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.revisions import SeenRevision, seen_revisions
 

@@ -8,8 +8,8 @@ import orjson
 import pytest
 from warehouse.warehouse_samples import DAY, MERCHANT, T0, make_record, windows
 
-from recordsync.models import parse_records_page
-from recordsync.state import REBUILD_JOB, Phase, Window, backfill_job
+from recordsync.core.state import REBUILD_JOB, Phase, Window, backfill_job
+from recordsync.platform.parsing import parse_records_page
 from recordsync.warehouse import JobStatus, Warehouse, WriteResult
 
 LONG_CURSOR = "c" * 4096

@@ -10,7 +10,7 @@ from alembic import command
 from sqlalchemy import insert
 from warehouse.warehouse_samples import MERCHANT, T0, make_record, stored_view
 
-from recordsync.state import REBUILD_JOB, Window
+from recordsync.core.state import REBUILD_JOB, Window
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.migrate import _config, current_revision
 from recordsync.warehouse.schema import records

@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from warehouse.warehouse_samples import MERCHANT, T0, make_record, row_view, stored_view
 
-from recordsync.models import Record
-from recordsync.state import REBUILD_JOB, Window
+from recordsync.core.models import Record
+from recordsync.core.state import REBUILD_JOB, Window
 from recordsync.warehouse import Warehouse, WriteResult
 from recordsync.warehouse.upsert import collapse, unstorable
 

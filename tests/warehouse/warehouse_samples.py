@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from recordsync.models import Record, RecordChange
-from recordsync.state import Window
+from recordsync.core.models import Record, RecordChange
+from recordsync.core.state import Window
 
 MERCHANT = "merchant-1"
 T0 = datetime(2024, 3, 1, tzinfo=UTC)

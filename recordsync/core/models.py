@@ -1,0 +1,110 @@
+"""The platform's values as typed, immutable objects (spec: Record, Record change, Capabilities).
+
+Pure: no I/O and no parsing.  Amounts are exact ``Decimal`` values and times aware
+``datetime`` values; the wire format is read into these by ``recordsync.platform.parsing``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Final
+
+KNOWN_STATUSES: Final = frozenset({"OPEN", "SETTLED", "VOID"})
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """``capabilities.limits``; ``record_requests`` per ``record_seconds`` is the shared budget."""
+
+    record_requests: int
+    record_seconds: int
+    max_page_size: int
+    query_requests: int | None = None
+    query_seconds: int | None = None
+    max_body_bytes: int | None = None
+
+
+DEFAULT_LIMITS: Final = Limits(record_requests=2, record_seconds=1, max_page_size=1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Currency:
+    code: str
+    decimal_scale: int
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    wallet_mode: str
+    currencies: tuple[Currency, ...]
+    limits: Limits
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One game round at one revision; amounts are exact ``Decimal`` values."""
+
+    record_id: str
+    revision: int
+    player_id: str
+    game_id: str
+    currency: str
+    round_id: str
+    parent_round_id: str | None
+    bet_amount: Decimal
+    refund_amount: Decimal
+    payout_amount: Decimal
+    net_amount: Decimal
+    status: str
+    created_at: datetime
+    settled_at: datetime | None
+    updated_at: datetime
+
+    @property
+    def status_known(self) -> bool:
+        return self.status in KNOWN_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class RecordChange:
+    """One change of the change stream; ``sequence`` is a decimal string of any length."""
+
+    sequence: str
+    record_id: str
+    revision: int
+    changed_at: datetime
+    record: Record
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedItem:
+    """An item that failed validation: kept whole for the quarantine, never dropped."""
+
+    position: int
+    raw: bytes
+    reason: str
+    record_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordsPage:
+    records: list[Record]
+    rejected: list[RejectedItem]
+    next_cursor: str | None
+    has_more: bool
+    snapshot_watermark: str
+    projection_as_of: datetime | None
+    request_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChangesPage:
+    changes: list[RecordChange]
+    rejected: list[RejectedItem]
+    next_cursor: str
+    has_more: bool
+    projection_as_of: datetime | None
+    request_id: str | None = None
+    unknown_statuses: list[str] = field(default_factory=list)

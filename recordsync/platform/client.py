@@ -1,0 +1,432 @@
+"""The signed client of the platform's record endpoints (spec: Authentication, Records).
+
+Every request is signed over the exact bytes that go on the wire (spec: Authentication,
+Signature): the request target is built once by ``signing.build_target``, the httpx request is
+built from it, and if httpx would put anything else on the request line we refuse to send.
+Redirects are never followed (the signature covers the target).
+
+Every attempt, retries included, takes a slot of the shared ``RateBudget`` (records and
+record-changes share the platform's limit) and carries a fresh X-Timestamp and signature while
+the target stays the same (spec: "every retry uses a fresh X-Timestamp and a new signature").
+What is retried, and how long to wait, is ``RetryPolicy``'s decision; a 429 pauses the budget
+for every caller.  httpx exceptions become ours in exactly one place, ``_send``.
+
+Nothing here logs or raises header values, signatures or the secret.
+"""
+
+from __future__ import annotations
+
+import random
+import ssl
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Final, Protocol, Self, TypeVar
+
+import httpx
+import structlog
+
+from recordsync.core.errors import (
+    AuthenticationError,
+    ClockSkewError,
+    ConfigurationError,
+    InvalidRecordError,
+    PlatformError,
+    ProtocolError,
+    RateLimitedError,
+    TransportError,
+    UnexpectedRedirectError,
+)
+from recordsync.core.models import DEFAULT_LIMITS, Capabilities, ChangesPage, Limits, RecordsPage
+from recordsync.core.secret import Secret
+from recordsync.core.times import format_time
+from recordsync.platform.budget import Priority, RateBudget
+from recordsync.platform.envelope import Reply, decode_reply
+from recordsync.platform.parsing import parse_capabilities, parse_changes_page, parse_records_page
+from recordsync.platform.retry import RetryPolicy
+from recordsync.platform.signing import build_target, format_timestamp, sign
+
+CAPABILITIES: Final = "capabilities"
+RECORDS: Final = "records"
+RECORD_CHANGES: Final = "record-changes"
+
+MAX_PAGE_SIZE: Final = 1000  # spec: Conventions, Pagination (1-1000)
+MAX_RECORDS_WINDOW: Final = timedelta(hours=24)  # spec: Limits, Records window
+
+_log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+
+class ClientObserver(Protocol):
+    """Hook for metrics: told about every attempt, retry and 429.  Must not raise."""
+
+    def on_response(
+        self,
+        endpoint: str,
+        status: int | None,
+        code: str | None,
+        seconds: float,
+        request_id: str | None,
+    ) -> None: ...
+
+    def on_retry(self, endpoint: str, reason: str, delay: float) -> None: ...
+
+    def on_rate_limited(self, endpoint: str, retry_after: float) -> None: ...
+
+
+class NullObserver:
+    """The default observer: ignores everything."""
+
+    def on_response(
+        self,
+        endpoint: str,
+        status: int | None,
+        code: str | None,
+        seconds: float,
+        request_id: str | None,
+    ) -> None:
+        pass
+
+    def on_retry(self, endpoint: str, reason: str, delay: float) -> None:
+        pass
+
+    def on_rate_limited(self, endpoint: str, retry_after: float) -> None:
+        pass
+
+
+class PlatformClient:
+    """Reads capabilities, record snapshots and the change stream of one merchant."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        merchant_id: str,
+        secret: Secret,
+        budget: RateBudget | None = None,
+        transport: httpx.BaseTransport | None = None,
+        timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+        verify: bool | str = True,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        retry: RetryPolicy | None = None,
+        rng: random.Random | None = None,
+        observer: ClientObserver | None = None,
+    ) -> None:
+        self._origin, self._base_path = _split_base_url(base_url)
+        if not merchant_id or not merchant_id.isascii() or not merchant_id.isprintable():
+            raise ConfigurationError("merchant_id must be a non-empty printable ASCII string")
+        self._merchant_id = merchant_id
+        self._secret = secret
+        self._budget = budget or RateBudget(
+            DEFAULT_LIMITS.record_requests, DEFAULT_LIMITS.record_seconds
+        )
+        self._clock = clock
+        self._sleep = sleep
+        self._retry = retry or RetryPolicy()
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
+        self._observer: ClientObserver = observer or NullObserver()
+        self._limits = DEFAULT_LIMITS
+        self._http = httpx.Client(
+            transport=transport,
+            timeout=httpx.Timeout(timeout, connect=connect_timeout),
+            follow_redirects=False,
+            verify=_tls(verify=verify),
+        )
+
+    @property
+    def budget(self) -> RateBudget:
+        return self._budget
+
+    def __repr__(self) -> str:
+        base_url = self._origin + self._base_path
+        return f"PlatformClient(base_url={base_url!r}, merchant_id={self._merchant_id!r})"
+
+    # -- endpoints ------------------------------------------------------------------------
+
+    def capabilities(self) -> Capabilities:
+        """``GET /v1/capabilities``; not counted against the record budget (spec: Limits)."""
+
+        def parse(reply: Reply) -> Capabilities:
+            try:
+                return parse_capabilities(reply.data)
+            except InvalidRecordError as exc:
+                raise ProtocolError(
+                    f"malformed capabilities: {exc.reason}",
+                    endpoint=CAPABILITIES,
+                    request_id=reply.request_id,
+                ) from None
+
+        return self._get(CAPABILITIES, "/v1/capabilities", [], parse, priority=None)
+
+    def apply_capabilities(self) -> Limits:
+        """Read the platform's limits and resize the budget to them.
+
+        When capabilities cannot be read, keep the last known limits (at first the spec's
+        default of 2 per 1 s) and log ``capabilities_unavailable``: the sync can still run.
+        A wrong secret, a skewed clock or a redirect propagate: nothing else would work either.
+        """
+        try:
+            limits = self.capabilities().limits
+        except (AuthenticationError, ClockSkewError, UnexpectedRedirectError):
+            raise
+        except PlatformError as exc:
+            _log.warning(
+                "capabilities_unavailable",
+                error=type(exc).__name__,
+                status=exc.status,
+                code=exc.code,
+                request_id=exc.request_id,
+                record_requests=self._limits.record_requests,
+                record_seconds=self._limits.record_seconds,
+            )
+            limits = self._limits
+        self._budget.resize(limits.record_requests, limits.record_seconds)
+        self._limits = limits
+        return limits
+
+    def records_first(
+        self,
+        created_from: datetime,
+        created_to: datetime,
+        *,
+        limit: int,
+        priority: Priority = Priority.SNAPSHOT,
+    ) -> RecordsPage:
+        """First page of the snapshot of ``[created_from, created_to)`` (spec: Records)."""
+        for name, value in (("created_from", created_from), ("created_to", created_to)):
+            if value.tzinfo is None:
+                raise ValueError(f"{name} must be timezone-aware")
+            if value.microsecond % 1000:
+                # The endpoint takes milliseconds; truncating an end would leave a gap.
+                raise ValueError(f"{name} has sub-millisecond precision: {value.isoformat()}")
+        if not timedelta(0) < created_to - created_from <= MAX_RECORDS_WINDOW:
+            raise ValueError("the records window must be longer than 0 and at most 24 hours")
+        params = [
+            ("created_from", format_time(created_from)),
+            ("created_to", format_time(created_to)),
+            ("limit", _limit(limit)),
+        ]
+        return self._get(RECORDS, "/v1/records", params, _records_page, priority=priority)
+
+    def records_next(
+        self, cursor: str, *, limit: int, priority: Priority = Priority.SNAPSHOT
+    ) -> RecordsPage:
+        """Next page of a snapshot: with a cursor only ``limit`` may be sent (spec: Records)."""
+        params = [("cursor", _cursor(cursor)), ("limit", _limit(limit))]
+        return self._get(RECORDS, "/v1/records", params, _records_page, priority=priority)
+
+    def changes(
+        self,
+        *,
+        cursor: str | None = None,
+        since: datetime | None = None,
+        from_now: bool = False,
+        limit: int = 1000,
+        priority: Priority = Priority.TAIL,
+    ) -> ChangesPage:
+        """One page of ``GET /v1/record-changes``: exactly one of cursor, since, from_now."""
+        starts = (cursor is not None) + (since is not None) + bool(from_now)
+        if starts != 1:
+            raise ValueError("give exactly one of cursor, since and from_now")
+        params: list[tuple[str, str]]
+        if cursor is not None:
+            params = [("cursor", _cursor(cursor))]
+        elif since is not None:
+            if since.tzinfo is None:
+                raise ValueError("since must be timezone-aware")
+            params = [("since", format_time(since))]
+        else:
+            params = [("from_now", "true")]
+        params.append(("limit", _limit(limit)))
+        return self._get(
+            RECORD_CHANGES, "/v1/record-changes", params, _changes_page, priority=priority
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- one request, with retries ----------------------------------------------------------
+
+    def _get(
+        self,
+        endpoint: str,
+        path: str,
+        params: list[tuple[str, str]],
+        parse: Callable[[Reply], T],
+        *,
+        priority: Priority | None,
+    ) -> T:
+        """Send until success or the policy gives up; ``priority=None``: outside the budget."""
+        target = build_target(self._base_path + path, params)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return parse(self._attempt(endpoint, target, priority))
+            except PlatformError as error:
+                self._after_failure(endpoint, error, attempt, budgeted=priority is not None)
+
+    def _after_failure(
+        self, endpoint: str, error: PlatformError, attempt: int, *, budgeted: bool
+    ) -> None:
+        """Raise ``error`` when it must not be retried; otherwise wait as the policy says."""
+        decision = self._retry.decide(error, attempt, self._rng)
+        if isinstance(error, RateLimitedError):
+            self._observer.on_rate_limited(endpoint, error.retry_after)
+            _log.warning(
+                "platform_rate_limited",
+                endpoint=endpoint,
+                retry_after=error.retry_after,
+                attempt=attempt,
+                request_id=error.request_id,
+            )
+            if budgeted:
+                self._budget.pause(decision.pause)
+        if not decision.retry:
+            raise error
+        delay = decision.delay
+        if not budgeted:
+            # Outside the budget nobody else waits for us: the caller itself honours the pause.
+            delay = max(delay, decision.pause)
+        self._observer.on_retry(endpoint, decision.reason, delay)
+        _log.info(
+            "platform_retry",
+            endpoint=endpoint,
+            reason=decision.reason,
+            attempt=attempt,
+            delay=round(delay, 3),
+            request_id=error.request_id,
+            status=error.status,
+            code=error.code,
+        )
+        if delay > 0:
+            self._sleep(delay)
+
+    def _attempt(self, endpoint: str, target: str, priority: Priority | None) -> Reply:
+        # A new request per attempt: the same target, fresh headers, nothing shared with the
+        # previous attempt (the transport may still hold on to that one).
+        request = self._http.build_request(
+            "GET", self._origin + target, headers={"Accept": "application/json"}
+        )
+        if request.url.raw_path != target.encode("ascii"):
+            # Signing one target and sending another would fail every request (or worse,
+            # pass a proxy's rewrite unnoticed).  Never send.
+            raise ConfigurationError(
+                f"{endpoint}: httpx would not send the signed request target verbatim; "
+                "check base_url for characters that need percent-encoding"
+            )
+        slot = None if priority is None else self._budget.acquire(priority)
+        try:
+            # Fresh timestamp and signature for every attempt, taken after the budget wait.
+            timestamp = format_timestamp(self._clock())
+            request.headers["X-Merchant-Id"] = self._merchant_id
+            request.headers["X-Timestamp"] = timestamp
+            request.headers["X-Signature"] = sign(
+                self._secret.reveal(), timestamp=timestamp, method="GET", target=target
+            )
+            if slot is not None:
+                slot.stamp()
+            started = time.perf_counter()
+            try:
+                response = self._send(endpoint, request)
+                if slot is not None:
+                    slot.answered()  # it had arrived: the budget may count from now (budget.py)
+            except PlatformError:
+                self._observer.on_response(
+                    endpoint, None, None, time.perf_counter() - started, None
+                )
+                raise
+        finally:
+            if slot is not None:
+                slot.cancel()  # gives the slot back only if it was never stamped
+        seconds = time.perf_counter() - started
+        try:
+            reply = decode_reply(endpoint, response.status_code, response.headers, response.content)
+        except PlatformError as error:
+            self._observer.on_response(
+                endpoint, response.status_code, error.code, seconds, error.request_id
+            )
+            raise
+        self._observer.on_response(endpoint, response.status_code, None, seconds, reply.request_id)
+        return reply
+
+    def _send(self, endpoint: str, request: httpx.Request) -> httpx.Response:
+        """The one place where httpx exceptions become ours.
+
+        Messages name the exception class only: httpx and h11 messages may quote header
+        values, and the signature is one of them.
+        """
+        try:
+            return self._http.send(request)
+        except httpx.TimeoutException as exc:
+            raise TransportError(
+                f"timed out ({type(exc).__name__})", endpoint=endpoint, retryable=True
+            ) from exc
+        except (httpx.ProtocolError, httpx.DecodingError) as exc:
+            # A truncated or garbled answer (RemoteProtocolError, bad gzip): a malformed reply.
+            raise ProtocolError(
+                f"malformed HTTP answer ({type(exc).__name__})", endpoint=endpoint, retryable=True
+            ) from exc
+        except httpx.TransportError as exc:
+            raise TransportError(
+                f"no answer ({type(exc).__name__})", endpoint=endpoint, retryable=True
+            ) from exc
+
+
+def _records_page(reply: Reply) -> RecordsPage:
+    return parse_records_page(reply.data, endpoint=RECORDS, request_id=reply.request_id)
+
+
+def _changes_page(reply: Reply) -> ChangesPage:
+    return parse_changes_page(reply.data, endpoint=RECORD_CHANGES, request_id=reply.request_id)
+
+
+def _limit(limit: int) -> str:
+    if isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE_SIZE:
+        raise ValueError(f"limit must be between 1 and {MAX_PAGE_SIZE}, got {limit!r}")
+    return str(limit)
+
+
+def _cursor(cursor: str) -> str:
+    if not cursor or len(cursor) > 4096:  # noqa: PLR2004 - spec: Limits, Cursor length
+        raise ValueError("a cursor is a non-empty string of at most 4096 characters")
+    return cursor
+
+
+def _split_base_url(base_url: str) -> tuple[str, str]:
+    """``(scheme://host[:port], /path/prefix)``: the prefix is kept as httpx will send it."""
+    try:
+        url = httpx.URL(base_url)
+    except httpx.InvalidURL as exc:
+        raise ConfigurationError(f"base_url is not a valid URL: {exc}") from None
+    if url.scheme not in {"http", "https"} or not url.host:
+        raise ConfigurationError("base_url must be an absolute http or https URL")
+    if url.query or url.fragment or url.userinfo:
+        raise ConfigurationError("base_url must not carry a query, fragment or credentials")
+    origin = f"{url.scheme}://{url.netloc.decode('ascii')}"
+    return origin, url.raw_path.decode("ascii").rstrip("/")
+
+
+def _tls(*, verify: bool | str) -> bool | ssl.SSLContext:
+    """``verify=<CA bundle path>`` becomes an SSL context (httpx 0.28 deprecates the path)."""
+    if isinstance(verify, bool):
+        return verify
+    try:
+        return ssl.create_default_context(cafile=verify)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigurationError(f"cannot load the CA bundle {verify!r}: {exc}") from None

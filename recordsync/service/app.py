@@ -1,0 +1,147 @@
+"""Builds the running parts from the settings: one client, one budget, one warehouse, one engine.
+
+Shared by ``run``, ``backfill`` and ``demo`` so the daemon and the one-shot paths are the same
+code with different options.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import FrameType
+
+import structlog
+
+from recordsync.core import early_signals
+from recordsync.core.errors import FatalPlatformError
+from recordsync.core.models import DEFAULT_LIMITS
+from recordsync.core.settings import Settings
+from recordsync.core.stopping import Stopper
+from recordsync.platform.budget import RateBudget
+from recordsync.platform.client import ClientObserver, PlatformClient
+from recordsync.sync.engine import SyncEngine, SyncOptions
+from recordsync.sync.events import SyncObserver
+from recordsync.sync.resilience import StepRunner
+from recordsync.warehouse import Warehouse
+
+log = structlog.get_logger("recordsync")
+
+
+@dataclass
+class App:
+    settings: Settings
+    client: PlatformClient
+    warehouse: Warehouse
+    engine: SyncEngine
+    stopper: Stopper
+    options: SyncOptions
+    observer: SyncObserver | None
+
+    def engine_for(self, stopper: Stopper) -> SyncEngine:
+        """A fresh engine stopped by ``stopper`` (one lease term of the daemon, say)."""
+        return SyncEngine(
+            client=self.client,
+            warehouse=self.warehouse,
+            options=self.options,
+            stopper=stopper,
+            observer=self.observer,
+        )
+
+
+@contextmanager
+def open_app(
+    settings: Settings,
+    *,
+    stopper: Stopper | None = None,
+    observer: SyncObserver | None = None,
+    client_observer: ClientObserver | None = None,
+    stop_when_caught_up: bool = False,
+) -> Iterator[App]:
+    base_url, merchant_id, secret = settings.platform()
+    stopper = stopper or Stopper()
+    budget = RateBudget(
+        DEFAULT_LIMITS.record_requests,
+        DEFAULT_LIMITS.record_seconds,
+        margin=settings.rate_margin,
+        sleep=stopper.sleep,
+        cold_start=True,
+    )
+    client = PlatformClient(
+        base_url=base_url,
+        merchant_id=merchant_id,
+        secret=secret,
+        budget=budget,
+        timeout=settings.http_timeout,
+        verify=settings.verify,
+        sleep=stopper.sleep,
+        observer=client_observer,
+    )
+    warehouse = Warehouse.connect(settings.database_url, keep_revisions=settings.keep_revisions)
+    try:
+        # A warehouse that is down at start-up is waited for, like one that goes down later.
+        StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=False).run(
+            warehouse.migrate, what="migrate"
+        )
+        try:
+            limits = client.apply_capabilities()
+        except FatalPlatformError as exc:
+            # Reported here, and again by the first sync step, which decides: the daemon
+            # keeps trying slowly (no crash loop), a backfill stops with this error.
+            log.error(  # noqa: TRY400 - the message is the diagnosis; no traceback
+                "capabilities_failed", error=str(exc), code=exc.code, request_id=exc.request_id
+            )
+            limits = DEFAULT_LIMITS
+        options = SyncOptions(
+            merchant_id=merchant_id,
+            history_from=settings.history_from,
+            page_size=min(settings.page_size, limits.max_page_size),
+            poll_interval=settings.poll_interval,
+            snapshot_concurrency=settings.snapshot_concurrency,
+            drift_interval=settings.drift_check_interval or None,
+            stop_when_caught_up=stop_when_caught_up,
+        )
+        engine = SyncEngine(
+            client=client,
+            warehouse=warehouse,
+            options=options,
+            stopper=stopper,
+            observer=observer,
+        )
+        yield App(settings, client, warehouse, engine, stopper, options, observer)
+    finally:
+        client.close()
+        warehouse.close()
+
+
+@contextmanager
+def stop_on_signals(stopper: Stopper) -> Iterator[None]:
+    """SIGTERM/SIGINT: stop taking pages, commit the one in hand, exit; a second one: exit now."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        if received:
+            log.warning("second_signal", signal=signal.Signals(signum).name, action="exit now")
+            sys.stderr.flush()
+            # A second signal means "now": no cleanup; the committed state is consistent.
+            import os  # noqa: PLC0415 - only on this emergency path
+
+            os._exit(128 + signum)
+        received.append(signum)
+        log.info("stopping", signal=signal.Signals(signum).name)
+        stopper.stop()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for signum in early_signals.take():
+        handle(signum, None)
+    try:
+        yield
+    finally:
+        for sig in previous:
+            signal.signal(sig, early_signals.remember)

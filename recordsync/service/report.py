@@ -1,0 +1,300 @@
+"""``recordsync report``: the daily summary views over the last days of data, as text or data.
+
+What it shows (docs/bi.md): per game and currency, per player and currency, or per currency,
+the rounds by status and the exact sums of bet, payout, refund, the players' net and the
+operator's gross gaming revenue (GGR = bet - payout - refund), over a period of UTC days.
+
+The period ends at the newest UTC day that has records in the warehouse (by ``created_at``),
+NOT at today's date on the local clock, and reaches ``days`` days back from there.  So a
+report of a warehouse restored from a backup, or of a sync that is stopped, still shows its
+latest data, and two machines with different clocks print the same report.  "Data as of"
+comes from the ``sync_freshness`` view.
+
+Formats: ``table`` (rich, for a terminal), ``csv`` and ``json`` (for scripts).  Amounts are
+exact decimal strings with 4 fraction digits in csv and json, never floats; amounts that
+cannot be summed exactly (SQLite only, beyond +-922337203685477.5807) are empty / null.
+
+Reading is ``build_report`` (the warehouse's views) and summing is ``summarize`` (pure, in
+``Decimal``); the renderers only format.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import date, timedelta
+from decimal import Context, Decimal, Inexact, localcontext
+from typing import Any, Final, TextIO
+
+from rich.console import Console
+from rich.table import Table
+
+from recordsync.core.errors import ConfigurationError
+from recordsync.core.times import format_time
+from recordsync.warehouse import DailySummary, Freshness, Warehouse
+
+GROUPINGS: Final = ("game", "player", "currency")
+FORMATS: Final = ("table", "csv", "json")
+MAX_DAYS: Final = 3660
+
+COUNTS: Final = ("rounds", "rounds_open", "rounds_settled", "rounds_void")
+AMOUNTS: Final = ("bet_amount", "payout_amount", "refund_amount", "net_amount", "ggr_amount")
+_SUBJECT: Final = {"game": "game_id", "player": "player_id"}
+_FOURTH: Final = Decimal("0.0001")
+# Sums of NUMERIC(30,4) amounts over many days: far wider than needed, and Inexact trapped,
+# so a sum can never be silently rounded.
+_EXACT: Final = Context(prec=100, traps=[Inexact])
+# Rich wraps a table to 80 columns when it is not writing to a terminal; a report is wider.
+_PIPE_WIDTH: Final = 200
+
+
+@dataclass(frozen=True, slots=True)
+class ReportRow:
+    """One line of the report: a game or player (None when by currency) in one currency."""
+
+    subject: str | None
+    currency: str
+    rounds: int
+    rounds_open: int
+    rounds_settled: int
+    rounds_void: int
+    bet_amount: Decimal | None
+    payout_amount: Decimal | None
+    refund_amount: Decimal | None
+    net_amount: Decimal | None
+    ggr_amount: Decimal | None
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    merchant_id: str
+    by: str
+    days: int
+    first_day: date | None  # None: the merchant has no records in the warehouse
+    last_day: date | None
+    freshness: Freshness | None
+    rows: tuple[ReportRow, ...]
+    totals: tuple[ReportRow, ...]  # one per currency
+
+
+def report(
+    warehouse: Warehouse,
+    merchant_id: str,
+    *,
+    days: int = 7,
+    by: str = "game",
+    fmt: str = "table",
+    out: TextIO,
+    console: Console | None = None,
+) -> None:
+    """Write the report of the last ``days`` UTC days of data to ``out`` (or ``console``).
+
+    ``console`` is used for ``fmt="table"`` only; by default a console on ``out``.
+    Invalid ``days``, ``by`` or ``fmt`` raise ``ConfigurationError`` naming the choices.
+    """
+    if fmt not in FORMATS:
+        raise ConfigurationError(f"report format {fmt!r}: use one of {', '.join(FORMATS)}")
+    built = build_report(warehouse, merchant_id, days=days, by=by)
+    if fmt == "csv":
+        render_csv(built, out)
+    elif fmt == "json":
+        render_json(built, out)
+    else:
+        if console is None:
+            console = Console(file=out, width=None if out.isatty() else _PIPE_WIDTH)
+        render_table(built, console)
+
+
+def build_report(warehouse: Warehouse, merchant_id: str, *, days: int, by: str) -> Report:
+    """Read the views for the period (see the module docstring) and sum them per group."""
+    if by not in GROUPINGS:
+        raise ConfigurationError(f"report by {by!r}: use one of {', '.join(GROUPINGS)}")
+    if not 1 <= days <= MAX_DAYS:
+        raise ConfigurationError(f"report days must be between 1 and {MAX_DAYS}, got {days}")
+    last_day = warehouse.newest_record_day(merchant_id)
+    freshness = warehouse.freshness(merchant_id)
+    if last_day is None:
+        return Report(merchant_id, by, days, None, None, freshness, (), ())
+    first_day = last_day - timedelta(days=days - 1)
+    daily = warehouse.daily_summaries(
+        merchant_id,
+        per="player" if by == "player" else "game",
+        first_day=first_day,
+        last_day=last_day,
+    )
+    return Report(
+        merchant_id=merchant_id,
+        by=by,
+        days=days,
+        first_day=first_day,
+        last_day=last_day,
+        freshness=freshness,
+        rows=tuple(summarize(daily, by=by)),
+        totals=tuple(summarize(daily, by="currency")),
+    )
+
+
+def summarize(daily: Iterable[DailySummary], *, by: str) -> list[ReportRow]:
+    """Sum daily rows per (subject, currency), exactly; ordered by currency, GGR (highest
+    first; unknown last), then subject."""
+    groups: dict[tuple[str | None, str], list[DailySummary]] = {}
+    for row in daily:
+        subject = None if by == "currency" else row.subject
+        groups.setdefault((subject, row.currency), []).append(row)
+    rows = [
+        ReportRow(
+            subject,
+            currency,
+            *(sum(getattr(row, count) for row in members) for count in COUNTS),
+            *(_exact_sum(getattr(row, amount) for row in members) for amount in AMOUNTS),
+        )
+        for (subject, currency), members in groups.items()
+    ]
+    return sorted(rows, key=_order)
+
+
+def _exact_sum(values: Iterable[Decimal | None]) -> Decimal | None:
+    """The exact sum with 4 fraction digits, or None when any part is unknown."""
+    total = Decimal(0)
+    with localcontext(_EXACT):
+        for value in values:
+            if value is None:
+                return None
+            total += value
+        return total.quantize(_FOURTH)
+
+
+def _order(row: ReportRow) -> tuple[Any, ...]:
+    ggr = row.ggr_amount
+    return (row.currency, ggr is None, -(ggr or 0), row.subject or "")
+
+
+# -- rendering ----------------------------------------------------------------------------------
+
+
+def _amount(value: Decimal | None) -> str | None:
+    """Exact text, never an exponent: ``1500000000000000.3500``, ``-0.5000``."""
+    return None if value is None else f"{value:f}"
+
+
+def _columns(by: str) -> list[str]:
+    subject = _SUBJECT.get(by)
+    return [*([subject] if subject else []), "currency", *COUNTS, *AMOUNTS]
+
+
+def _values(by: str, row: ReportRow) -> list[Any]:
+    subject = [row.subject] if by in _SUBJECT else []
+    counts = [getattr(row, count) for count in COUNTS]
+    return [*subject, row.currency, *counts, *(_amount(getattr(row, a)) for a in AMOUNTS)]
+
+
+def render_csv(report: Report, out: TextIO) -> None:
+    """A header and one line per row; an unknown amount is an empty field."""
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(_columns(report.by))
+    writer.writerows(_values(report.by, row) for row in report.rows)
+
+
+def render_json(report: Report, out: TextIO) -> None:
+    """One object: the period, the freshness, the rows and the per-currency totals."""
+
+    def objects(by: str, rows: Sequence[ReportRow]) -> list[dict[str, Any]]:
+        return [dict(zip(_columns(by), _values(by, row), strict=True)) for row in rows]
+
+    document = {
+        "merchant_id": report.merchant_id,
+        "by": report.by,
+        "days": report.days,
+        "first_day": None if report.first_day is None else report.first_day.isoformat(),
+        "last_day": None if report.last_day is None else report.last_day.isoformat(),
+        "freshness": _freshness_json(report.freshness),
+        "rows": objects(report.by, report.rows),
+        "totals": objects("currency", report.totals),
+    }
+    json.dump(document, out, indent=2, ensure_ascii=False)
+    out.write("\n")
+
+
+def _freshness_json(freshness: Freshness | None) -> dict[str, Any] | None:
+    if freshness is None:
+        return None
+
+    def time(value: Any) -> str | None:
+        return None if value is None else format_time(value)
+
+    return {
+        "phase": freshness.phase.value,
+        "last_projection_as_of": time(freshness.last_projection_as_of),
+        "last_commit_at": time(freshness.last_commit_at),
+        "staleness_seconds": freshness.staleness_seconds,
+    }
+
+
+_HEADERS: Final = {
+    "game_id": "game",
+    "player_id": "player",
+    "currency": "currency",
+    "rounds": "rounds",
+    "rounds_open": "open",
+    "rounds_settled": "settled",
+    "rounds_void": "void",
+    "bet_amount": "bet",
+    "payout_amount": "payout",
+    "refund_amount": "refund",
+    "net_amount": "players' net",
+    "ggr_amount": "GGR",
+}
+
+
+def render_table(report: Report, console: Console) -> None:
+    """A rich table with the per-currency totals below the rows, and the period as caption."""
+    if report.first_day is None or report.last_day is None:
+        console.print(f"no records for merchant {report.merchant_id!r} in the warehouse")
+        _print_freshness(report.freshness, console)
+        return
+    table = Table(
+        title=f"{report.merchant_id}: rounds and money by {report.by}",
+        caption=(
+            f"UTC days {report.first_day} to {report.last_day}: {report.days} days back from "
+            "the newest day with data"
+        ),
+    )
+    for name in _columns(report.by):
+        numeric = name in COUNTS or name in AMOUNTS
+        table.add_column(_HEADERS[name], justify="right" if numeric else "left")
+    for row in report.rows:
+        table.add_row(*_cells(report.by, row, row.subject or ""))
+    if report.by != "currency":
+        table.add_section()
+        for row in report.totals:
+            table.add_row(*_cells(report.by, row, "total"), style="bold")
+    console.print(table)
+    _print_freshness(report.freshness, console)
+
+
+def _cells(by: str, row: ReportRow, label: str) -> list[str]:
+    """Thousands grouped for reading; still every digit."""
+    subject = [label] if by in _SUBJECT else []
+    counts = [f"{getattr(row, count):,}" for count in COUNTS]
+    amounts = [_shown(getattr(row, amount)) for amount in AMOUNTS]
+    return [*subject, row.currency, *counts, *amounts]
+
+
+def _shown(value: Decimal | None) -> str:
+    return "n/a" if value is None else f"{value:,f}"
+
+
+def _print_freshness(freshness: Freshness | None, console: Console) -> None:
+    if freshness is None:
+        console.print("data as of: never synced")
+        return
+    as_of = freshness.last_projection_as_of
+    if as_of is None:
+        console.print(f"data as of: not yet known (phase {freshness.phase.value})")
+        return
+    console.print(
+        f"data as of {format_time(as_of)} ({freshness.staleness_seconds} s ago by the database "
+        f"clock; phase {freshness.phase.value})"
+    )

@@ -1,0 +1,264 @@
+"""Health: the pure readiness rule on an injected clock, and the server over real loopback HTTP."""
+
+import socket
+import threading
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
+from recordsync.metrics import MetricName, Metrics
+from recordsync.service.health import HealthServer, Readiness, ReadinessCheck, assess_readiness
+
+START = 1_000_000.0
+POLL = 1.0
+
+
+def assess(now, *, last_commit_at=None, warehouse_error=None, started_at=START):
+    return assess_readiness(
+        now=now,
+        started_at=started_at,
+        last_commit_at=last_commit_at,
+        warehouse_error=warehouse_error,
+        poll_interval=POLL,
+        multiple=30,
+        startup_grace=120,
+    )
+
+
+# -- the rule -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("now", "last_commit_at", "warehouse_error", "ready"),
+    [
+        (START + 1, None, None, True),
+        (START + 120, None, None, True),
+        (START + 121, None, None, False),
+        (START + 500, START + 490, None, True),
+        (START + 500, START + 470, None, True),
+        (START + 500, START + 469, None, False),
+        (START + 500, START + 499, "WarehouseUnavailableError", False),
+        (START + 1, None, "OperationalError", False),
+    ],
+    ids=[
+        "starting-within-grace",
+        "grace-boundary",
+        "no-commit-after-grace",
+        "recent-commit",
+        "commit-at-the-limit",
+        "commit-too-old",
+        "warehouse-down-despite-recent-commit",
+        "warehouse-down-during-grace",
+    ],
+)
+def test_readiness_rule(now, last_commit_at, warehouse_error, ready):
+    result = assess(now, last_commit_at=last_commit_at, warehouse_error=warehouse_error)
+    assert result.ready is ready
+    assert result.reason
+
+
+def test_not_ready_reasons_say_what_is_wrong():
+    assert (
+        "warehouse unavailable: OperationalError"
+        in assess(START, warehouse_error="OperationalError").reason
+    )
+    assert "31 s ago (limit 30 s)" in assess(START + 100, last_commit_at=START + 69).reason
+    assert "since start" in assess(START + 200).reason
+
+
+def test_a_first_snapshot_is_ready_while_its_pages_commit():
+    """Hours into the first snapshot: the phase does not matter, recent commits do."""
+    hours = 6 * 3600
+    assert assess(START + hours, last_commit_at=START + hours - 2).ready
+
+
+def test_the_limit_scales_with_the_poll_interval():
+    result = assess_readiness(
+        now=START + 250,
+        started_at=START,
+        last_commit_at=START,
+        warehouse_error=None,
+        poll_interval=10.0,
+        multiple=30,
+    )
+    assert result.ready
+
+
+class Clock:
+    def __init__(self):
+        self.now = START
+
+    def __call__(self):
+        return self.now
+
+
+def test_readiness_check_pings_the_warehouse_and_reads_the_last_commit():
+    clock = Clock()
+    commits = {"at": None}
+    failing = {"on": False}
+
+    def ping():
+        if failing["on"]:
+            raise WarehouseUnavailableError("warehouse unavailable (ping): secret-ish detail")
+
+    check = ReadinessCheck(
+        ping=ping, last_commit_at=lambda: commits["at"], poll_interval=POLL, clock=clock
+    )
+    assert check().ready  # starting
+    clock.now += 200
+    assert not check().ready  # grace over, nothing committed
+    commits["at"] = clock.now - 1
+    assert check().ready
+    failing["on"] = True
+    result = check()
+    assert result == Readiness(
+        ready=False, reason="warehouse unavailable: WarehouseUnavailableError"
+    )
+
+
+def test_readiness_check_follows_metrics_last_commit():
+    clock = Clock()
+    metrics = Metrics(CollectorRegistry(), clock=clock)
+    check = ReadinessCheck(
+        ping=lambda: None,
+        last_commit_at=lambda: metrics.last_commit_at,
+        poll_interval=POLL,
+        startup_grace=0,
+        clock=clock,
+    )
+    clock.now += 1
+    assert not check().ready
+    metrics.sync_observer().tail_page(0, has_more=False, projection_as_of=None, last_sequence=None)
+    assert check().ready
+
+
+# -- the server over loopback -------------------------------------------------------------------
+
+
+class Switch:
+    def __init__(self):
+        self.result = Readiness(ready=True, reason="fine")
+
+    def __call__(self):
+        if isinstance(self.result, Exception):
+            raise self.result
+        return self.result
+
+
+@pytest.fixture
+def registry():
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def switch():
+    return Switch()
+
+
+@pytest.fixture
+def server(registry, switch):
+    with HealthServer(0, host="127.0.0.1", registry=registry, readiness=switch) as started:
+        yield started
+
+
+@pytest.fixture
+def http(server):
+    with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=5) as client:
+        yield client
+
+
+def test_healthz_answers_while_the_process_lives(http):
+    response = http.get("/healthz")
+    assert response.status_code == 200
+    assert response.text == "ok\n"
+
+
+def test_readyz_follows_the_readiness_callable(http, switch):
+    ready = http.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json() == {"ready": True, "reason": "fine"}
+
+    switch.result = Readiness(ready=False, reason="last page committed 99 s ago (limit 30 s)")
+    not_ready = http.get("/readyz")
+    assert not_ready.status_code == 503
+    assert not_ready.headers["content-type"] == "application/json"
+    assert not_ready.json() == {
+        "ready": False,
+        "reason": "last page committed 99 s ago (limit 30 s)",
+    }
+
+
+def test_a_failing_readiness_check_is_not_ready_and_names_only_the_class(http, switch):
+    switch.result = RuntimeError("password=hunter2")
+    response = http.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["reason"] == "readiness check failed: RuntimeError"
+    assert "hunter2" not in response.text
+
+
+def test_metrics_serves_the_registry_in_prometheus_text_format(http, registry):
+    metrics = Metrics(registry)
+    metrics.client_observer().on_response("records", 200, None, 0.1, None)
+    response = http.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert (
+        f'{MetricName.PLATFORM_REQUESTS}{{code="none",endpoint="records",status="200"}} 1.0'
+        in response.text
+    )
+    openmetrics = http.get("/metrics", headers={"Accept": "application/openmetrics-text"})
+    assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")
+    assert openmetrics.text.endswith("# EOF\n")
+
+
+@pytest.mark.parametrize("path", ["/", "/metricsx", "/readyz/extra", "/favicon.ico"])
+def test_other_paths_are_404(http, path):
+    assert http.get(path).status_code == 404
+
+
+def test_a_query_string_does_not_change_the_endpoint(http):
+    assert http.get("/healthz?verbose=1").status_code == 200
+
+
+def test_a_slow_readiness_check_does_not_block_healthz(registry):
+    release = threading.Event()
+
+    def slow():
+        release.wait(10)
+        return Readiness(ready=True, reason="slow")
+
+    with HealthServer(0, host="127.0.0.1", registry=registry, readiness=slow) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        hanging = threading.Thread(target=lambda: httpx.get(f"{base}/readyz", timeout=10))
+        hanging.start()
+        try:
+            assert httpx.get(f"{base}/healthz", timeout=2).status_code == 200
+        finally:
+            release.set()
+            hanging.join()
+
+
+def test_stop_closes_the_port_and_is_idempotent(registry, switch):
+    server = HealthServer(0, host="127.0.0.1", registry=registry, readiness=switch)
+    server.stop()  # before start: nothing to do
+    server.start()
+    port = server.port
+    assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
+    server.stop()
+    server.stop()
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+    with pytest.raises(RuntimeError):
+        _ = server.port
+
+
+def test_a_port_in_use_is_a_configuration_error(registry, switch):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = HealthServer(port, host="127.0.0.1", registry=registry, readiness=switch)
+        with pytest.raises(ConfigurationError, match="RECORDSYNC_HTTP_PORT"):
+            server.start()
