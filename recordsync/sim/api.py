@@ -1,6 +1,6 @@
-"""The record side of the platform API as a function from request to response (no sockets).
+"""The simulated platform API: the record side as a function from request to response (no sockets).
 
-``PlatformService.handle`` does, in order (spec: Authentication, Records endpoints, Limits):
+``SimulatedApi.handle`` does, in order (spec: Authentication, Records endpoints, Limits):
 route by path (404), authenticate (401), count the request in the shared rate limit (429 and a
 violation when over it), maybe inject a 429 (which gives the place in the window back), add
 latency, validate the query (400/410), maybe fail the request (reset, 503, 500), serve the page,
@@ -94,7 +94,7 @@ class Request:
     target: str  # the raw request target, exactly as on the request line
     headers: Mapping[str, str]  # names in lower case
     body: bytes = b""
-    # When the request line was read (the service's monotonic clock); None: when ``handle``
+    # When the request line was read (the API's monotonic clock); None: when ``handle``
     # is called.  The rate limit counts arrivals, so the server stamps them before parsing
     # headers and body, which take the GIL and can make a busy process late by milliseconds.
     arrival: float | None = None
@@ -117,7 +117,7 @@ def _cursor_invalid(message: str) -> ApiError:
     return ApiError(400, "CURSOR_INVALID", message)
 
 
-class PlatformService:
+class SimulatedApi:
     def __init__(
         self,
         config: SimConfig,

@@ -17,7 +17,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from recordsync.sim.api import Action, PlatformService, Request, Response
+from recordsync.sim.api import Action, SimulatedApi, Request, Response
 from recordsync.sim.envelope import ApiError, RequestIds, error_body
 
 _IDLE_TIMEOUT_SECONDS = 120.0
@@ -46,16 +46,16 @@ class _Handler(BaseHTTPRequestHandler):
     def parse_request(self) -> bool:
         # Called right after the request line is read: the earliest moment the request is
         # known to have arrived, before the headers are parsed.
-        self._arrival = self.server.service.monotonic()
+        self._arrival = self.server.api.monotonic()
         return super().parse_request()
 
     def _serve(self) -> None:
-        service = self.server.service
+        api = self.server.api
         body = self._read_body()
         if body is None:
             return
         headers = {name.lower(): value for name, value in self.headers.items()}
-        response = service.handle(
+        response = api.handle(
             Request(self.command, self.path, headers, body, arrival=self._arrival)
         )
         if response.action is Action.RESET:
@@ -73,7 +73,7 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.headers.get("Content-Length")
         if raw is None:
             return b""
-        limit = self.server.service.config.max_body_bytes
+        limit = self.server.api.config.max_body_bytes
         if not raw.isdigit():
             self._refuse(ApiError(400, "VALIDATION_FAILED", "bad Content-Length"))
             return None
@@ -122,8 +122,8 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     block_on_close = False
 
-    def __init__(self, address: tuple[str, int], service: PlatformService) -> None:
-        self.service = service
+    def __init__(self, address: tuple[str, int], api: SimulatedApi) -> None:
+        self.api = api
         self.request_ids = RequestIds()
         self._open: set[socket.socket] = set()
         self._reset: set[socket.socket] = set()
@@ -162,10 +162,10 @@ class _Server(ThreadingHTTPServer):
 
 
 class HttpServer:
-    """Serves a ``PlatformService`` on a host and port until ``stop``."""
+    """Serves a ``SimulatedApi`` on a host and port until ``stop``."""
 
-    def __init__(self, service: PlatformService, host: str, port: int) -> None:
-        self._server = _Server((host, port), service)
+    def __init__(self, api: SimulatedApi, host: str, port: int) -> None:
+        self._server = _Server((host, port), api)
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.02},

@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from recordsync.core.secret import Secret
-from recordsync.sim.api import PlatformService
+from recordsync.sim.api import SimulatedApi
 from recordsync.sim.auth import Authenticator
 from recordsync.sim.config import FaultRates, SimConfig
 from recordsync.sim.cursors import CursorCodec
@@ -58,7 +58,7 @@ class Simulator:
             keys.append(Secret(config.previous_secret))
         self._window = SlidingWindow(config.record_requests, config.record_seconds)
         self._stats = StatsRecorder()
-        self.service = PlatformService(
+        self.api = SimulatedApi(
             config,
             self.store,
             authenticator=Authenticator(config.merchant_id, tuple(keys)),
@@ -86,7 +86,7 @@ class Simulator:
         with self._lifecycle:
             if self._server is not None:
                 raise RuntimeError("the simulator is already serving")
-            server = HttpServer(self.service, host, port)
+            server = HttpServer(self.api, host, port)
             server.start()
             self._server = server
         return self
@@ -125,10 +125,10 @@ class Simulator:
 
     def now(self) -> datetime:
         """The simulator's clock (the injected clock plus any configured skew), in UTC."""
-        return datetime.fromtimestamp(self.service.now(), UTC)
+        return datetime.fromtimestamp(self.api.now(), UTC)
 
     def now_ms(self) -> int:
-        return int(self.service.now() * 1000)
+        return int(self.api.now() * 1000)
 
     def step(self, events: int = 1) -> None:
         """``events`` live events at the simulator's now, synchronously (deterministic)."""
@@ -177,11 +177,11 @@ class Simulator:
 
     def set_faults(self, faults: FaultRates) -> None:
         """Change the fault rates (and clock skew) while serving."""
-        self.service.injector.rates = faults
+        self.api.injector.rates = faults
 
     def expire_cursors(self) -> None:
         """Every cursor issued so far answers 410 CURSOR_EXPIRED from now on."""
-        self.service.expire_cursors()
+        self.api.expire_cursors()
 
     def watermark(self) -> str:
         """The sequence of the newest change ("0" when there is none)."""
