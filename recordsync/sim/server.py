@@ -17,7 +17,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from recordsync.sim.api import Action, SimulatedApi, Request, Response
+from recordsync.sim.api import Action, Request, Response, SimulatedApi
 from recordsync.sim.envelope import ApiError, RequestIds, error_body
 
 _IDLE_TIMEOUT_SECONDS = 120.0
