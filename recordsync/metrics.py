@@ -9,15 +9,11 @@ the tests refer to the same strings.
 Every metric lives in the registry given to ``Metrics`` (a fresh one by default, never the
 process-global one implicitly), as prometheus client_python recommends for testability.
 
-The layers report through adapters, never by importing this module's internals:
-
-- ``Metrics.client_observer()`` is the platform client's ``ClientObserver`` (requests,
-  durations, retries, 429s);
-- ``Metrics.sync_observer()`` is the engine's ``SyncObserver`` (pages, windows, the tail's
-  position, quarantine, rebuilds, errors);
-- ``Metrics.watch_budget(budget)`` reads the shared ``RateBudget`` at scrape time (its size
-  changes with the platform's capabilities; its wait total is kept by the budget itself);
-- ``Metrics.observe_write(seconds)`` is for whoever times the warehouse's commits.
+This module imports no layer of recordsync: the layers report through adapters that the
+service builds (``recordsync.service.observers``: the platform client's ``ClientObserver`` and
+the engine's ``SyncObserver``), which call the public methods here.  ``watch_budget(budget)``
+reads the shared rate budget at scrape time (its size changes with the platform's
+capabilities; its wait total is kept by the budget itself).
 
 Values that depend on "now" (tail freshness, the snapshot's remaining time) are computed at
 scrape time from the injected clock, so they keep growing while nothing happens, which is
@@ -32,18 +28,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import Final, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from recordsync import __version__
-from recordsync.core.state import Window
-from recordsync.sync.events import SyncObserver
-
-if TYPE_CHECKING:
-    from recordsync.platform.client import ClientObserver
 
 
 class MetricName(StrEnum):
@@ -292,15 +283,7 @@ class Metrics:
         reg.register(_BudgetCollector(self))
         reg.register(_ScrapeTimeCollector(self))
 
-    # -- adapters ---------------------------------------------------------------------------
-
-    def client_observer(self) -> ClientObserver:
-        """The platform client's ``ClientObserver`` (pass it as ``observer=``)."""
-        return ClientMetricsObserver(self)
-
-    def sync_observer(self) -> SyncObserver:
-        """The engine's ``SyncObserver`` (combine with others through ``MultiObserver``)."""
-        return SyncMetricsObserver(self)
+    # -- sources read at scrape time -------------------------------------------------------
 
     def watch_budget(self, budget: BudgetView) -> None:
         """Expose ``budget``'s size, wait total and queue at every scrape."""
@@ -350,21 +333,21 @@ class Metrics:
         self.drift_checks.inc()
         self.drift_rows_behind.set(rows_behind)
 
-    # -- fed by the observers ---------------------------------------------------------------
+    # -- fed by the sync's observer (recordsync.service.observers) -------------------------
 
-    def _windows_planned(self, job: str, total: int, done: int) -> None:
+    def windows_planned(self, job: str, total: int, done: int) -> None:
         with self._lock:
             self._jobs[job_kind(job)] = _JobProgress(
                 total=total, done=done, planned_at=self._clock(), done_at_plan=done
             )
 
-    def _window_done(self, job: str) -> None:
+    def window_done(self, job: str) -> None:
         with self._lock:
             progress = self._jobs.get(job_kind(job))
             if progress is not None:
                 progress.done = min(progress.done + 1, progress.total)
 
-    def _tail_position(
+    def tail_position(
         self, *, has_more: bool, projection_as_of: datetime | None, last_sequence: str | None
     ) -> None:
         self.tail_has_more.set(1 if has_more else 0)
@@ -384,78 +367,6 @@ class Metrics:
 
 def _copy(progress: _JobProgress) -> _JobProgress:
     return _JobProgress(progress.total, progress.done, progress.planned_at, progress.done_at_plan)
-
-
-class ClientMetricsObserver:
-    """``recordsync.platform.client.ClientObserver``: never raises, label values are bounded."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        self._metrics = metrics
-
-    def on_response(
-        self,
-        endpoint: str,
-        status: int | None,
-        code: str | None,
-        seconds: float,
-        request_id: str | None,
-    ) -> None:
-        self._metrics.platform_requests.labels(
-            endpoint=endpoint,
-            status=NONE_LABEL if status is None else str(status),
-            code=code or NONE_LABEL,
-        ).inc()
-        self._metrics.platform_request_duration.labels(endpoint=endpoint).observe(seconds)
-
-    def on_retry(self, endpoint: str, reason: str, delay: float) -> None:
-        self._metrics.platform_retries.labels(endpoint=endpoint, reason=reason).inc()
-
-    def on_rate_limited(self, endpoint: str, retry_after: float) -> None:
-        self._metrics.platform_rate_limited.labels(endpoint=endpoint).inc()
-
-
-class SyncMetricsObserver(SyncObserver):
-    """The engine's events as metrics; every committed page goes through ``page_committed``."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        self._metrics = metrics
-
-    def windows_planned(self, job: str, total: int, done: int) -> None:
-        self._metrics._windows_planned(job, total, done)  # noqa: SLF001 - same module
-
-    def window_page(self, job: str, window: Window, records: int, *, done: bool) -> None:
-        self._metrics.page_committed(job, records)
-        if done:
-            self._metrics._window_done(job)  # noqa: SLF001 - same module
-
-    def tail_page(
-        self,
-        changes: int,
-        *,
-        has_more: bool,
-        projection_as_of: datetime | None,
-        last_sequence: str | None,
-    ) -> None:
-        self._metrics.page_committed("tail", changes)
-        self._metrics.changes_applied.inc(changes)
-        self._metrics._tail_position(  # noqa: SLF001 - same module
-            has_more=has_more, projection_as_of=projection_as_of, last_sequence=last_sequence
-        )
-
-    def quarantined(self, source: str, count: int) -> None:
-        self._metrics.records_quarantined.labels(source=job_kind(source)).inc(count)
-
-    def page_written(self, source: str, seconds: float) -> None:
-        self._metrics.observe_write(seconds)
-
-    def drift_checked(self, window: Window, rows_behind: int) -> None:
-        self._metrics.drift_checked(rows_behind)
-
-    def rebuild_started(self, reason: str) -> None:
-        self._metrics.rebuilds.inc()
-
-    def error(self, kind: str) -> None:
-        self._metrics.errors.labels(kind=kind).inc()
 
 
 class _BudgetCollector(Collector):

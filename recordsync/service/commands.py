@@ -25,6 +25,7 @@ from recordsync.metrics import Metrics
 from recordsync.service.app import App, open_app, stop_on_signals
 from recordsync.service.health import HealthServer, ReadinessCheck, assess_readiness
 from recordsync.service.lease import acquire_lease
+from recordsync.service.observers import ClientMetricsObserver, SyncMetricsObserver
 from recordsync.service.progress import RichProgress
 from recordsync.warehouse import Warehouse
 
@@ -48,8 +49,8 @@ def run(settings: Settings, *, registry: CollectorRegistry | None = None) -> int
             open_app(
                 settings,
                 stopper=stopper,
-                observer=metrics.sync_observer(),
-                client_observer=metrics.client_observer(),
+                observer=SyncMetricsObserver(metrics),
+                client_observer=ClientMetricsObserver(metrics),
             ) as app,
             _health_server(settings, metrics, app.warehouse),
         ):

@@ -17,6 +17,7 @@ from deploy.deployfiles import (
 )
 
 from recordsync.metrics import MetricName, Metrics
+from recordsync.service.observers import SyncMetricsObserver
 
 # What a person on call must see (the issue's list) and the metrics that show it.
 MUST_SHOW = {
@@ -93,7 +94,7 @@ def test_dashboard_queries_parse_with_promtool(dashboard, tmp_path):
 def test_snapshot_panels_group_by_the_label_prometheus_stores(dashboard):
     """A metric label named ``job`` is stored as ``exported_job`` (``job`` is the target's)."""
     metrics = Metrics()
-    metrics.sync_observer().windows_planned("rebuild", 10, 2)
+    SyncMetricsObserver(metrics).windows_planned("rebuild", 10, 2)
     labels = {
         sample.name: set(sample.labels)
         for family in metrics.registry.collect()

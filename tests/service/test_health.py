@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
 from recordsync.metrics import MetricName, Metrics
 from recordsync.service.health import HealthServer, Readiness, ReadinessCheck, assess_readiness
+from recordsync.service.observers import ClientMetricsObserver, SyncMetricsObserver
 
 START = 1_000_000.0
 POLL = 1.0
@@ -130,7 +131,9 @@ def test_readiness_check_follows_metrics_last_commit():
     )
     clock.now += 1
     assert not check().ready
-    metrics.sync_observer().tail_page(0, has_more=False, projection_as_of=None, last_sequence=None)
+    SyncMetricsObserver(metrics).tail_page(
+        0, has_more=False, projection_as_of=None, last_sequence=None
+    )
     assert check().ready
 
 
@@ -200,7 +203,7 @@ def test_a_failing_readiness_check_is_not_ready_and_names_only_the_class(http, s
 
 def test_metrics_serves_the_registry_in_prometheus_text_format(http, registry):
     metrics = Metrics(registry)
-    metrics.client_observer().on_response("records", 200, None, 0.1, None)
+    ClientMetricsObserver(metrics).on_response("records", 200, None, 0.1, None)
     response = http.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")

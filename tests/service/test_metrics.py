@@ -21,6 +21,7 @@ from recordsync.metrics import (
 from recordsync.platform.budget import RateBudget
 from recordsync.platform.client import PlatformClient
 from recordsync.platform.retry import RetryPolicy
+from recordsync.service.observers import ClientMetricsObserver, SyncMetricsObserver
 from recordsync.sync.events import MultiObserver, SyncObserver
 
 START = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -61,7 +62,7 @@ def value(registry, name, **labels):
 
 
 def test_client_observer_counts_requests_by_endpoint_status_and_code(metrics, registry):
-    observer = metrics.client_observer()
+    observer = ClientMetricsObserver(metrics)
     observer.on_response("records", 200, None, 0.2, "r-1")
     observer.on_response("records", 200, None, 0.3, "r-2")
     observer.on_response("record-changes", 429, "RATE_LIMITED", 0.01, "r-3")
@@ -80,7 +81,7 @@ def test_client_observer_counts_requests_by_endpoint_status_and_code(metrics, re
 
 
 def test_client_observer_counts_retries_by_reason_and_429s(metrics, registry):
-    observer = metrics.client_observer()
+    observer = ClientMetricsObserver(metrics)
     observer.on_retry("records", "transport_error", 0.5)
     observer.on_retry("records", "transport_error", 1.0)
     observer.on_retry("records", "rate_limited", 2.0)
@@ -123,7 +124,7 @@ def test_a_real_client_reports_a_429_and_its_retry(metrics, registry, clock):
         sleep=clock.sleep,
         retry=RetryPolicy(),
         rng=random.Random(1),
-        observer=metrics.client_observer(),
+        observer=ClientMetricsObserver(metrics),
     )
     with client:
         client.changes(cursor="c-1", limit=10)
@@ -162,7 +163,7 @@ def test_budget_size_and_wait_are_read_at_scrape_time(metrics, registry, clock):
 
 
 def test_sync_observer_counts_pages_and_records_by_source(metrics, registry, clock):
-    observer = metrics.sync_observer()
+    observer = SyncMetricsObserver(metrics)
     assert isinstance(observer, SyncObserver)
     observer.window_page("rebuild", WINDOW, 1000, done=False)
     clock.now += 5
@@ -201,7 +202,7 @@ def test_page_committed_records_the_outcome_split_and_write_duration(metrics, re
 
 
 def test_quarantine_rebuilds_and_errors_are_counted(metrics, registry):
-    observer = metrics.sync_observer()
+    observer = SyncMetricsObserver(metrics)
     observer.quarantined("tail", 2)
     observer.quarantined(backfill_job(WINDOW.start, WINDOW.end), 1)
     observer.rebuild_started("change cursor expired")
@@ -223,7 +224,7 @@ def test_observers_combine_through_multi_observer(metrics, registry):
         def error(self, kind):
             seen.append(kind)
 
-    MultiObserver(metrics.sync_observer(), Recorder()).error("ServerError")
+    MultiObserver(SyncMetricsObserver(metrics), Recorder()).error("ServerError")
     assert seen == ["ServerError"]
     assert value(registry, MetricName.ERRORS, kind="ServerError") == 1
 
@@ -232,7 +233,7 @@ def test_observers_combine_through_multi_observer(metrics, registry):
 
 
 def test_snapshot_progress_and_remaining_time_follow_the_windows_done(metrics, registry, clock):
-    observer = metrics.sync_observer()
+    observer = SyncMetricsObserver(metrics)
     observer.windows_planned("rebuild", 10, 2)  # resumed: 2 of 10 done before this start
     assert value(registry, MetricName.SNAPSHOT_WINDOWS_TOTAL, kind="rebuild") == 10
     assert value(registry, MetricName.SNAPSHOT_WINDOWS_DONE, kind="rebuild") == 2
@@ -253,7 +254,7 @@ def test_snapshot_progress_and_remaining_time_follow_the_windows_done(metrics, r
 
 
 def test_backfill_progress_is_labelled_by_kind_not_by_range(metrics, registry):
-    observer = metrics.sync_observer()
+    observer = SyncMetricsObserver(metrics)
     job = backfill_job(WINDOW.start, WINDOW.end + timedelta(days=1))
     observer.windows_planned(job, 2, 0)
     observer.window_page(job, WINDOW, 1, done=True)
@@ -288,7 +289,7 @@ def test_estimate_remaining_seconds(total, done, done_since_start, elapsed, expe
 
 
 def test_tail_freshness_is_computed_at_scrape_time(metrics, registry, clock):
-    observer = metrics.sync_observer()
+    observer = SyncMetricsObserver(metrics)
     assert value(registry, MetricName.TAIL_FRESHNESS) is None
     as_of = datetime.fromtimestamp(START - 4, tz=UTC)
     observer.tail_page(5, has_more=True, projection_as_of=as_of, last_sequence="100")
@@ -344,7 +345,7 @@ def test_drift_check_reports_rows_behind(metrics, registry):
 
 def test_every_named_metric_is_exposed_with_conventional_names(metrics, registry, clock):
     metrics.watch_budget(RateBudget(2, 1.0, clock=clock, sleep=clock.sleep))
-    observer = metrics.sync_observer()
+    observer = SyncMetricsObserver(metrics)
     observer.windows_planned("rebuild", 2, 1)
     clock.now += 1
     observer.window_page("rebuild", WINDOW, 1, done=True)
@@ -354,7 +355,7 @@ def test_every_named_metric_is_exposed_with_conventional_names(metrics, registry
     observer.quarantined("tail", 1)
     observer.rebuild_started("x")
     observer.error("ServerError")
-    client = metrics.client_observer()
+    client = ClientMetricsObserver(metrics)
     client.on_response("records", 200, None, 0.1, None)
     client.on_retry("records", "server_error", 0.1)
     client.on_rate_limited("records", 1.0)

@@ -1,0 +1,86 @@
+"""The metric adapters: what the platform client and the sync report, counted in ``Metrics``.
+
+The client and the engine only know their observer interfaces (``ClientObserver``,
+``SyncObserver``); ``recordsync.metrics`` knows no layer at all.  The service, which builds
+all three, joins them here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from recordsync.core.state import Window
+from recordsync.metrics import NONE_LABEL, Metrics, job_kind
+from recordsync.sync.events import SyncObserver
+
+
+class ClientMetricsObserver:
+    """``recordsync.platform.client.ClientObserver``: never raises, label values are bounded."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def on_response(
+        self,
+        endpoint: str,
+        status: int | None,
+        code: str | None,
+        seconds: float,
+        request_id: str | None,
+    ) -> None:
+        self._metrics.platform_requests.labels(
+            endpoint=endpoint,
+            status=NONE_LABEL if status is None else str(status),
+            code=code or NONE_LABEL,
+        ).inc()
+        self._metrics.platform_request_duration.labels(endpoint=endpoint).observe(seconds)
+
+    def on_retry(self, endpoint: str, reason: str, delay: float) -> None:
+        self._metrics.platform_retries.labels(endpoint=endpoint, reason=reason).inc()
+
+    def on_rate_limited(self, endpoint: str, retry_after: float) -> None:
+        self._metrics.platform_rate_limited.labels(endpoint=endpoint).inc()
+
+
+class SyncMetricsObserver(SyncObserver):
+    """The engine's events as metrics; every committed page goes through ``page_committed``."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def windows_planned(self, job: str, total: int, done: int) -> None:
+        self._metrics.windows_planned(job, total, done)
+
+    def window_page(self, job: str, window: Window, records: int, *, done: bool) -> None:
+        self._metrics.page_committed(job, records)
+        if done:
+            self._metrics.window_done(job)
+
+    def tail_page(
+        self,
+        changes: int,
+        *,
+        has_more: bool,
+        projection_as_of: datetime | None,
+        last_sequence: str | None,
+    ) -> None:
+        self._metrics.page_committed("tail", changes)
+        self._metrics.changes_applied.inc(changes)
+        self._metrics.tail_position(
+            has_more=has_more, projection_as_of=projection_as_of, last_sequence=last_sequence
+        )
+
+    def quarantined(self, source: str, count: int) -> None:
+        self._metrics.records_quarantined.labels(source=job_kind(source)).inc(count)
+
+    def page_written(self, source: str, seconds: float) -> None:
+        self._metrics.observe_write(seconds)
+
+    def drift_checked(self, window: Window, rows_behind: int) -> None:
+        self._metrics.drift_checked(rows_behind)
+
+    def rebuild_started(self, reason: str) -> None:
+        self._metrics.rebuilds.inc()
+
+    def error(self, kind: str) -> None:
+        self._metrics.errors.labels(kind=kind).inc()
