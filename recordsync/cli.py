@@ -86,11 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    # Imports are local so `recordsync --help` stays fast and `sim` needs no database driver.
-    from recordsync.service import commands  # noqa: PLC0415
+    # Imported here so `recordsync --help` stays fast and `sim` needs no database driver.
+    from recordsync import service  # noqa: PLC0415
 
     if args.command == "demo":
-        return commands.demo(
+        return service.run_demo(
             database_url=args.database,
             history_days=args.history_days,
             rounds_per_day=args.rounds_per_day,
@@ -98,18 +98,18 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "migrate":
         settings = load_settings(config_path=args.config, need_platform=False, need_merchant=False)
         configure_logging(level=settings.log_level, log_format=settings.log_format)
-        return commands.migrate(settings)
+        return service.migrate(settings)
     if args.command == "report":
         settings = load_settings(config_path=args.config, need_platform=False)
-        return commands.report(settings, days=args.days, by=args.by, fmt=args.fmt)
+        return service.show_report(settings, days=args.days, by=args.by, fmt=args.fmt)
     if args.command == "status":
         settings = load_settings(config_path=args.config, need_platform=False)
-        return commands.status(settings, as_json=args.json, check=args.check)
+        return service.show_status(settings, as_json=args.json, check=args.check)
     settings = load_settings(config_path=args.config)
     configure_logging(level=settings.log_level, log_format=settings.log_format)
-    commands.warn_settings(settings)
+    service.warn_settings(settings)
     if args.command == "run":
-        return commands.run(settings)
+        return service.run_daemon(settings)
     if args.command == "backfill":
-        return commands.backfill(settings, args.start, args.end)
+        return service.run_backfill(settings, args.start, args.end)
     raise AssertionError(args.command)  # pragma: no cover - argparse restricts the choices

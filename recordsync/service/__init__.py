@@ -1,8 +1,24 @@
 """What makes a process out of the parts: the commands' bodies, the daemon's lease terms, the
-health and metrics server, the progress display, signals and logging setup.
+health and metrics server, the metric adapters, the progress display, and signals.
 
-It builds the platform client, the warehouse and the sync engine from the settings and runs
-them; the CLI only parses and calls in here.
+It builds the platform client, the warehouse and the sync engine from the settings
+(``app``) and runs them; the CLI only parses and calls the entry points below.
 """
 
-__all__: list[str] = []
+from recordsync.service.app import warn_settings
+from recordsync.service.backfill import run_backfill
+from recordsync.service.daemon import run_daemon
+from recordsync.service.demo import run_demo
+from recordsync.service.report import show_report
+from recordsync.service.schema import migrate
+from recordsync.service.status import show_status
+
+__all__ = [
+    "migrate",
+    "run_backfill",
+    "run_daemon",
+    "run_demo",
+    "show_report",
+    "show_status",
+    "warn_settings",
+]

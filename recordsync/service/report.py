@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -32,6 +33,7 @@ from rich.console import Console
 from rich.table import Table
 
 from recordsync.core.errors import ConfigurationError
+from recordsync.core.settings import Settings
 from recordsync.core.times import format_time
 from recordsync.warehouse import DailySummary, Freshness, Warehouse
 
@@ -298,3 +300,15 @@ def _print_freshness(freshness: Freshness | None, console: Console) -> None:
         f"data as of {format_time(as_of)} ({freshness.staleness_seconds} s ago by the database "
         f"clock; phase {freshness.phase.value})"
     )
+
+
+def show_report(settings: Settings, *, days: int, by: str, fmt: str) -> int:
+    """``recordsync report``: the BI views as a table, CSV or JSON on stdout."""
+    assert settings.merchant_id is not None
+    warehouse = Warehouse.connect(settings.database_url)
+    try:
+        warehouse.migrate()
+        report(warehouse, settings.merchant_id, days=days, by=by, fmt=fmt, out=sys.stdout)
+    finally:
+        warehouse.close()
+    return 0
