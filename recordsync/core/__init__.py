@@ -6,4 +6,83 @@ time (``times``), the sync's persistent state (``state``), the one exception hie
 cooperative stop (``stopping``, ``early_signals``).  It imports nothing else of recordsync.
 """
 
-__all__: list[str] = []
+from recordsync.core.errors import (
+    AuthenticationError,
+    ClockSkewError,
+    ConfigurationError,
+    CursorExpiredError,
+    FatalPlatformError,
+    InvalidRecordError,
+    PlatformError,
+    ProjectionLagError,
+    ProtocolError,
+    RateLimitedError,
+    RecordSyncError,
+    RequestRejectedError,
+    RetryableError,
+    ServerError,
+    ShutdownRequestedError,
+    TransportError,
+    UnexpectedRedirectError,
+    WarehouseUnavailableError,
+)
+from recordsync.core.models import (
+    DEFAULT_LIMITS,
+    Capabilities,
+    ChangesPage,
+    Currency,
+    Limits,
+    Record,
+    RecordChange,
+    RecordsPage,
+    RejectedItem,
+)
+from recordsync.core.secret import Secret
+from recordsync.core.settings import Settings, load_settings
+from recordsync.core.state import (
+    REBUILD_JOB,
+    Phase,
+    SyncState,
+    Window,
+    WindowProgress,
+)
+from recordsync.core.stopping import Stopper
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "REBUILD_JOB",
+    "AuthenticationError",
+    "Capabilities",
+    "ChangesPage",
+    "ClockSkewError",
+    "ConfigurationError",
+    "Currency",
+    "CursorExpiredError",
+    "FatalPlatformError",
+    "InvalidRecordError",
+    "Limits",
+    "Phase",
+    "PlatformError",
+    "ProjectionLagError",
+    "ProtocolError",
+    "RateLimitedError",
+    "Record",
+    "RecordChange",
+    "RecordSyncError",
+    "RecordsPage",
+    "RejectedItem",
+    "RequestRejectedError",
+    "RetryableError",
+    "Secret",
+    "ServerError",
+    "Settings",
+    "ShutdownRequestedError",
+    "Stopper",
+    "SyncState",
+    "TransportError",
+    "UnexpectedRedirectError",
+    "WarehouseUnavailableError",
+    "Window",
+    "WindowProgress",
+    "load_settings",
+]

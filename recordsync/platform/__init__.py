@@ -6,4 +6,14 @@ budget (``budget``), the retry policy (``retry``), the envelope and error decodi
 knows the core only: never the warehouse, the sync or the service.
 """
 
-__all__: list[str] = []
+from recordsync.platform.budget import Priority, RateBudget
+from recordsync.platform.client import ClientObserver, PlatformClient
+from recordsync.platform.retry import RetryPolicy
+
+__all__ = [
+    "ClientObserver",
+    "PlatformClient",
+    "Priority",
+    "RateBudget",
+    "RetryPolicy",
+]
