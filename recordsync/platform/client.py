@@ -247,7 +247,12 @@ class PlatformClient:
         )
 
     def close(self) -> None:
+        """Close the connections; safe to call twice."""
         self._http.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._http.is_closed
 
     def __enter__(self) -> Self:
         return self
@@ -323,13 +328,7 @@ class PlatformClient:
         request = self._http.build_request(
             "GET", self._origin + target, headers={"Accept": "application/json"}
         )
-        if request.url.raw_path != target.encode("ascii"):
-            # Signing one target and sending another would fail every request (or worse,
-            # pass a proxy's rewrite unnoticed).  Never send.
-            raise ConfigurationError(
-                f"{endpoint}: httpx would not send the signed request target verbatim; "
-                "check base_url for characters that need percent-encoding"
-            )
+        check_sent_verbatim(request.url.raw_path, target, endpoint=endpoint)
         slot = None if priority is None else self._budget.acquire(priority)
         try:
             # Fresh timestamp and signature for every attempt, taken after the budget wait.
@@ -386,6 +385,21 @@ class PlatformClient:
             raise TransportError(
                 f"no answer ({type(exc).__name__})", endpoint=endpoint, retryable=True
             ) from exc
+
+
+def check_sent_verbatim(raw_path: bytes, target: str, *, endpoint: str) -> None:
+    """Refuse to send when the request line would carry other bytes than the signed target.
+
+    Signing one target and sending another would fail every request (or worse, pass a proxy's
+    rewrite unnoticed), so nothing is sent (spec: Authentication, Signature: "sign the exact
+    bytes sent").  httpx keeps a target built by ``signing.build_target`` as it is today;
+    this holds the client to that should httpx ever normalise it.
+    """
+    if raw_path != target.encode("ascii"):
+        raise ConfigurationError(
+            f"{endpoint}: httpx would not send the signed request target verbatim; "
+            "check base_url for characters that need percent-encoding"
+        )
 
 
 def _records_page(reply: Reply) -> RecordsPage:

@@ -44,16 +44,18 @@ def test_stamp_not_acquire_time_is_what_counts(fake_time):
 
 
 def test_an_unstamped_slot_blocks_its_window_until_stamped(fake_time):
-    budget = RateBudget(1, 1.0, margin=0.0, clock=fake_time, sleep=fake_time.sleep)
-    slot = budget.acquire()
-    fake_time.advance(1.5)  # long after acquire, still not sent (GIL, another thread...)
+    unsent = []
 
     def sleep_then_stamp(seconds):  # the slot's owner sends while we wait
         fake_time.sleep(seconds)
-        if not slot.stamped:
-            slot.stamp()
+        for slot in unsent:
+            if not slot.stamped:
+                slot.stamp()
 
-    budget._sleep = sleep_then_stamp
+    budget = RateBudget(1, 1.0, margin=0.0, clock=fake_time, sleep=sleep_then_stamp)
+    slot = budget.acquire()
+    unsent.append(slot)
+    fake_time.advance(1.5)  # long after acquire, still not sent (GIL, another thread...)
     nxt = budget.acquire()
     if not slot.stamped:
         slot.stamp()
@@ -370,16 +372,20 @@ def test_a_slow_answer_never_delays_beyond_the_margin(fake_time):
 
 def test_an_answer_coming_in_while_the_next_caller_waits_is_used(fake_time):
     """Two requests in flight; the third caller starts waiting before either is answered."""
-    budget = RateBudget(2, 1.0, margin=0.05, clock=fake_time, sleep=fake_time.sleep)
-    a, b = _send(budget, fake_time), _send(budget, fake_time)
+    in_flight = []
 
     def sleep_and_answer(seconds):  # the answers come back while the third caller sleeps
+        unanswered = [slot for slot in in_flight if slot.answered_at is None]
+        if unanswered:
+            fake_time.sleep(0.02)  # 20 ms after sending, a second into the wait
+            seconds -= 0.02
+            for slot in unanswered:
+                slot.answered()
         fake_time.sleep(seconds)
-        for slot in (a, b):
-            if slot.answered_at is None:
-                slot.answered_at = a.started_at + 0.02  # as if answered 20 ms after sending
 
-    budget._sleep = sleep_and_answer
+    budget = RateBudget(2, 1.0, margin=0.05, clock=fake_time, sleep=sleep_and_answer)
+    a, b = _send(budget, fake_time), _send(budget, fake_time)
+    in_flight.extend((a, b))
     third = budget.acquire()
     third.stamp()
     assert third.started_at == pytest.approx(a.started_at + 1.02)

@@ -27,7 +27,7 @@ from recordsync.core.errors import (
 from recordsync.core.models import DEFAULT_LIMITS
 from recordsync.core.secret import Secret
 from recordsync.platform.budget import Priority, RateBudget
-from recordsync.platform.client import PlatformClient
+from recordsync.platform.client import PlatformClient, check_sent_verbatim
 from recordsync.platform.retry import RetryPolicy
 
 SECRET = "S3cr3t-value-that-must-never-leak-0123456789"
@@ -208,13 +208,31 @@ def test_a_full_24_hour_window_is_allowed(fake_time):
     assert len(platform.requests) == 1
 
 
-def test_a_target_httpx_would_rewrite_is_never_sent(fake_time):
+@pytest.mark.parametrize(
+    ("sent", "signed"),
+    [
+        (b"/with%20space/v1/records", "/with space/v1/records"),
+        (b"/v1/records?a=%7E", "/v1/records?a=~"),
+        (b"/b/v1/records", "/a/../b/v1/records"),
+    ],
+    ids=["percent-encoded", "re-encoded-query", "dot-segments"],
+)
+def test_a_target_httpx_would_rewrite_is_never_sent(sent, signed):
+    with pytest.raises(ConfigurationError, match="verbatim"):
+        check_sent_verbatim(sent, signed, endpoint="records")
+
+
+@pytest.mark.parametrize(
+    "base_url",
+    ["https://platform.example/with space", "https://platform.example/a/../b/%7e"],
+    ids=["space", "dots-and-escapes"],
+)
+def test_the_target_on_the_wire_is_the_one_signed(fake_time, base_url):
     platform = Platform(fake_time, envelope(CHANGES_PAGE))
-    with make_client(fake_time, platform) as client:
-        client._base_path = "/with space"  # a prefix httpx would percent-encode
-        with pytest.raises(ConfigurationError, match="verbatim"):
-            client.changes(cursor="x")
-    assert platform.requests == []
+    with make_client(fake_time, platform, base_url=base_url) as client:
+        client.changes(cursor="a b/c", limit=5)
+    (request,) = platform.requests
+    assert request.headers["X-Signature"] == expected_signature(request)
 
 
 @pytest.mark.parametrize(
@@ -248,9 +266,13 @@ def test_ca_bundle_path_is_accepted_and_a_missing_one_is_a_configuration_error()
 
 
 def test_close_is_safe_twice(fake_time):
-    client = make_client(fake_time, Platform(fake_time, envelope(CHANGES_PAGE)))
+    platform = Platform(fake_time, envelope(CHANGES_PAGE))
+    client = make_client(fake_time, platform)
+    client.changes(cursor="c", limit=1)
     client.close()
     client.close()
+    assert client.closed
+    assert len(platform.requests) == 1
 
 
 # -- retries -------------------------------------------------------------------------------------
