@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +18,7 @@ from rich.table import Table
 from recordsync.core.errors import RecordSyncError
 from recordsync.core.settings import Settings
 from recordsync.service.health import assess_readiness
-from recordsync.warehouse import Warehouse
+from recordsync.warehouse import QuarantinedRecord, Warehouse, WarehouseStatus
 
 
 def show_status(settings: Settings, *, as_json: bool, check: bool = False) -> int:
@@ -38,16 +39,65 @@ def show_status(settings: Settings, *, as_json: bool, check: bool = False) -> in
     if as_json:
         sys.stdout.write(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    console = Console()
-    table = Table(title=f"recordsync status: {settings.merchant_id}", show_header=False)
-    for key, value in _flatten(payload["status"]):
-        table.add_row(key, "" if value is None else str(value))
-    console.print(table)
-    if quarantined:
-        console.print(f"[bold red]{len(quarantined)} quarantined records (newest first):")
-        for row in payload["quarantined"]:
-            console.print(f"  {row}")
+    render_status(Console(), report, quarantined)
     return 0
+
+
+def render_status(
+    console: Console, report: WarehouseStatus, quarantined: Sequence[QuarantinedRecord]
+) -> None:
+    """The status for people: the state as one value per line, the jobs and the quarantine
+    as small tables.  ``--json`` keeps the full structure for scripts."""
+    facts = Table(title=f"recordsync status: {report.merchant_id}", show_header=False)
+    for label, value in _state_lines(report):
+        facts.add_row(label, value)
+    console.print(facts)
+    if report.jobs:
+        jobs = Table(title="snapshot jobs")
+        jobs.add_column("job")
+        jobs.add_column("windows", justify="right")
+        jobs.add_column("done", justify="right")
+        jobs.add_column("records", justify="right")
+        for job in report.jobs:
+            share = job.windows_done / job.windows_total if job.windows_total else 1.0
+            jobs.add_row(
+                job.job,
+                f"{job.windows_done}/{job.windows_total}",
+                f"{share:.0%}",
+                f"{job.records:,}",
+            )
+        console.print(jobs)
+    if quarantined:
+        table = Table(title=f"quarantined records: the newest {len(quarantined)}")
+        for column in ("id", "source", "record_id", "reason", "quarantined at"):
+            table.add_column(column)
+        for row in quarantined:
+            table.add_row(
+                str(row.id), row.source, row.record_id or "", row.reason, _when(row.quarantined_at)
+            )
+        console.print(table)
+
+
+def _state_lines(report: WarehouseStatus) -> list[tuple[str, str]]:
+    lines = [("records", f"{report.records:,}"), ("quarantined", f"{report.quarantined:,}")]
+    state = report.state
+    if state is None:
+        return [("phase", "not started (no sync state yet)"), *lines]
+    return [
+        ("phase", state.phase.value),
+        ("history from", _when(state.history_from)),
+        ("anchored at (platform time)", _when(state.anchor_at)),
+        ("snapshot to", _when(state.snapshot_to)),
+        ("last change sequence", state.last_sequence or "none yet"),
+        ("platform time covered", _when(state.last_projection_as_of)),
+        ("last commit", _when(state.last_commit_at)),
+        ("rebuilds", str(state.rebuilds)),
+        *lines,
+    ]
+
+
+def _when(value: datetime | None) -> str:
+    return "never" if value is None else value.isoformat()
 
 
 def _check(settings: Settings, warehouse: Warehouse) -> int:
@@ -88,12 +138,3 @@ def _plain(value: Any) -> Any:
     if isinstance(value, str | int | float | bool) or value is None:
         return value
     return str(value)
-
-
-def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if isinstance(value, dict):
-        rows: list[tuple[str, Any]] = []
-        for key, item in value.items():
-            rows.extend(_flatten(item, f"{prefix}{key}."))
-        return rows
-    return [(prefix.rstrip("."), value)]
