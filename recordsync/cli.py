@@ -9,6 +9,7 @@ from pathlib import Path
 
 from recordsync import __version__
 from recordsync.core import early_signals
+from recordsync.core.database_url import parse_database_url
 from recordsync.core.errors import ConfigurationError, RecordSyncError
 from recordsync.core.settings import load_settings
 from recordsync.core.times import parse_time
@@ -26,6 +27,14 @@ def _time_arg(value: str) -> object:
         return parse_time(value, field="time")
     except RecordSyncError as exc:
         raise argparse.ArgumentTypeError(f"{value!r} is not an RFC3339 time") from exc
+
+
+def _database_arg(value: str) -> str:
+    try:
+        parse_database_url(value)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         "sim", help="run the platform simulator (options: recordsync sim --help)", add_help=False
     )
     demo = commands.add_parser("demo", help="simulator + local SQLite, synced until caught up")
-    demo.add_argument("--database", default="sqlite:///recordsync-demo.db")
+    demo.add_argument("--database", type=_database_arg, default="sqlite:///recordsync-demo.db")
     demo.add_argument("--history-days", type=int, default=3)
     demo.add_argument("--rounds-per-day", type=int, default=2000)
     return parser

@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from recordsync.core.database_url import parse_database_url
 from recordsync.core.errors import ConfigurationError, InvalidRecordError
 from recordsync.core.secret import Secret
 from recordsync.core.times import parse_time
@@ -149,6 +150,17 @@ def _choice(*allowed: str) -> Callable[[str], str]:
     return parse
 
 
+def _database_url(reader: _Reader) -> str:
+    """The warehouse URL, checked now so that a bad one is reported with every other problem
+    (never quoted back: it may hold a password)."""
+    url = reader.raw("database_url") or DEFAULT_DATABASE_URL
+    try:
+        parse_database_url(url)
+    except ConfigurationError as exc:
+        reader.problems.append(f"{PREFIX}DATABASE_URL: {exc}")
+    return url
+
+
 def _read_config_file(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
@@ -228,7 +240,7 @@ def load_settings(
         base_url=base_url.rstrip("/") if base_url else None,
         merchant_id=merchant_id,
         secret=secret,
-        database_url=reader.raw("database_url") or DEFAULT_DATABASE_URL,
+        database_url=_database_url(reader),
         history_from=reader.get("history_from", _time, None, hint="an RFC3339 time"),
         http_port=reader.get("http_port", _port, DEFAULT_HTTP_PORT, hint="a port 0-65535"),
         poll_interval=reader.get(

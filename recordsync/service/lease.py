@@ -51,9 +51,9 @@ import structlog
 from sqlalchemy import Connection, Engine, create_engine, pool, text
 from sqlalchemy.engine import URL
 
+from recordsync.core.database_url import MYSQL_FAMILY
 from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
 from recordsync.warehouse.connection import translate_errors, warehouse_url
-from recordsync.warehouse.types import MYSQL_FAMILY
 
 DEFAULT_POLL: Final = 5.0
 DEFAULT_HEARTBEAT: Final = 5.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import structlog
 
+from recordsync.core.database_url import shown
 from recordsync.core.settings import Settings
 from recordsync.warehouse import Warehouse
 
@@ -16,12 +17,5 @@ def migrate(settings: Settings) -> int:
         warehouse.migrate()
     finally:
         warehouse.close()
-    log.info("migrated", database=_safe_url(settings.database_url))
+    log.info("migrated", database=shown(settings.database_url))
     return 0
-
-
-def _safe_url(url: str) -> str:
-    """A database URL without its password, for logs."""
-    from sqlalchemy.engine import make_url  # noqa: PLC0415
-
-    return make_url(url).render_as_string(hide_password=True)

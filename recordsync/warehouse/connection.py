@@ -26,14 +26,14 @@ from contextlib import contextmanager
 from typing import Any, Final
 
 from sqlalchemy import Engine, create_engine, event, exc
-from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.engine import URL, Connection
 
-from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
-from recordsync.warehouse.types import MYSQL_FAMILY
+from recordsync.core.database_url import (
+    MYSQL_FAMILY,
+    parse_database_url,
+)
+from recordsync.core.errors import WarehouseUnavailableError
 
-SUPPORTED_BACKENDS: Final = frozenset({"sqlite", "postgresql", *MYSQL_FAMILY})
-# The driver each server database is written through (see above).
-WRITER_DRIVERS: Final = {"postgresql": "psycopg", **dict.fromkeys(MYSQL_FAMILY, "pymysql")}
 # Execution option marking a write transaction (SQLite then takes the write lock at BEGIN).
 WRITE_OPTION: Final = "recordsync_write"
 SQLITE_BUSY_TIMEOUT_MS: Final = 30_000
@@ -64,23 +64,8 @@ def create_warehouse_engine(url: str | URL, **kwargs: Any) -> Engine:
 
 
 def warehouse_url(url: str | URL) -> URL:
-    """``url`` with the driver recordsync writes through; another named driver is refused."""
-    parsed = make_url(url)
-    backend = parsed.get_backend_name()
-    if backend in WRITER_DRIVERS and "+" not in parsed.drivername:
-        parsed = parsed.set(drivername=f"{backend}+{WRITER_DRIVERS[backend]}")
-    check_driver(backend, parsed.get_driver_name())
-    return parsed
-
-
-def check_driver(backend: str, driver: str) -> None:
-    """Refuse a server database reached through a driver recordsync does not write through."""
-    wanted = WRITER_DRIVERS.get(backend)
-    if wanted is not None and driver != wanted:
-        raise ConfigurationError(
-            f"{backend} warehouses are written through {wanted}: use a {backend}+{wanted}:// "
-            f"URL (or {backend}://), not {backend}+{driver}://"
-        )
+    """``url`` with the driver recordsync writes through (``core.database_url``)."""
+    return parse_database_url(url)
 
 
 def _configure_sqlite(engine: Engine) -> None:

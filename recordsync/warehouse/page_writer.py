@@ -41,6 +41,7 @@ from sqlalchemy.schema import CreateTable
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.elements import ColumnElement
 
+from recordsync.core.database_url import MYSQL_FAMILY
 from recordsync.warehouse.mariadb_pages import MariaDBPageWriter
 from recordsync.warehouse.postgres_copy import StageCopy
 from recordsync.warehouse.schema import ID_LENGTH, record_revisions, records
@@ -51,7 +52,6 @@ from recordsync.warehouse.staging import (
     stage_encoder,
     time_parameter,
 )
-from recordsync.warehouse.types import MYSQL_FAMILY
 
 _RECORD_KEY: Final = ("merchant_id", "record_id")
 _REVISION_KEY: Final = ("merchant_id", "record_id", "revision")

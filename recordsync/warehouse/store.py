@@ -30,14 +30,13 @@ from sqlalchemy import (
     update,
 )
 
+from recordsync.core.database_url import SUPPORTED_BACKENDS, check_driver
 from recordsync.core.errors import ConfigurationError
 from recordsync.core.models import Record, RecordChange, RejectedItem
 from recordsync.core.state import REBUILD_JOB, Phase, SyncState, Window, WindowProgress
 from recordsync.warehouse import summaries
 from recordsync.warehouse.connection import (
-    SUPPORTED_BACKENDS,
     WRITE_OPTION,
-    check_driver,
     create_warehouse_engine,
     translate_errors,
 )

@@ -49,10 +49,11 @@ from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
+from recordsync.core.database_url import MYSQL_FAMILY
+
 MONEY_PRECISION: Final = 30
 MONEY_SCALE: Final = 4
 CURSOR_LENGTH: Final = 4096  # spec: Records, "cursor: max length 4096"
-MYSQL_FAMILY: Final = ("mysql", "mariadb")
 UNITS_PER_MONEY: Final = 10**MONEY_SCALE
 MAX_UNITS: Final = 2**63 - 1  # BIGINT
 # Wide enough that scaling any NUMERIC(30,4) value by 10**4 never rounds.

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from recordsync import cli
+from recordsync.core.database_url import parse_database_url
 from recordsync.core.errors import ConfigurationError
 from recordsync.core.settings import load_settings
 
@@ -112,3 +114,87 @@ def test_port_zero_turns_the_http_server_off() -> None:
 def test_migrate_needs_no_platform_settings() -> None:
     settings = load_settings({}, need_platform=False, need_merchant=False)
     assert settings.base_url is None
+
+
+# -- the warehouse URL, checked with everything else ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgres://rs:pw@db.example/warehouse",
+        "postgres+psycopg://rs:pw@db.example/warehouse",
+        "postgresql://rs:pw@db.example/warehouse",
+        "mariadb://rs:pw@db.example/warehouse",
+        "mysql+pymysql://rs:pw@db.example/warehouse",
+        "sqlite:///relative.db",
+    ],
+    ids=[
+        "postgres-alias",
+        "postgres-alias-with-driver",
+        "postgresql",
+        "mariadb",
+        "mysql",
+        "sqlite",
+    ],
+)
+def test_supported_database_urls_are_accepted(url) -> None:
+    assert load_settings({**BASE, "RECORDSYNC_DATABASE_URL": url}).database_url == url
+
+
+def test_postgres_scheme_is_written_through_psycopg() -> None:
+    assert parse_database_url("postgres://rs:pw@db/w").drivername == "postgresql+psycopg"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("oracle://rs:s3cret@db/w", "unsupported database 'oracle'"),
+        ("not a url at all s3cret", "not a database URL"),
+        ("postgresql+psycopg2://rs:s3cret@db/w", "use a postgresql+psycopg:// URL"),
+        ("://rs:s3cret@db/w", "not a database URL"),
+    ],
+    ids=["unknown-scheme", "unparseable", "other-driver", "no-scheme"],
+)
+def test_a_bad_database_url_is_one_line_naming_the_variable_and_the_schemes(url, expected):
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings({**BASE, "RECORDSYNC_DATABASE_URL": url, "RECORDSYNC_PAGE_SIZE": "x"})
+    lines = str(caught.value).splitlines()
+    (line,) = [line for line in lines if line.startswith("RECORDSYNC_DATABASE_URL:")]
+    assert expected in line
+    assert "s3cret" not in str(caught.value)
+    assert any(line.startswith("RECORDSYNC_PAGE_SIZE:") for line in lines)  # all at once
+    if "unsupported" in expected or "not a database" in expected:
+        assert "postgresql://" in line
+        assert "sqlite:///" in line
+
+
+@pytest.mark.parametrize("command", ["status", "run", "migrate", "report", "backfill"])
+@pytest.mark.parametrize(
+    "url", ["oracle://rs:s3cret@db/w", "s3cret garbage"], ids=["unknown", "unparseable"]
+)
+def test_every_command_exits_2_on_a_bad_database_url_without_a_traceback(
+    command, url, tmp_path, capsys
+):
+    config = tmp_path / "recordsync.toml"
+    config.write_text(
+        f'base_url = "https://platform.example"\nmerchant_id = "m-1"\nsecret = "{SECRET}"\n'
+        f'database_url = "{url}"\n'
+    )
+    extra = ["--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z"]
+    argv = ["--config", str(config), command, *(extra if command == "backfill" else [])]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("recordsync: configuration: RECORDSYNC_DATABASE_URL:")
+    assert len(err.splitlines()) == 1
+    assert "s3cret" not in err
+    assert "Traceback" not in err
+
+
+def test_demo_refuses_a_bad_database_url_with_exit_2(capsys):
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["demo", "--database", "oracle://rs:s3cret@db/w"])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert "unsupported database 'oracle'" in err
+    assert "s3cret" not in err
