@@ -23,6 +23,14 @@ class ConfigurationError(RecordSyncError):
     """A setting is missing or invalid; the operator must fix it."""
 
 
+class SchemaVersionError(ConfigurationError):
+    """The warehouse's schema is not the one this version of recordsync reads and writes.
+
+    Behind: someone must run ``recordsync migrate``.  Ahead, or unknown: a newer recordsync
+    migrated it, so this one must be upgraded.  Waiting fixes neither, so it is never retried.
+    """
+
+
 class WarehouseUnavailableError(RecordSyncError):
     """The warehouse cannot be reached now; wait and try again."""
 

@@ -305,9 +305,8 @@ def _print_freshness(freshness: Freshness | None, console: Console) -> None:
 def show_report(settings: Settings, *, days: int, by: str, fmt: str) -> int:
     """``recordsync report``: the BI views as a table, CSV or JSON on stdout."""
     assert settings.merchant_id is not None
-    warehouse = Warehouse.connect(settings.database_url)
+    warehouse = Warehouse.for_reading(settings.database_url)
     try:
-        warehouse.migrate()
         report(warehouse, settings.merchant_id, days=days, by=by, fmt=fmt, out=sys.stdout)
     finally:
         warehouse.close()

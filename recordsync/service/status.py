@@ -23,11 +23,10 @@ from recordsync.warehouse import QuarantinedRecord, Warehouse, WarehouseStatus
 
 def show_status(settings: Settings, *, as_json: bool, check: bool = False) -> int:
     assert settings.merchant_id is not None
-    warehouse = Warehouse.connect(settings.database_url)
+    if check:
+        return _check(settings)
+    warehouse = Warehouse.for_reading(settings.database_url)
     try:
-        if check:
-            return _check(settings, warehouse)
-        warehouse.migrate()
         report = warehouse.status(settings.merchant_id)
         quarantined = warehouse.quarantined(settings.merchant_id, limit=10)
     finally:
@@ -100,16 +99,20 @@ def _when(value: datetime | None) -> str:
     return "never" if value is None else value.isoformat()
 
 
-def _check(settings: Settings, warehouse: Warehouse) -> int:
+def _check(settings: Settings) -> int:
     """``status --check``: 0 when the warehouse answers and the sync committed recently.
 
     The rule is /readyz's (``assess_readiness``) applied to the committed state, so a probe
     and a script agree; the last commit time is the one the daemon stored with its cursor.
+    A warehouse that is missing, down or at another schema version is "not ready" (exit 1).
     """
     assert settings.merchant_id is not None
     try:
-        warehouse.ping()
-        state = warehouse.load_state(settings.merchant_id)
+        warehouse = Warehouse.for_reading(settings.database_url)
+        try:
+            state = warehouse.load_state(settings.merchant_id)
+        finally:
+            warehouse.close()
     except RecordSyncError as exc:
         print(f"not ready: warehouse: {exc}")  # noqa: T201
         return 1

@@ -21,9 +21,11 @@ neither a dependency of recordsync); a URL naming another driver is refused with
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Final
+from urllib.parse import unquote, urlsplit
 
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import URL, Connection
@@ -32,7 +34,7 @@ from recordsync.core.database_url import (
     MYSQL_FAMILY,
     parse_database_url,
 )
-from recordsync.core.errors import WarehouseUnavailableError
+from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
 
 # Execution option marking a write transaction (SQLite then takes the write lock at BEGIN).
 WRITE_OPTION: Final = "recordsync_write"
@@ -66,6 +68,22 @@ def create_warehouse_engine(url: str | URL, **kwargs: Any) -> Engine:
 def warehouse_url(url: str | URL) -> URL:
     """``url`` with the driver recordsync writes through (``core.database_url``)."""
     return parse_database_url(url)
+
+
+def sqlite_file(url: URL) -> str | None:
+    """The database file of a SQLite URL; None for an in-memory database or another backend."""
+    if url.get_backend_name() != "sqlite":
+        return None
+    database = url.database or ""
+    if url.query.get("uri") in {"true", "1"} and database.startswith("file:"):
+        # SQLAlchemy moves the URI's parameters (mode=memory among them) into url.query.
+        parts = urlsplit(database)
+        if url.query.get("mode") == "memory" or "mode=memory" in parts.query:
+            return None
+        database = unquote(parts.path)
+    if database in {"", ":memory:"}:
+        return None
+    return database
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -107,17 +125,36 @@ def _describe(error: BaseException) -> str:
     return f"{type(cause).__name__}: {first_line[:300]}"
 
 
+def _sqlite_cannot_open(error: exc.DBAPIError) -> bool:
+    """A SQLite file that cannot be opened, or is no database: a wrong path, not an outage.
+
+    A server restart is waited out; a local file that is missing its directory, unreadable
+    or something else entirely will not fix itself, so it is said once and the command stops.
+    """
+    cause = error.orig
+    if not isinstance(cause, sqlite3.DatabaseError):
+        return False
+    message = str(cause)
+    return message.startswith(("unable to open database file", "file is not a database"))
+
+
 @contextmanager
 def translate_errors(action: str) -> Iterator[None]:
     """Turn "the server is gone or busy" into ``WarehouseUnavailableError``; let bugs through.
 
     Operational errors (refused or dropped connections, lock timeouts, deadlocks), interface
     errors, invalidated connections and pool timeouts mean: wait, reconnect and try again.
-    Integrity, data and programming errors propagate unchanged: retrying would not help.
+    A SQLite file that cannot be opened is a ``ConfigurationError`` (see above).  Integrity,
+    data and programming errors propagate unchanged: retrying would not help.
     """
     try:
         yield
     except exc.DBAPIError as error:
+        if _sqlite_cannot_open(error):
+            raise ConfigurationError(
+                f"the SQLite warehouse cannot be used ({action}): {_describe(error)}; check "
+                "RECORDSYNC_DATABASE_URL (the file's path and permissions)"
+            ) from error
         if isinstance(error, exc.OperationalError | exc.InterfaceError) or (
             error.connection_invalidated
         ):

@@ -6,6 +6,7 @@ them); a source checkout or editable install has them at ``<repo>/migrations``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from alembic import command
@@ -14,7 +15,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine
 
-from recordsync.core.errors import ConfigurationError
+from recordsync import __version__
+from recordsync.core.errors import ConfigurationError, SchemaVersionError
 from recordsync.warehouse.schema import VERSION_TABLE
 
 _PACKAGE = Path(__file__).resolve().parent.parent
@@ -38,12 +40,65 @@ def _config() -> Config:
     return config
 
 
-def upgrade(engine: Engine) -> None:
-    """Bring the schema to the newest revision; a no-op when it is already there."""
+@dataclass(frozen=True, slots=True)
+class SchemaState:
+    """Where a warehouse's schema stands against the migration scripts of this version."""
+
+    current: str | None  # None: never migrated by recordsync
+    head: str
+    known: bool  # the current revision is one of this version's scripts (or None)
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.current == self.head
+
+    def problem(self) -> SchemaVersionError | None:
+        """Why this version cannot use the schema as it is, or None when it can."""
+        if self.up_to_date:
+            return None
+        if not self.known:
+            return SchemaVersionError(
+                f"the warehouse schema is at revision {self.current}, which this recordsync "
+                f"({__version__}, newest revision {self.head}) does not know: a newer recordsync "
+                "migrated it; run that version, or upgrade this one"
+            )
+        return SchemaVersionError(
+            f"the warehouse schema is at revision {self.current or 'none (never migrated)'}; "
+            f"this recordsync reads revision {self.head}: run `recordsync migrate` (with an "
+            "account that may change the schema), then try again"
+        )
+
+
+def schema_state(connection: Connection) -> SchemaState:
+    """Read the schema's revision; writes nothing (read commands and read-only accounts)."""
+    scripts = ScriptDirectory.from_config(_config())
+    head = scripts.get_current_head()
+    assert head is not None
+    current = current_revision(connection)
+    known = current is None or any(
+        script.revision == current for script in scripts.walk_revisions()
+    )
+    return SchemaState(current=current, head=head, known=known)
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Bring the schema to ``revision`` (the newest by default); a no-op when it is there.
+
+    A schema at a revision this version does not know (migrated by a newer recordsync) is
+    refused before Alembic touches it, with ``SchemaVersionError``: a daemon must say so once
+    and stop, not retry or crash-loop.
+    """
     config = _config()
     with engine.begin() as connection:
+        state = schema_state(connection)
+        if not state.known:
+            problem = state.problem()
+            assert problem is not None
+            raise problem
+        if revision == "head" and state.up_to_date:
+            return
         config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+        command.upgrade(config, revision)
 
 
 def head_revision() -> str | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -38,8 +39,10 @@ from recordsync.warehouse import summaries
 from recordsync.warehouse.connection import (
     WRITE_OPTION,
     create_warehouse_engine,
+    sqlite_file,
     translate_errors,
 )
+from recordsync.warehouse.migrate import schema_state
 from recordsync.warehouse.migrate import upgrade as upgrade_schema
 from recordsync.warehouse.page_writer import PageWriter, page_writer_for
 from recordsync.warehouse.schema import (
@@ -117,6 +120,29 @@ class Warehouse:
             keep_revisions=keep_revisions,
         )
 
+    @classmethod
+    def for_reading(cls, url: str) -> Warehouse:
+        """A warehouse for the read commands: it must exist at this version's schema.
+
+        Nothing is created or migrated (a SQLite file that is not there is an error, not a new
+        empty warehouse); ``SchemaVersionError`` says which revision is there and what to run.
+        """
+        engine = create_warehouse_engine(url)
+        path = sqlite_file(engine.url)
+        if path is not None and not Path(path).is_file():
+            engine.dispose()
+            raise ConfigurationError(
+                f"no warehouse at {path}: check RECORDSYNC_DATABASE_URL, or start the sync "
+                "(`recordsync run`) or `recordsync migrate` to create it"
+            )
+        warehouse = cls(engine)
+        try:
+            warehouse.check_schema()
+        except BaseException:
+            warehouse.close()
+            raise
+        return warehouse
+
     @property
     def engine(self) -> Engine:
         return self._engine
@@ -142,6 +168,17 @@ class Warehouse:
         """Apply every pending Alembic revision (idempotent)."""
         with translate_errors("migrate"):
             upgrade_schema(self._writer)
+
+    def check_schema(self) -> None:
+        """Raise ``SchemaVersionError`` unless the schema is the one this version reads.
+
+        Writes nothing: the read commands (``status``, ``report``) run with read-only
+        accounts and must never upgrade a production warehouse as a side effect.
+        """
+        with translate_errors("read schema version"), self._engine.connect() as conn:
+            problem = schema_state(conn).problem()
+        if problem is not None:
+            raise problem
 
     def ping(self) -> None:
         with translate_errors("ping"), self._engine.connect() as conn:
