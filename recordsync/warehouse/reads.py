@@ -1,4 +1,4 @@
-"""Answering what was stored: status, the quarantine, and whole rows for tests.
+"""Answering what was stored: status, quarantine, stored revisions, and whole rows for tests.
 
 The BI views are read by ``summaries``.  Every function runs inside the transaction the
 ``Warehouse`` opened for it.
@@ -6,7 +6,8 @@ The BI views are read by ``summaries``.  Every function runs inside the transact
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Collection
+from typing import Any, Final
 
 from sqlalchemy import Column, Connection, case, func, select
 
@@ -18,6 +19,8 @@ from recordsync.warehouse.schema import (
     snapshot_windows,
 )
 from recordsync.warehouse.values import JobStatus, QuarantinedRecord, WarehouseStatus
+
+IN_LIST_CHUNK: Final = 500  # keep IN lists well under every backend's parameter limit
 
 
 def status(conn: Connection, merchant_id: str) -> WarehouseStatus:
@@ -73,6 +76,21 @@ def quarantined(conn: Connection, merchant_id: str, limit: int) -> list[Quaranti
         )
         for row in conn.execute(query)
     ]
+
+
+def stored_revisions(
+    conn: Connection, merchant_id: str, record_ids: Collection[str]
+) -> dict[str, int]:
+    """record_id -> revision held in ``records``, for the ids that exist."""
+    ids = list(record_ids)
+    found: dict[str, int] = {}
+    for start in range(0, len(ids), IN_LIST_CHUNK):
+        query = select(records.c.record_id, records.c.revision).where(
+            records.c.merchant_id == merchant_id,
+            records.c.record_id.in_(ids[start : start + IN_LIST_CHUNK]),
+        )
+        found.update({row.record_id: row.revision for row in conn.execute(query)})
+    return found
 
 
 def fetch_records(conn: Connection, merchant_id: str) -> dict[str, dict[str, Any]]:

@@ -13,7 +13,7 @@ the sync hands it and answers what was stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -279,6 +279,12 @@ class Warehouse:
     def status(self, merchant_id: str) -> WarehouseStatus:
         with translate_errors("read status"), self._engine.begin() as conn:
             return reads.status(conn, merchant_id)
+
+    def stored_revisions(self, merchant_id: str, record_ids: Collection[str]) -> dict[str, int]:
+        """record_id -> revision held in ``records``, for the ids that exist (the drift check
+        compares them with the platform's)."""
+        with translate_errors("read stored revisions"), self._engine.begin() as conn:
+            return reads.stored_revisions(conn, merchant_id, record_ids)
 
     # -- the BI views (docs/bi.md; summaries) ---------------------------------------------------
 
