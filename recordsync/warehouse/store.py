@@ -3,7 +3,7 @@
 Each read or write runs in ONE transaction, opened here and handed to the module that does
 the work: ``sync_state`` (where the sync stands), ``page_commits`` (a page's rows with its
 cursor; it says why they must commit together), ``reads`` and ``summaries`` (what was
-stored).
+stored).  ``locks`` builds the merchant's lock, which lives on a connection of its own.
 Any "server gone" error is raised as ``WarehouseUnavailableError`` (see ``connection``) after
 the transaction has rolled back; the caller waits and tries again with the same page.
 
@@ -22,7 +22,7 @@ from sqlalchemy import Connection, Engine
 from recordsync.core.errors import ConfigurationError
 from recordsync.core.models import Record, RecordChange, RejectedItem
 from recordsync.core.state import REBUILD_JOB, SyncState, Window, WindowProgress
-from recordsync.warehouse import page_commits, reads, summaries, sync_state
+from recordsync.warehouse import locks, page_commits, reads, summaries, sync_state
 from recordsync.warehouse.connection import (
     SUPPORTED_BACKENDS,
     WRITE_OPTION,
@@ -30,6 +30,7 @@ from recordsync.warehouse.connection import (
     create_warehouse_engine,
     translate_errors,
 )
+from recordsync.warehouse.locks import MerchantLock
 from recordsync.warehouse.migrate import upgrade as upgrade_schema
 from recordsync.warehouse.page_writer import PageWriter, page_writer_for
 from recordsync.warehouse.values import (
@@ -311,6 +312,16 @@ class Warehouse:
         """The merchant's row of ``sync_freshness``; None before the first (re)build."""
         with translate_errors("read freshness"), self._engine.begin() as conn:
             return summaries.freshness(conn, merchant_id)
+
+    # -- the merchant's lock (locks) ---------------------------------------------------------
+
+    def merchant_lock(self, merchant_id: str, *, lease_seconds: int) -> MerchantLock:
+        """The lock a lease holds for ``merchant_id``, not yet taken.
+
+        It connects on its own, from this engine's URL, never through the writers' pool: the
+        URL and the connection stay inside the warehouse package.
+        """
+        return locks.merchant_lock(self._engine.url, merchant_id, lease_seconds=lease_seconds)
 
     # -- for tests and end-to-end checks -----------------------------------------------------
 
