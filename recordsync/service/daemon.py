@@ -58,7 +58,7 @@ def _one_lease_term(settings: Settings, app: App, stopper: Stopper) -> None:
     term = Stopper(parent=stopper)
     process_context.update(phase="standby")
     lease = acquire_lease(
-        app.warehouse.engine, settings.merchant_id, sleep=stopper.sleep, on_lost=term.stop
+        app.warehouse, settings.merchant_id, sleep=stopper.sleep, on_lost=term.stop
     )
     with lease:  # acquire_lease logs lease_acquired itself
         app.engine_for(term).run()

@@ -67,7 +67,6 @@ from recordsync.sync.plan import (
 )
 from recordsync.sync.resilience import StepRunner
 from recordsync.warehouse import Warehouse
-from recordsync.warehouse.lookups import stored_revisions
 
 log = structlog.get_logger("recordsync.sync")
 
@@ -538,7 +537,7 @@ class SyncEngine:
                 what="drift check",
             )
             ids = [record.record_id for record in page.records]
-            stored = stored_revisions(self.warehouse, self.options.merchant_id, ids)
+            stored = self.warehouse.stored_revisions(self.options.merchant_id, ids)
             current = self.warehouse.load_state(self.options.merchant_id)
             tally.add(
                 page.records,

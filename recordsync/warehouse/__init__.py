@@ -1,7 +1,8 @@
 """The warehouse: schema, migrations, the revision-guarded upsert, revision history, sync state,
-quarantine, and the BI views."""
+quarantine, the BI views, and the per-merchant lock behind the service's lease."""
 
 from recordsync.warehouse.connection import create_warehouse_engine
+from recordsync.warehouse.locks import MerchantLock
 from recordsync.warehouse.store import Warehouse
 from recordsync.warehouse.values import (
     DailySummary,
@@ -16,6 +17,7 @@ __all__ = [
     "DailySummary",
     "Freshness",
     "JobStatus",
+    "MerchantLock",
     "QuarantinedRecord",
     "Warehouse",
     "WarehouseStatus",

@@ -126,16 +126,16 @@ def _describe(error: BaseException) -> str:
 
 
 def _sqlite_cannot_open(error: exc.DBAPIError) -> bool:
-    """A SQLite file that cannot be opened, or is no database: a wrong path, not an outage.
+    """A SQLite file that is something else than a database: a wrong path, not an outage.
 
-    A server restart is waited out; a local file that is missing its directory, unreadable
-    or something else entirely will not fix itself, so it is said once and the command stops.
+    A server restart is waited out, and so is a file that cannot be opened yet (a volume
+    still mounting); a file that opens but holds no database will not fix itself, so it is
+    said once and the command stops.
     """
     cause = error.orig
-    if not isinstance(cause, sqlite3.DatabaseError):
-        return False
-    message = str(cause)
-    return message.startswith(("unable to open database file", "file is not a database"))
+    return isinstance(cause, sqlite3.DatabaseError) and str(cause).startswith(
+        "file is not a database"
+    )
 
 
 @contextmanager
@@ -152,8 +152,8 @@ def translate_errors(action: str) -> Iterator[None]:
     except exc.DBAPIError as error:
         if _sqlite_cannot_open(error):
             raise ConfigurationError(
-                f"the SQLite warehouse cannot be used ({action}): {_describe(error)}; check "
-                "RECORDSYNC_DATABASE_URL (the file's path and permissions)"
+                f"the SQLite warehouse file is not a database ({action}): check "
+                "RECORDSYNC_DATABASE_URL"
             ) from error
         if isinstance(error, exc.OperationalError | exc.InterfaceError) or (
             error.connection_invalidated

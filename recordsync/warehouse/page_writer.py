@@ -1,6 +1,6 @@
 """Writing a page: stage its revisions once, then merge them into both tables under the guards.
 
-Per page, inside the caller's transaction (``store``), on SQLite and PostgreSQL:
+Per page, inside the caller's transaction (``page_commits``), on SQLite and PostgreSQL:
 
 1. the session's temporary stage table is created if this connection has none yet, and
    emptied (PostgreSQL empties it at every commit itself: ``ON COMMIT DELETE ROWS``);

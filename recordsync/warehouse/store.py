@@ -1,9 +1,9 @@
-"""The warehouse: rows and the cursors that cover them, always committed together.
+"""The warehouse's one entry point: it owns the engine, the transactions and the error mapping.
 
-Every write method is ONE transaction: the upserted rows, the revision history (see
-``revisions``), the quarantined items and the cursor (a window's or the tail's) commit
-together or not at all, so after any failure the sync re-reads from a cursor that covers
-exactly what is stored (no gap, no orphan cursor).
+Each read or write runs in ONE transaction, opened here and handed to the module that does
+the work: ``sync_state`` (where the sync stands), ``page_commits`` (a page's rows with its
+cursor; it says why they must commit together), ``reads`` and ``summaries`` (what was
+stored).  ``locks`` builds the merchant's lock, which lives on a connection of its own.
 Any "server gone" error is raised as ``WarehouseUnavailableError`` (see ``connection``) after
 the transaction has rolled back; the caller waits and tries again with the same page.
 
@@ -13,66 +13,39 @@ the sync hands it and answers what was stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
-from sqlalchemy import (
-    Connection,
-    Engine,
-    Row,
-    case,
-    delete,
-    func,
-    insert,
-    select,
-    update,
-)
+from sqlalchemy import Connection, Engine
 
 from recordsync.core.database_url import SUPPORTED_BACKENDS, check_driver
 from recordsync.core.errors import ConfigurationError
 from recordsync.core.models import Record, RecordChange, RejectedItem
-from recordsync.core.state import REBUILD_JOB, Phase, SyncState, Window, WindowProgress
-from recordsync.warehouse import summaries
+from recordsync.core.state import REBUILD_JOB, SyncState, Window, WindowProgress
+from recordsync.warehouse import locks, page_commits, reads, summaries, sync_state
 from recordsync.warehouse.connection import (
     WRITE_OPTION,
     create_warehouse_engine,
     sqlite_file,
     translate_errors,
 )
+from recordsync.warehouse.locks import MerchantLock
 from recordsync.warehouse.migrate import schema_state
 from recordsync.warehouse.migrate import upgrade as upgrade_schema
 from recordsync.warehouse.page_writer import PageWriter, page_writer_for
-from recordsync.warehouse.schema import (
-    quarantined_records,
-    record_revisions,
-    records,
-    snapshot_windows,
-    sync_state,
-)
-from recordsync.warehouse.staging import stage_page
-from recordsync.warehouse.upsert import collapse, split_unstorable
 from recordsync.warehouse.values import (
     DailySummary,
     Freshness,
-    JobStatus,
     QuarantinedRecord,
     WarehouseStatus,
     WriteResult,
 )
 
-TAIL_SOURCE = "tail"
-
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def _safe_text(value: str) -> str:
-    """PostgreSQL text cannot hold NUL; a bad item's id or reason may contain one."""
-    return value.replace("\x00", "\ufffd")
 
 
 class Warehouse:
@@ -188,16 +161,16 @@ class Warehouse:
         """Close pooled connections; safe to call twice."""
         self._engine.dispose()
 
-    # -- state ---------------------------------------------------------------------------
+    # -- state (sync_state) ------------------------------------------------------------------
 
     def load_state(self, merchant_id: str) -> SyncState | None:
         with translate_errors("load state"), self._engine.begin() as conn:
-            return _load_state(conn, merchant_id)
+            return sync_state.load_state(conn, merchant_id)
 
     def load_windows(self, merchant_id: str, job: str) -> list[WindowProgress]:
         """The job's windows ordered by start."""
         with translate_errors("load windows"), self._engine.begin() as conn:
-            return _load_windows(conn, merchant_id, job)
+            return sync_state.load_windows(conn, merchant_id, job)
 
     def start_rebuild(
         self,
@@ -216,46 +189,19 @@ class Warehouse:
         only with higher revisions.  ``last_sequence`` and ``last_projection_as_of`` are
         cleared because they described the old change cursor.
         """
-        _check_windows(windows)
+        sync_state.check_windows(windows)
         now = self._clock()
-        phase = Phase.SNAPSHOT if windows else Phase.TAILING
-        values = {
-            "phase": phase.value,
-            "change_cursor": change_cursor,
-            "anchor_at": anchor_at,
-            "history_from": history_from,
-            "snapshot_to": snapshot_to,
-            "last_sequence": None,
-            "last_projection_as_of": None,
-            "last_commit_at": now,
-            "updated_at": now,
-        }
         with translate_errors("start rebuild"), self._writer.begin() as conn:
-            previous = conn.execute(
-                select(sync_state.c.rebuilds)
-                .where(sync_state.c.merchant_id == merchant_id)
-                .with_for_update()
-            ).scalar_one_or_none()
-            if previous is None:
-                conn.execute(
-                    insert(sync_state).values(merchant_id=merchant_id, rebuilds=0, **values)
-                )
-            else:
-                conn.execute(
-                    update(sync_state)
-                    .where(sync_state.c.merchant_id == merchant_id)
-                    .values(rebuilds=previous + 1, **values)
-                )
-            conn.execute(
-                delete(snapshot_windows).where(
-                    snapshot_windows.c.merchant_id == merchant_id,
-                    snapshot_windows.c.job == REBUILD_JOB,
-                )
+            return sync_state.start_rebuild(
+                conn,
+                merchant_id,
+                change_cursor=change_cursor,
+                anchor_at=anchor_at,
+                history_from=history_from,
+                snapshot_to=snapshot_to,
+                windows=windows,
+                now=now,
             )
-            _insert_windows(conn, merchant_id, REBUILD_JOB, windows, now)
-            state = _load_state(conn, merchant_id)
-        assert state is not None
-        return state
 
     def ensure_job(
         self, merchant_id: str, job: str, windows: Sequence[Window]
@@ -266,16 +212,20 @@ class Warehouse:
         """
         if job == REBUILD_JOB:
             raise ValueError("the rebuild job's windows are set by start_rebuild()")
-        _check_windows(windows)
+        sync_state.check_windows(windows)
         with translate_errors("ensure job"), self._writer.begin() as conn:
-            known = conn.execute(
-                select(func.count())
-                .select_from(snapshot_windows)
-                .where(snapshot_windows.c.merchant_id == merchant_id, snapshot_windows.c.job == job)
-            ).scalar_one()
-            if not known:
-                _insert_windows(conn, merchant_id, job, windows, self._clock())
-            return _load_windows(conn, merchant_id, job)
+            return sync_state.ensure_job(conn, merchant_id, job, windows, now=self._clock())
+
+    def restart_window(self, merchant_id: str, job: str, window: Window) -> None:
+        """Forget a window's cursor after 410 CURSOR_EXPIRED, so its chain starts over.
+
+        Its record count restarts too: the new chain reads the window from its beginning.
+        Rows already stored stay; the new chain rewrites them only with higher revisions.
+        """
+        with translate_errors("restart window"), self._writer.begin() as conn:
+            sync_state.restart_window(conn, merchant_id, job, window, now=self._clock())
+
+    # -- pages (page_commits) ----------------------------------------------------------------
 
     def commit_window_page(
         self,
@@ -293,49 +243,25 @@ class Warehouse:
         """Store one snapshot page and move its window's cursor, in one transaction.
 
         When this commit finishes the last rebuild window, the phase becomes TAILING in the
-        same transaction.  The sync_state row is locked before counting the windows still
-        open, so two windows finishing at once cannot both miss that they were the last.
+        same transaction.
         """
         now = self._clock()
         with translate_errors("commit window page"), self._writer.begin() as conn:
-            result = self._write_rows(
+            return page_commits.commit_window_page(
                 conn,
+                self._writer_for(conn),
                 merchant_id,
-                batch=records,
+                job,
+                window,
+                records=records,
                 rejected=rejected,
-                source=job,
+                next_cursor=next_cursor,
+                cursor_issued_at=cursor_issued_at,
+                done=done,
                 position=position,
+                keep_revisions=self._keep_revisions,
                 now=now,
             )
-            moved = conn.execute(
-                _window_update(merchant_id, job, window).values(
-                    cursor=next_cursor,
-                    cursor_issued_at=cursor_issued_at,
-                    done=done,
-                    records=snapshot_windows.c.records + result.records,
-                    updated_at=now,
-                )
-            )
-            if moved.rowcount != 1:
-                raise LookupError(f"no window {_window_name(merchant_id, job, window)}")
-            if job == REBUILD_JOB and done:
-                _finish_rebuild_if_complete(conn, merchant_id, now)
-        return result
-
-    def restart_window(self, merchant_id: str, job: str, window: Window) -> None:
-        """Forget a window's cursor after 410 CURSOR_EXPIRED, so its chain starts over.
-
-        Its record count restarts too: the new chain reads the window from its beginning.
-        Rows already stored stay; the new chain rewrites them only with higher revisions.
-        """
-        with translate_errors("restart window"), self._writer.begin() as conn:
-            moved = conn.execute(
-                _window_update(merchant_id, job, window).values(
-                    cursor=None, cursor_issued_at=None, records=0, updated_at=self._clock()
-                )
-            )
-            if moved.rowcount != 1:
-                raise LookupError(f"no window {_window_name(merchant_id, job, window)}")
 
     def commit_tail_page(
         self,
@@ -358,76 +284,21 @@ class Warehouse:
         Without them the history gets ``records`` with no sequence.
         """
         now = self._clock()
-        values: dict[str, Any] = {
-            "change_cursor": next_cursor,
-            "last_commit_at": now,
-            "updated_at": now,
-        }
-        if last_sequence is not None:
-            values["last_sequence"] = last_sequence
-        if projection_as_of is not None:
-            values["last_projection_as_of"] = projection_as_of
         with translate_errors("commit tail page"), self._writer.begin() as conn:
-            result = self._write_rows(
+            return page_commits.commit_tail_page(
                 conn,
+                self._writer_for(conn),
                 merchant_id,
-                batch=records,
+                records=records,
                 rejected=rejected,
-                source=TAIL_SOURCE,
+                next_cursor=next_cursor,
+                last_sequence=last_sequence,
+                projection_as_of=projection_as_of,
                 position=position,
-                now=now,
                 changes=changes,
+                keep_revisions=self._keep_revisions,
+                now=now,
             )
-            moved = conn.execute(
-                update(sync_state).where(sync_state.c.merchant_id == merchant_id).values(values)
-            )
-            if moved.rowcount != 1:
-                raise LookupError(f"no sync state for merchant {merchant_id!r}: start a rebuild")
-        return result
-
-    def _write_rows(
-        self,
-        conn: Connection,
-        merchant_id: str,
-        *,
-        batch: Sequence[Record],
-        rejected: Sequence[RejectedItem],
-        source: str,
-        position: str,
-        now: datetime,
-        changes: Sequence[RecordChange] = (),
-    ) -> WriteResult:
-        rows, unfit = split_unstorable(collapse(batch))
-        quarantine = [
-            {
-                "merchant_id": merchant_id,
-                "source": source,
-                "position": f"{position}#{item.position}",
-                "record_id": None if item.record_id is None else _safe_text(item.record_id),
-                "reason": _safe_text(item.reason),
-                "raw_json": item.raw.decode("utf-8", errors="replace"),
-                "quarantined_at": now,
-            }
-            for item in rejected
-        ]
-        # A parsed record the columns cannot hold: kept as JSON of what was parsed.
-        quarantine.extend(
-            {
-                "merchant_id": merchant_id,
-                "source": source,
-                "position": f"{position}#record_id={_safe_text(record.record_id)[:64]}",
-                "record_id": _safe_text(record.record_id),
-                "reason": reason,
-                "raw_json": orjson.dumps(record, default=str).decode(),
-                "quarantined_at": now,
-            }
-            for record, reason in unfit
-        )
-        staged = stage_page(rows, changes, keep_revisions=self._keep_revisions)
-        self._writer_for(conn).write(conn, merchant_id, staged, now)
-        if quarantine:
-            conn.execute(insert(quarantined_records), quarantine)
-        return WriteResult(records=len(rows), quarantined=len(quarantine))
 
     def _writer_for(self, conn: Connection) -> PageWriter:
         """Compiled against the connected dialect: MariaDB's syntax depends on the server."""
@@ -435,67 +306,24 @@ class Warehouse:
             self._page_writer = page_writer_for(conn.dialect)
         return self._page_writer
 
-    # -- reading -------------------------------------------------------------------------
+    # -- reading (reads) ---------------------------------------------------------------------
 
     def quarantined(self, merchant_id: str, limit: int = 20) -> list[QuarantinedRecord]:
         """The newest quarantined items first."""
-        query = (
-            select(quarantined_records)
-            .where(quarantined_records.c.merchant_id == merchant_id)
-            .order_by(quarantined_records.c.id.desc())
-            .limit(limit)
-        )
         with translate_errors("read quarantine"), self._engine.begin() as conn:
-            return [
-                QuarantinedRecord(
-                    id=row.id,
-                    merchant_id=row.merchant_id,
-                    source=row.source,
-                    position=row.position,
-                    record_id=row.record_id,
-                    reason=row.reason,
-                    raw_json=row.raw_json,
-                    quarantined_at=row.quarantined_at,
-                )
-                for row in conn.execute(query)
-            ]
+            return reads.quarantined(conn, merchant_id, limit)
 
     def status(self, merchant_id: str) -> WarehouseStatus:
-        windows = snapshot_windows.c
-        job_query = (
-            select(
-                windows.job,
-                func.count(),
-                func.sum(case((windows.done, 1), else_=0)),
-                func.sum(windows.records),
-            )
-            .where(windows.merchant_id == merchant_id)
-            .group_by(windows.job)
-            .order_by(windows.job)
-        )
         with translate_errors("read status"), self._engine.begin() as conn:
-            state = _load_state(conn, merchant_id)
-            # MariaDB's SUM() returns DECIMAL: int() makes every backend alike.
-            jobs = tuple(
-                JobStatus(
-                    job=job,
-                    windows_total=int(total),
-                    windows_done=int(finished or 0),
-                    records=int(count or 0),
-                )
-                for job, total, finished, count in conn.execute(job_query)
-            )
-            record_count = _count(conn, records.c.merchant_id, merchant_id)
-            quarantined = _count(conn, quarantined_records.c.merchant_id, merchant_id)
-        return WarehouseStatus(
-            merchant_id=merchant_id,
-            state=state,
-            jobs=jobs,
-            records=record_count,
-            quarantined=quarantined,
-        )
+            return reads.status(conn, merchant_id)
 
-    # -- the BI views (docs/bi.md) -----------------------------------------------------------
+    def stored_revisions(self, merchant_id: str, record_ids: Collection[str]) -> dict[str, int]:
+        """record_id -> revision held in ``records``, for the ids that exist (the drift check
+        compares them with the platform's)."""
+        with translate_errors("read stored revisions"), self._engine.begin() as conn:
+            return reads.stored_revisions(conn, merchant_id, record_ids)
+
+    # -- the BI views (docs/bi.md; summaries) ---------------------------------------------------
 
     def newest_record_day(self, merchant_id: str) -> date | None:
         """The UTC day of the merchant's newest record (by created_at); None when there is none.
@@ -521,139 +349,26 @@ class Warehouse:
         with translate_errors("read freshness"), self._engine.begin() as conn:
             return summaries.freshness(conn, merchant_id)
 
+    # -- the merchant's lock (locks) ---------------------------------------------------------
+
+    def merchant_lock(self, merchant_id: str, *, lease_seconds: int) -> MerchantLock:
+        """The lock a lease holds for ``merchant_id``, not yet taken.
+
+        It connects on its own, from this engine's URL, never through the writers' pool: the
+        URL and the connection stay inside the warehouse package.
+        """
+        return locks.merchant_lock(self._engine.url, merchant_id, lease_seconds=lease_seconds)
+
     # -- for tests and end-to-end checks -----------------------------------------------------
 
     def fetch_records(self, merchant_id: str) -> dict[str, dict[str, Any]]:
         """Every stored row of the merchant by record_id (for tests and end-to-end checks)."""
-        query = select(records).where(records.c.merchant_id == merchant_id)
         with translate_errors("fetch records"), self._engine.begin() as conn:
-            return {row["record_id"]: dict(row) for row in conn.execute(query).mappings()}
+            return reads.fetch_records(conn, merchant_id)
 
     def fetch_revisions(
         self, merchant_id: str, record_id: str | None = None
     ) -> list[dict[str, Any]]:
         """The stored revision history, ordered by (record_id, revision)."""
-        table = record_revisions
-        query = select(table).where(table.c.merchant_id == merchant_id)
-        if record_id is not None:
-            query = query.where(table.c.record_id == record_id)
-        query = query.order_by(table.c.record_id, table.c.revision)
         with translate_errors("fetch revisions"), self._engine.begin() as conn:
-            return [dict(row) for row in conn.execute(query).mappings()]
-
-
-# -- helpers shared by the methods above (each runs inside the caller's transaction) -----
-
-
-def _check_windows(windows: Sequence[Window]) -> None:
-    starts = [window.start for window in windows]
-    if len(set(starts)) != len(starts):
-        raise ValueError("two windows share a start")
-    for window in windows:
-        if not window.start < window.end:
-            raise ValueError(f"empty window [{window.start}, {window.end})")
-
-
-def _insert_windows(
-    conn: Connection, merchant_id: str, job: str, windows: Sequence[Window], now: datetime
-) -> None:
-    if not windows:
-        return
-    conn.execute(
-        insert(snapshot_windows),
-        [
-            {
-                "merchant_id": merchant_id,
-                "job": job,
-                "window_start": window.start,
-                "window_end": window.end,
-                "cursor": None,
-                "cursor_issued_at": None,
-                "done": False,
-                "records": 0,
-                "updated_at": now,
-            }
-            for window in windows
-        ],
-    )
-
-
-def _window_update(merchant_id: str, job: str, window: Window) -> Any:
-    return update(snapshot_windows).where(
-        snapshot_windows.c.merchant_id == merchant_id,
-        snapshot_windows.c.job == job,
-        snapshot_windows.c.window_start == window.start,
-        snapshot_windows.c.window_end == window.end,
-    )
-
-
-def _window_name(merchant_id: str, job: str, window: Window) -> str:
-    return f"{job} [{window.start.isoformat()}, {window.end.isoformat()}) of {merchant_id!r}"
-
-
-def _finish_rebuild_if_complete(conn: Connection, merchant_id: str, now: datetime) -> None:
-    conn.execute(
-        select(sync_state.c.phase).where(sync_state.c.merchant_id == merchant_id).with_for_update()
-    )
-    open_windows = conn.execute(
-        select(func.count())
-        .select_from(snapshot_windows)
-        .where(
-            snapshot_windows.c.merchant_id == merchant_id,
-            snapshot_windows.c.job == REBUILD_JOB,
-            snapshot_windows.c.done.is_(False),
-        )
-    ).scalar_one()
-    if open_windows == 0:
-        conn.execute(
-            update(sync_state)
-            .where(sync_state.c.merchant_id == merchant_id)
-            .values(phase=Phase.TAILING.value, updated_at=now)
-        )
-
-
-def _count(conn: Connection, merchant_column: Any, merchant_id: str) -> int:
-    query = select(func.count()).select_from(merchant_column.table)
-    return int(conn.execute(query.where(merchant_column == merchant_id)).scalar_one())
-
-
-def _load_state(conn: Connection, merchant_id: str) -> SyncState | None:
-    row = conn.execute(
-        select(sync_state).where(sync_state.c.merchant_id == merchant_id)
-    ).one_or_none()
-    return None if row is None else _state(row)
-
-
-def _state(row: Row[Any]) -> SyncState:
-    return SyncState(
-        merchant_id=row.merchant_id,
-        phase=Phase(row.phase),
-        change_cursor=row.change_cursor,
-        anchor_at=row.anchor_at,
-        history_from=row.history_from,
-        snapshot_to=row.snapshot_to,
-        rebuilds=row.rebuilds,
-        last_sequence=row.last_sequence,
-        last_projection_as_of=row.last_projection_as_of,
-        last_commit_at=row.last_commit_at,
-    )
-
-
-def _load_windows(conn: Connection, merchant_id: str, job: str) -> list[WindowProgress]:
-    query = (
-        select(snapshot_windows)
-        .where(snapshot_windows.c.merchant_id == merchant_id, snapshot_windows.c.job == job)
-        .order_by(snapshot_windows.c.window_start)
-    )
-    return [
-        WindowProgress(
-            merchant_id=row.merchant_id,
-            job=row.job,
-            window=Window(start=row.window_start, end=row.window_end),
-            cursor=row.cursor,
-            cursor_issued_at=row.cursor_issued_at,
-            done=bool(row.done),
-            records=int(row.records),
-        )
-        for row in conn.execute(query)
-    ]
+            return reads.fetch_revisions(conn, merchant_id, record_id)

@@ -12,6 +12,7 @@ import time
 import structlog
 
 from recordsync.service.lease import acquire_lease
+from recordsync.warehouse import Warehouse
 
 
 def main() -> None:
@@ -22,7 +23,7 @@ def main() -> None:
         logger_factory=structlog.PrintLoggerFactory(sys.stdout),
     )
     acquire_lease(
-        url,
+        Warehouse.connect(url),
         merchant_id,
         sleep=time.sleep,
         poll=0.1,

@@ -16,14 +16,15 @@ from pathlib import Path
 
 import pytest
 from dbfixtures import SERVER_PARAMS
-from sqlalchemy import create_engine, pool, text
+from sqlalchemy import create_engine, create_mock_engine, pool, text
 from sqlalchemy.engine import make_url
 from structlog.testing import capture_logs
 
 from recordsync.core.errors import ConfigurationError, ShutdownRequestedError
-from recordsync.service.lease import (
+from recordsync.service.lease import acquire_lease
+from recordsync.warehouse import Warehouse
+from recordsync.warehouse.locks import (
     MYSQL_LOCK_NAME_MAX,
-    acquire_lease,
     lease_key,
     lock_file_path,
     mysql_lock_name,
@@ -36,6 +37,16 @@ FAST = {"poll": 0.05, "heartbeat": 0.1}
 
 def no_wait(seconds):
     raise AssertionError(f"acquire_lease waited ({seconds} s) although the lease was free")
+
+
+@pytest.fixture
+def store(warehouse_url):
+    """The warehouse on ``warehouse_url`` that leases are asked of (a lease needs no tables)."""
+    warehouse = Warehouse.connect(warehouse_url)
+    try:
+        yield warehouse
+    finally:
+        warehouse.close()
 
 
 class Holder:
@@ -135,10 +146,11 @@ def test_the_server_frees_the_lease_of_a_frozen_holder(warehouse_url):
 
 
 def test_different_merchants_do_not_block_each_other(warehouse_url):
-    engine = create_engine(warehouse_url)  # an Engine works as well as a URL
+    engine = create_engine(warehouse_url)
+    warehouse = Warehouse(engine)
     try:
-        one = acquire_lease(engine, "merchant-a", sleep=no_wait, **FAST)
-        other = acquire_lease(warehouse_url, "merchant-b", sleep=no_wait, **FAST)
+        one = acquire_lease(warehouse, "merchant-a", sleep=no_wait, **FAST)
+        other = acquire_lease(warehouse, "merchant-b", sleep=no_wait, **FAST)
         with one, other:
             assert one.held
             assert other.held
@@ -148,19 +160,19 @@ def test_different_merchants_do_not_block_each_other(warehouse_url):
         engine.dispose()
 
 
-def test_released_lease_is_free_again_and_release_is_idempotent(warehouse_url):
-    lease = acquire_lease(warehouse_url, "merchant-1", sleep=no_wait, **FAST)
+def test_released_lease_is_free_again_and_release_is_idempotent(store):
+    lease = acquire_lease(store, "merchant-1", sleep=no_wait, **FAST)
     with capture_logs() as logs:
         lease.release()
         lease.release()
     assert not lease.held
     assert [entry["event"] for entry in logs] == ["lease_released"]
-    again = acquire_lease(warehouse_url, "merchant-1", sleep=no_wait, **FAST)
+    again = acquire_lease(store, "merchant-1", sleep=no_wait, **FAST)
     again.release()
 
 
-def test_shutdown_while_waiting_propagates_and_leaves_the_holder_alone(warehouse_url):
-    holder = acquire_lease(warehouse_url, "merchant-1", sleep=no_wait, **FAST)
+def test_shutdown_while_waiting_propagates_and_leaves_the_holder_alone(store):
+    holder = acquire_lease(store, "merchant-1", sleep=no_wait, **FAST)
     sleeps = []
 
     def sleep(seconds):
@@ -170,7 +182,7 @@ def test_shutdown_while_waiting_propagates_and_leaves_the_holder_alone(warehouse
 
     try:
         with capture_logs() as logs, pytest.raises(ShutdownRequestedError):
-            acquire_lease(warehouse_url, "merchant-1", sleep=sleep, log_every=0, **FAST)
+            acquire_lease(store, "merchant-1", sleep=sleep, log_every=0, **FAST)
         assert sleeps == [0.05, 0.05, 0.05]
         waiting = [entry for entry in logs if entry["event"] == "lease_waiting"]
         assert len(waiting) == 3
@@ -180,11 +192,11 @@ def test_shutdown_while_waiting_propagates_and_leaves_the_holder_alone(warehouse
     finally:
         holder.release()
     # The cancelled standby kept nothing: the lease is free at once.
-    acquire_lease(warehouse_url, "merchant-1", sleep=no_wait, **FAST).release()
+    acquire_lease(store, "merchant-1", sleep=no_wait, **FAST).release()
 
 
-def test_waiting_is_logged_periodically_not_on_every_poll(warehouse_url):
-    holder = acquire_lease(warehouse_url, "merchant-1", sleep=no_wait, **FAST)
+def test_waiting_is_logged_periodically_not_on_every_poll(store):
+    holder = acquire_lease(store, "merchant-1", sleep=no_wait, **FAST)
     now = [0.0]
 
     def sleep(seconds):
@@ -195,7 +207,7 @@ def test_waiting_is_logged_periodically_not_on_every_poll(warehouse_url):
     try:
         with capture_logs() as logs, pytest.raises(ShutdownRequestedError):
             acquire_lease(
-                warehouse_url,
+                store,
                 "merchant-1",
                 sleep=sleep,
                 clock=lambda: now[0],
@@ -210,9 +222,9 @@ def test_waiting_is_logged_periodically_not_on_every_poll(warehouse_url):
 
 
 @pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
-def test_a_lost_lease_connection_turns_held_false(warehouse_url):
+def test_a_lost_lease_connection_turns_held_false(warehouse_url, store):
     lost = threading.Event()
-    lease = acquire_lease(warehouse_url, "merchant-1", sleep=no_wait, on_lost=lost.set, **FAST)
+    lease = acquire_lease(store, "merchant-1", sleep=no_wait, on_lost=lost.set, **FAST)
     admin = create_engine(warehouse_url, poolclass=pool.NullPool, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn, capture_logs() as logs:
@@ -233,7 +245,7 @@ def test_a_lost_lease_connection_turns_held_false(warehouse_url):
         assert not lease.held
         assert [entry["event"] for entry in logs] == ["lease_lost"]
         # The daemon acquires again; the lock went with the dead session.
-        acquire_lease(warehouse_url, "merchant-1", sleep=no_wait, **FAST).release()
+        acquire_lease(store, "merchant-1", sleep=no_wait, **FAST).release()
     finally:
         lease.release()
         admin.dispose()
@@ -242,7 +254,8 @@ def test_a_lost_lease_connection_turns_held_false(warehouse_url):
 def test_a_deleted_sqlite_lock_file_counts_as_lost(tmp_path):
     database = tmp_path / "warehouse.db"
     lost = threading.Event()
-    lease = acquire_lease(f"sqlite:///{database}", "m", sleep=no_wait, on_lost=lost.set, **FAST)
+    warehouse = Warehouse.connect(f"sqlite:///{database}")
+    lease = acquire_lease(warehouse, "m", sleep=no_wait, on_lost=lost.set, **FAST)
     try:
         lock_file = lock_file_path(database, "m")
         assert lock_file.read_text() == f"{os.getpid()}\n"
@@ -259,8 +272,9 @@ def test_a_deleted_sqlite_lock_file_counts_as_lost(tmp_path):
     ids=["default", "memory-name", "memory-uri"],
 )
 def test_in_memory_sqlite_needs_no_lock(url):
-    first = acquire_lease(url, "m", sleep=no_wait, **FAST)
-    second = acquire_lease(url, "m", sleep=no_wait, **FAST)
+    warehouse = Warehouse.connect(url)
+    first = acquire_lease(warehouse, "m", sleep=no_wait, **FAST)
+    second = acquire_lease(warehouse, "m", sleep=no_wait, **FAST)
     assert first.held
     assert second.held
     first.release()
@@ -278,9 +292,8 @@ def test_lock_file_lies_beside_the_database_one_per_merchant(tmp_path):
 
 def test_sqlite_lock_file_follows_a_uri_filename(tmp_path):
     database = tmp_path / "warehouse.db"
-    lease = acquire_lease(
-        f"sqlite:///file:{database}?mode=rwc&uri=true", "m", sleep=no_wait, **FAST
-    )
+    warehouse = Warehouse.connect(f"sqlite:///file:{database}?mode=rwc&uri=true")
+    lease = acquire_lease(warehouse, "m", sleep=no_wait, **FAST)
     try:
         assert lock_file_path(database, "m").exists()
     finally:
@@ -323,8 +336,11 @@ def test_mysql_lock_names_fit_in_64_characters(database, merchant_id, expected):
     ids=["poll-too-slow", "no-heartbeat", "unsupported-database"],
 )
 def test_bad_lease_settings_are_configuration_errors(kwargs, url):
+    # A mock engine has Oracle's dialect without Oracle's driver; the Warehouse the lease is
+    # asked of refuses an unsupported database itself.
+    engine = create_mock_engine(url, executor=None)
     with pytest.raises(ConfigurationError):
-        acquire_lease(url, "m", sleep=no_wait, **kwargs)
+        acquire_lease(Warehouse(engine), "m", sleep=no_wait, **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -341,7 +357,7 @@ def test_an_unreachable_warehouse_is_waited_for_not_a_crash(url):
             raise ShutdownRequestedError("stop requested")
 
     with capture_logs() as logs, pytest.raises(ShutdownRequestedError):
-        acquire_lease(url, "m", sleep=sleep, log_every=0, **FAST)
+        acquire_lease(Warehouse.connect(url), "m", sleep=sleep, log_every=0, **FAST)
     unavailable = [entry for entry in logs if entry["event"] == "lease_unavailable"]
     assert len(unavailable) == 2
     assert unavailable[0]["log_level"] == "warning"

@@ -218,3 +218,12 @@ def test_the_daemon_stops_with_exit_2_on_a_schema_it_does_not_know(tmp_path):
     assert len(lines) == 1
     assert "does not know" in lines[0]
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("argv", [["status"], ["migrate"]], ids=["status", "migrate"])
+def test_a_sqlite_file_that_is_no_database_is_a_configuration_error(tmp_path, capsys, argv):
+    path = tmp_path / "notes.db"
+    path.write_text("these are my notes, not a database\n" * 100)
+    config = write_config(tmp_path, f"sqlite:///{path}")
+    assert cli.main(["--config", config, *argv]) == 2
+    assert "is not a database" in capsys.readouterr().err

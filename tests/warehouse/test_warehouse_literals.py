@@ -16,8 +16,15 @@ from typing import Any
 import pytest
 from dbfixtures import BACKEND_PARAMS, fresh_database
 from sqlalchemy import event
-from warehouse.test_warehouse_revisions import snapshot_page, start
-from warehouse.warehouse_samples import MERCHANT, T0, make_record, row_view, stored_view
+from warehouse.test_warehouse_revisions import snapshot_page
+from warehouse.warehouse_samples import (
+    MERCHANT,
+    T0,
+    make_record,
+    row_view,
+    start_rebuild_of_window,
+    stored_view,
+)
 
 from recordsync.core.models import Record, RecordChange
 from recordsync.warehouse import Warehouse
@@ -95,7 +102,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Warehouse]
         warehouse = no_backslash_escapes(url) if plain_backslashes else Warehouse.connect(url)
         try:
             warehouse.migrate()
-            start(warehouse)
+            start_rebuild_of_window(warehouse)
             yield warehouse
         finally:
             warehouse.close()

@@ -6,33 +6,20 @@ from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 
-import pytest
 from sqlalchemy import event
-from warehouse.warehouse_samples import MERCHANT, T0, make_change, make_record, windows
+from warehouse.warehouse_samples import (
+    MERCHANT,
+    T0,
+    WINDOW,
+    make_change,
+    make_record,
+    start_rebuild_of_window,
+)
 
 from recordsync.core.models import Record, RecordChange
 from recordsync.core.state import REBUILD_JOB
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.revisions import SeenRevision, seen_revisions
-
-WINDOW = windows(1)[0]
-
-
-def start(store: Warehouse) -> Warehouse:
-    store.start_rebuild(
-        MERCHANT,
-        change_cursor="tail-0",
-        anchor_at=T0,
-        history_from=WINDOW.start,
-        snapshot_to=WINDOW.end,
-        windows=[WINDOW],
-    )
-    return store
-
-
-@pytest.fixture
-def rebuilding(warehouse: Warehouse) -> Warehouse:
-    return start(warehouse)
 
 
 def snapshot_page(store: Warehouse, *records: Record) -> None:
@@ -199,7 +186,7 @@ def test_keep_revisions_off_writes_no_history_and_never_touches_the_table(wareho
             "before_cursor_execute",
             lambda _c, _cur, statement, *_rest: statements.append(statement),
         )
-        start(store)
+        start_rebuild_of_window(store)
         snapshot_page(store, make_record("a", 1))
         tail_page(store, make_change(make_record("a", 2), 5))
         assert store.fetch_records(MERCHANT)["a"]["revision"] == 2

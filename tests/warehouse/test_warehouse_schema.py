@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -124,6 +126,15 @@ def test_connect_applies_the_session_settings_each_backend_needs(warehouse):
 def test_the_package_exports_its_public_names_sorted():
     assert public.__all__ == sorted(public.__all__)
     assert all(hasattr(public, name) for name in public.__all__)
+
+
+def test_the_package_exports_every_public_name_it_binds():
+    bound = {
+        name
+        for name, value in vars(public).items()
+        if not name.startswith("_") and not isinstance(value, ModuleType)
+    }
+    assert set(public.__all__) == bound
 
 
 def test_the_bi_revisions_downgrade_to_0001_and_upgrade_again(warehouse):

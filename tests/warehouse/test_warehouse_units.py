@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from alembic import command
 from sqlalchemy import insert
-from warehouse.warehouse_samples import MERCHANT, T0, make_record, stored_view
+from warehouse.warehouse_samples import MERCHANT, T0, WINDOW, make_record, stored_view
 
-from recordsync.core.state import REBUILD_JOB, Window
+from recordsync.core.state import REBUILD_JOB
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.migrate import _config, current_revision
 from recordsync.warehouse.schema import records
 from recordsync.warehouse.types import money_units
 
-WINDOW = Window(T0 - timedelta(days=1), T0)
 AMOUNTS = ("bet", "refund", "payout", "net")
 
 # (amount, its units): the BIGINT edge is exact, one unit beyond it is NULL.
@@ -56,19 +54,6 @@ def write(store: Warehouse, *batch) -> None:
 
 def units_of(row: dict) -> tuple:
     return tuple(row[f"{amount}_units"] for amount in AMOUNTS)
-
-
-@pytest.fixture
-def rebuilding(warehouse: Warehouse) -> Warehouse:
-    warehouse.start_rebuild(
-        MERCHANT,
-        change_cursor="c",
-        anchor_at=T0,
-        history_from=WINDOW.start,
-        snapshot_to=WINDOW.end,
-        windows=[WINDOW],
-    )
-    return warehouse
 
 
 def test_the_upsert_stores_the_units_of_every_amount(rebuilding):

@@ -7,27 +7,20 @@ from decimal import Decimal
 
 import pytest
 from sqlalchemy import create_engine, text
-from warehouse.warehouse_samples import MERCHANT, T0, make_record, row_view, stored_view
+from warehouse.warehouse_samples import (
+    MERCHANT,
+    T0,
+    WINDOW,
+    make_record,
+    row_view,
+    start_rebuild_of_window,
+    stored_view,
+)
 
 from recordsync.core.models import Record
-from recordsync.core.state import REBUILD_JOB, Window
+from recordsync.core.state import REBUILD_JOB
 from recordsync.warehouse import Warehouse, WriteResult
 from recordsync.warehouse.upsert import collapse, unstorable
-
-WINDOW = Window(T0 - timedelta(days=1), T0)
-
-
-@pytest.fixture
-def rebuilding(warehouse: Warehouse) -> Warehouse:
-    warehouse.start_rebuild(
-        MERCHANT,
-        change_cursor="change-cursor-0",
-        anchor_at=T0,
-        history_from=WINDOW.start,
-        snapshot_to=WINDOW.end,
-        windows=[WINDOW],
-    )
-    return warehouse
 
 
 def write(store: Warehouse, *records: Record) -> WriteResult:
@@ -261,14 +254,7 @@ def test_a_warehouse_on_a_plain_injected_engine_stores_the_same(warehouse_url):
     store = Warehouse(engine, clock=lambda: T0)
     try:
         store.migrate()
-        store.start_rebuild(
-            MERCHANT,
-            change_cursor="c",
-            anchor_at=T0,
-            history_from=WINDOW.start,
-            snapshot_to=WINDOW.end,
-            windows=[WINDOW],
-        )
+        start_rebuild_of_window(store)
         records = [make_record("a", 2, payout_amount=Decimal("0.0001")), make_record("b")]
         assert write(store, *records, make_record("a", 1)) == WriteResult(2, 0)
         rows = store.fetch_records(MERCHANT)

@@ -1,4 +1,4 @@
-"""Sample records and windows for the warehouse tests."""
+"""Sample records and windows for the warehouse tests, and the rebuild they are written under."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from typing import Any
 
 from recordsync.core.models import Record, RecordChange
 from recordsync.core.state import Window
+from recordsync.warehouse import Warehouse
 
 MERCHANT = "merchant-1"
 T0 = datetime(2024, 3, 1, tzinfo=UTC)
 DAY = timedelta(days=1)
+WINDOW = Window(T0 - DAY, T0)  # the one window of ``start_rebuild_of_window``
 
 
 def make_record(record_id: str = "rec-1", revision: int = 1, **changes: Any) -> Record:
@@ -75,3 +77,16 @@ def stored_view(record: Record) -> dict[str, Any]:
 
 def row_view(row: dict[str, Any]) -> dict[str, Any]:
     return {key: row[key] for key in stored_view(make_record())}
+
+
+def start_rebuild_of_window(store: Warehouse) -> Warehouse:
+    """``store`` with a rebuild of ``MERCHANT`` anchored at ``T0`` over the one ``WINDOW``."""
+    store.start_rebuild(
+        MERCHANT,
+        change_cursor="change-cursor-0",
+        anchor_at=T0,
+        history_from=WINDOW.start,
+        snapshot_to=WINDOW.end,
+        windows=[WINDOW],
+    )
+    return store

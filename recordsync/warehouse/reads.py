@@ -1,0 +1,113 @@
+"""Answering what was stored: status, quarantine, stored revisions, and whole rows for tests.
+
+The BI views are read by ``summaries``.  Every function runs inside the transaction the
+``Warehouse`` opened for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any, Final
+
+from sqlalchemy import Column, Connection, case, func, select
+
+from recordsync.warehouse import sync_state
+from recordsync.warehouse.schema import (
+    quarantined_records,
+    record_revisions,
+    records,
+    snapshot_windows,
+)
+from recordsync.warehouse.values import JobStatus, QuarantinedRecord, WarehouseStatus
+
+IN_LIST_CHUNK: Final = 500  # keep IN lists well under every backend's parameter limit
+
+
+def status(conn: Connection, merchant_id: str) -> WarehouseStatus:
+    state = sync_state.load_state(conn, merchant_id)
+    windows = snapshot_windows.c
+    job_query = (
+        select(
+            windows.job,
+            func.count(),
+            func.sum(case((windows.done, 1), else_=0)),
+            func.sum(windows.records),
+        )
+        .where(windows.merchant_id == merchant_id)
+        .group_by(windows.job)
+        .order_by(windows.job)
+    )
+    # MariaDB's SUM() returns DECIMAL: int() makes every backend alike.
+    jobs = tuple(
+        JobStatus(
+            job=job,
+            windows_total=int(total),
+            windows_done=int(finished or 0),
+            records=int(count or 0),
+        )
+        for job, total, finished, count in conn.execute(job_query)
+    )
+    return WarehouseStatus(
+        merchant_id=merchant_id,
+        state=state,
+        jobs=jobs,
+        records=_count(conn, records.c.merchant_id, merchant_id),
+        quarantined=_count(conn, quarantined_records.c.merchant_id, merchant_id),
+    )
+
+
+def quarantined(conn: Connection, merchant_id: str, limit: int) -> list[QuarantinedRecord]:
+    query = (
+        select(quarantined_records)
+        .where(quarantined_records.c.merchant_id == merchant_id)
+        .order_by(quarantined_records.c.id.desc())
+        .limit(limit)
+    )
+    return [
+        QuarantinedRecord(
+            id=row.id,
+            merchant_id=row.merchant_id,
+            source=row.source,
+            position=row.position,
+            record_id=row.record_id,
+            reason=row.reason,
+            raw_json=row.raw_json,
+            quarantined_at=row.quarantined_at,
+        )
+        for row in conn.execute(query)
+    ]
+
+
+def stored_revisions(
+    conn: Connection, merchant_id: str, record_ids: Collection[str]
+) -> dict[str, int]:
+    """record_id -> revision held in ``records``, for the ids that exist."""
+    ids = list(record_ids)
+    found: dict[str, int] = {}
+    for start in range(0, len(ids), IN_LIST_CHUNK):
+        query = select(records.c.record_id, records.c.revision).where(
+            records.c.merchant_id == merchant_id,
+            records.c.record_id.in_(ids[start : start + IN_LIST_CHUNK]),
+        )
+        found.update({row.record_id: row.revision for row in conn.execute(query)})
+    return found
+
+
+def fetch_records(conn: Connection, merchant_id: str) -> dict[str, dict[str, Any]]:
+    query = select(records).where(records.c.merchant_id == merchant_id)
+    return {row["record_id"]: dict(row) for row in conn.execute(query).mappings()}
+
+
+def fetch_revisions(
+    conn: Connection, merchant_id: str, record_id: str | None
+) -> list[dict[str, Any]]:
+    query = select(record_revisions).where(record_revisions.c.merchant_id == merchant_id)
+    if record_id is not None:
+        query = query.where(record_revisions.c.record_id == record_id)
+    query = query.order_by(record_revisions.c.record_id, record_revisions.c.revision)
+    return [dict(row) for row in conn.execute(query).mappings()]
+
+
+def _count(conn: Connection, merchant_column: Column[Any], merchant_id: str) -> int:
+    query = select(func.count()).select_from(merchant_column.table)
+    return int(conn.execute(query.where(merchant_column == merchant_id)).scalar_one())
