@@ -13,7 +13,7 @@ the sync hands it and answers what was stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -484,6 +484,12 @@ class Warehouse:
         """The merchant's row of ``sync_freshness``; None before the first (re)build."""
         with translate_errors("read freshness"), self._engine.begin() as conn:
             return summaries.freshness(conn, merchant_id)
+
+    def stored_revisions(self, merchant_id: str, record_ids: Collection[str]) -> dict[str, int]:
+        """record_id -> revision held in ``records`` for the ids that exist (drift check)."""
+        from recordsync.warehouse.lookups import stored_revisions  # noqa: PLC0415 - it imports us
+
+        return stored_revisions(self, merchant_id, record_ids)
 
     # -- for tests and end-to-end checks -----------------------------------------------------
 
