@@ -54,7 +54,6 @@ from recordsync.core.state import REBUILD_JOB, Phase, SyncState, WindowProgress,
 from recordsync.core.stopping import Stopper
 from recordsync.logs import process_context
 from recordsync.platform.budget import Priority
-from recordsync.platform.client import PlatformClient
 from recordsync.sync.drift import DriftTally, last_closed_day
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.plan import (
@@ -65,9 +64,8 @@ from recordsync.sync.plan import (
     plan_windows,
     snapshot_end,
 )
+from recordsync.sync.ports import RecordSource, SyncStore
 from recordsync.sync.resilience import StepRunner
-from recordsync.warehouse import Warehouse
-from recordsync.warehouse.lookups import stored_revisions
 
 log = structlog.get_logger("recordsync.sync")
 
@@ -188,8 +186,8 @@ class SyncEngine:
     def __init__(
         self,
         *,
-        client: PlatformClient,
-        warehouse: Warehouse,
+        client: RecordSource,
+        warehouse: SyncStore,
         options: SyncOptions,
         stopper: Stopper,
         observer: SyncObserver | None = None,
@@ -538,7 +536,7 @@ class SyncEngine:
                 what="drift check",
             )
             ids = [record.record_id for record in page.records]
-            stored = stored_revisions(self.warehouse, self.options.merchant_id, ids)
+            stored = self.warehouse.stored_revisions(self.options.merchant_id, ids)
             current = self.warehouse.load_state(self.options.merchant_id)
             tally.add(
                 page.records,
