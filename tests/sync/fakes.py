@@ -21,6 +21,7 @@ from recordsync.core.models import ChangesPage, Record, RecordChange, RecordsPag
 from recordsync.core.state import REBUILD_JOB, Phase, SyncState, Window, WindowProgress
 from recordsync.core.stopping import Stopper
 from recordsync.platform.budget import Priority
+from recordsync.sync.context import SyncContext
 from recordsync.sync.engine import SyncEngine, SyncOptions
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.ports import RecordSource, SyncStore
@@ -30,6 +31,7 @@ MERCHANT = "m-unit"
 # instead of the platform's shows at once.
 NOW = datetime(2024, 3, 5, 10, 30, 0, 123456, tzinfo=UTC)
 HOUR = timedelta(hours=1)
+MAX_CALLS = 500
 
 
 def record(record_id: str, revision: int = 1, *, created: datetime, updated: datetime) -> Record:
@@ -117,6 +119,8 @@ class FakePlatform:
     def _called(self, endpoint: str, at: str, priority: Priority) -> None:
         with self._lock:
             self.calls.append(Call(endpoint, at, priority))
+            # A sync that reads the same page for ever fails here, instead of hanging the test.
+            assert len(self.calls) <= MAX_CALLS, f"more than {MAX_CALLS} requests"
             self.journal.append(endpoint)
             waiting = self._failures.get((endpoint, at))
             error = waiting.pop(0) if waiting else None
@@ -428,3 +432,15 @@ def make_engine(
         stopper=stopper or Stopper(),
         observer=observer,
     )
+
+
+def make_context(
+    platform: RecordSource,
+    store: SyncStore,
+    *,
+    stopper: Stopper | None = None,
+    observer: SyncObserver | None = None,
+    **changes: object,
+) -> SyncContext:
+    """What such an engine hands its parts, to drive one part alone."""
+    return make_engine(platform, store, stopper=stopper, observer=observer, **changes)._context

@@ -14,6 +14,7 @@ from sync.fakes import (
     InstantStopper,
     RecordingObserver,
     expired,
+    make_context,
     make_engine,
     record,
     tailing_state,
@@ -21,12 +22,14 @@ from sync.fakes import (
 
 from recordsync.core.errors import (
     ConfigurationError,
+    ProtocolError,
     ServerError,
     TransportError,
     WarehouseUnavailableError,
 )
 from recordsync.core.state import REBUILD_JOB, Phase
 from recordsync.platform.budget import Priority
+from recordsync.sync.anchor import anchor
 from recordsync.sync.plan import plan_windows
 
 # NOW (10:30:00.123456) to the millisecond, plus 1 ms, plus the 5 s overlap of the options.
@@ -156,3 +159,17 @@ def test_a_retryable_failure_of_the_anchor_step_is_retried_after_a_backoff(break
     assert store.state is not None
     assert store.state.anchor_at == NOW  # platform time, never a guess from the local clock
     assert store.state.snapshot_to == SNAPSHOT_END
+
+
+def test_an_anchor_page_without_projection_as_of_is_a_protocol_error_and_saves_nothing():
+    platform = FakePlatform()
+    platform.anchors_without_time = 1
+    store = FakeStore()
+
+    with pytest.raises(ProtocolError) as raised:
+        anchor(make_context(platform, store), NOW - HOUR, rebuild_reason=None)
+
+    assert raised.value.endpoint == "record-changes"
+    assert raised.value.request_id == "req-anchor-1"
+    assert store.state is None
+    assert "start_rebuild" not in store.calls
