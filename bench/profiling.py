@@ -60,9 +60,17 @@ LAYERS: Final = (
 OTHER: Final = "other (scheduler, logging, threads)"
 # A sample whose innermost frame is one of these is a thread waiting, not working: for the
 # writer lock (the engine's commit lock; py-spy counts a lock wait as active), a queue, an
-# event or the thread pool.  The engine itself computes next to nothing.
+# event or the thread pool.  The engine (the sync modules that orchestrate, as opposed to the
+# pure plan, drift and resilience ones) itself computes next to nothing.
 WAITING: Final = "waiting (writer lock, queues, idle workers)"
-_WAIT_FRAMES: Final = ("threading.py", "thread.py", "queue.py", "stopping.py", "sync/engine.py")
+_ENGINE: Final = ("engine", "context", "jobs", "anchor", "snapshot", "tail", "drift_check")
+_WAIT_FRAMES: Final = (
+    "threading.py",
+    "thread.py",
+    "queue.py",
+    "stopping.py",
+    *(f"sync/{name}.py" for name in _ENGINE),
+)
 
 
 def available() -> bool:

@@ -1,0 +1,104 @@
+"""What the parts of one engine share: the ports, the options, the observer, the stop, and
+the writer lock.
+
+Every request goes through the client's one rate budget; commits are serialised by one
+writer lock unless the warehouse takes concurrent commits (PostgreSQL,
+``SyncStore.concurrent_writes``).  The anchor, the snapshot workers, the tail and the drift
+check each take this context instead of the engine, so each is a plain function of it that a
+test can drive with fakes.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from recordsync.core.models import Record, RecordsPage, RejectedItem
+from recordsync.core.stopping import Stopper
+from recordsync.logs import process_context
+from recordsync.platform.budget import Priority
+from recordsync.sync.events import SyncObserver
+from recordsync.sync.options import SyncOptions
+from recordsync.sync.ports import RecordSource, SyncStore
+from recordsync.sync.resilience import StepRunner
+
+log = structlog.get_logger("recordsync.sync")
+
+
+@dataclass(eq=False)
+class SyncContext:
+    """One engine's shared pieces.  ``stopper`` is the engine's own (a stop from outside, or
+    the end once caught up); each generation of jobs runs under a child of it."""
+
+    client: RecordSource
+    warehouse: SyncStore
+    options: SyncOptions
+    stopper: Stopper
+    observer: SyncObserver
+    rng: random.Random
+    # Commits wait for one another unless the warehouse takes them side by side.
+    writer: AbstractContextManager[Any] = field(init=False)
+    caught_up: threading.Event = field(init=False, default_factory=threading.Event)
+    log: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.writer = nullcontext() if self.warehouse.concurrent_writes else threading.Lock()
+        self.log = log.bind(merchant_id=self.options.merchant_id)
+
+    def phase(self, phase: str) -> None:
+        process_context.update(merchant_id=self.options.merchant_id, phase=phase)
+        self.observer.phase_changed(phase)
+
+    def runner(self, stopper: Stopper, *, fatal_is_final: bool) -> StepRunner:
+        return StepRunner(
+            stopper=stopper,
+            observer=self.observer,
+            fatal_is_final=fatal_is_final,
+            rng=random.Random(self.rng.random()),  # noqa: S311 - jitter, not cryptography
+        )
+
+    def records_page(
+        self, start: datetime, end: datetime, cursor: str | None, priority: Priority
+    ) -> RecordsPage:
+        """A window's first page, or the next one of its chain (snapshot and drift check)."""
+        if cursor is None:
+            return self.client.records_first(
+                start, end, limit=self.options.page_size, priority=priority
+            )
+        return self.client.records_next(cursor, limit=self.options.page_size, priority=priority)
+
+    def after_commit(
+        self,
+        source: str,
+        records: Sequence[Record],
+        rejected: Sequence[RejectedItem],
+        request_id: str | None,
+    ) -> None:
+        """Say loudly what was quarantined or unusual; never drop it silently."""
+        if rejected:
+            self.observer.quarantined(source, len(rejected))
+            self.log.warning(
+                "records_quarantined",
+                source=source,
+                count=len(rejected),
+                first_reason=rejected[0].reason,
+                record_ids=[item.record_id for item in rejected[:5]],
+                request_id=request_id,
+            )
+        unknown = Counter(record.status for record in records if not record.status_known)
+        if unknown:
+            self.log.warning(
+                "unknown_record_status",
+                source=source,
+                statuses=dict(unknown),
+                request_id=request_id,
+                action="stored as received",
+            )

@@ -1,0 +1,24 @@
+"""The engine's options: built once by the service from the settings (or by a test)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from recordsync.sync.plan import DEFAULT_SNAPSHOT_OVERLAP
+
+DEFAULT_DRIFT_INTERVAL = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class SyncOptions:
+    merchant_id: str
+    history_from: datetime | None
+    page_size: int = 1000
+    poll_interval: float = 1.0
+    snapshot_concurrency: int = 4
+    snapshot_overlap: timedelta = DEFAULT_SNAPSHOT_OVERLAP
+    # Seconds between drift checks of the last closed day; None turns them off.
+    drift_interval: float | None = DEFAULT_DRIFT_INTERVAL
+    # Demo and tests: stop once the snapshot is done and the tail has no backlog.
+    stop_when_caught_up: bool = False

@@ -1,0 +1,112 @@
+"""What the sync needs of the platform client and of the warehouse, and nothing more.
+
+The sync decides what to read and what to commit with which cursor; the client and the
+warehouse do the I/O.  Naming the few calls it makes as Protocols keeps that arrow one-way
+(the sync imports no concrete client or warehouse class) and lets the sync's decisions be
+tested with an in-memory fake store and a scripted fake platform, without sockets or a
+database.  ``PlatformClient`` and ``Warehouse`` satisfy them structurally: mypy checks it
+where the service builds the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import Protocol
+
+from recordsync.core.models import ChangesPage, Record, RecordChange, RecordsPage, RejectedItem
+from recordsync.core.state import SyncState, Window, WindowProgress
+from recordsync.platform.budget import Priority
+
+
+class RecordSource(Protocol):
+    """The platform's record reading (spec: Records endpoints), paced by the shared budget
+    at the caller's ``priority``."""
+
+    def records_first(
+        self,
+        created_from: datetime,
+        created_to: datetime,
+        *,
+        limit: int,
+        priority: Priority = Priority.SNAPSHOT,
+    ) -> RecordsPage:
+        """First page of the snapshot of ``[created_from, created_to)``."""
+
+    def records_next(
+        self, cursor: str, *, limit: int, priority: Priority = Priority.SNAPSHOT
+    ) -> RecordsPage:
+        """Next page of a snapshot chain."""
+
+    def changes(
+        self,
+        *,
+        cursor: str | None = None,
+        since: datetime | None = None,
+        from_now: bool = False,
+        limit: int = 1000,
+        priority: Priority = Priority.TAIL,
+    ) -> ChangesPage:
+        """One page of the change stream: exactly one of cursor, since and from_now."""
+
+
+class SyncStore(Protocol):
+    """The warehouse as the sync sees it: every write stores a page with its cursor in one
+    transaction, so a restart resumes from what was committed.  Write results are not read
+    by the sync (``object``)."""
+
+    @property
+    def concurrent_writes(self) -> bool:
+        """Whether page commits may run side by side (else the sync serialises them)."""
+
+    def load_state(self, merchant_id: str) -> SyncState | None: ...
+
+    def load_windows(self, merchant_id: str, job: str) -> Sequence[WindowProgress]: ...
+
+    def start_rebuild(
+        self,
+        merchant_id: str,
+        *,
+        change_cursor: str,
+        anchor_at: datetime,
+        history_from: datetime,
+        snapshot_to: datetime,
+        windows: Sequence[Window],
+    ) -> SyncState:
+        """Save the anchor's cursor and a fresh plan of rebuild windows, atomically."""
+
+    def ensure_job(self, merchant_id: str, job: str, windows: Sequence[Window]) -> object:
+        """Register a one-shot backfill's windows once."""
+
+    def commit_window_page(
+        self,
+        merchant_id: str,
+        job: str,
+        window: Window,
+        *,
+        records: Sequence[Record],
+        rejected: Sequence[RejectedItem],
+        next_cursor: str | None,
+        cursor_issued_at: datetime | None,
+        done: bool,
+        position: str,
+    ) -> object: ...
+
+    def restart_window(self, merchant_id: str, job: str, window: Window) -> None:
+        """Forget a window's cursor after 410 CURSOR_EXPIRED."""
+
+    def commit_tail_page(
+        self,
+        merchant_id: str,
+        *,
+        records: Sequence[Record],
+        rejected: Sequence[RejectedItem],
+        next_cursor: str,
+        last_sequence: str | None,
+        projection_as_of: datetime | None,
+        position: str,
+        changes: Sequence[RecordChange] = (),
+    ) -> object: ...
+
+    def stored_revisions(self, merchant_id: str, record_ids: Collection[str]) -> dict[str, int]:
+        """record_id -> stored revision, for the ids that exist."""

@@ -1,0 +1,102 @@
+"""The change tail: ``record-changes`` from the anchor, every ``next_cursor`` committed with
+its page (spec, Records endpoints, "Rebuild without gaps", step 3).
+
+The tail starts as soon as the anchor exists and runs alongside the snapshot with priority
+on the shared rate budget, so a week-long backfill never leaves today's data a week stale;
+that is safe because the warehouse keeps the highest revision whatever the arrival order.
+It drains its backlog on each run of its interval job; an expired change cursor cannot be
+read on, so it ends the generation and asks for a rebuild.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from recordsync.core.errors import CursorExpiredError
+from recordsync.core.stopping import Stopper
+from recordsync.platform.budget import Priority
+from recordsync.sync.context import SyncContext
+from recordsync.sync.plan import highest_sequence
+
+
+@dataclass
+class Tail:
+    """The tail's position in memory; the committed copy lives in ``sync_state``."""
+
+    position: str
+
+
+def drain_tail(
+    ctx: SyncContext,
+    tail: Tail,
+    stopper: Stopper,
+    rebuild: threading.Event,
+    snapshot_done: threading.Event | None,
+) -> None:
+    """Read changes until there is no backlog; the interval trigger polls again.
+
+    ``snapshot_done`` is the running snapshot's end (None: no snapshot to wait for); with
+    ``stop_when_caught_up`` the engine stops once both are through.
+    """
+    runner = ctx.runner(stopper, fatal_is_final=False)
+    while not stopper.stopped:
+        has_more = runner.run(lambda: tail_step(ctx, tail, stopper, rebuild), what="tail")
+        if rebuild.is_set() or not has_more:
+            break
+    snapshot_finished = snapshot_done is None or snapshot_done.is_set()
+    if ctx.options.stop_when_caught_up and snapshot_finished and not rebuild.is_set():
+        ctx.caught_up.set()
+        ctx.log.info("caught_up")
+        ctx.stopper.stop()
+
+
+def tail_step(ctx: SyncContext, tail: Tail, stopper: Stopper, rebuild: threading.Event) -> bool:
+    """Read and commit one page of changes; True when the platform has more at once."""
+    try:
+        page = ctx.client.changes(
+            cursor=tail.position, limit=ctx.options.page_size, priority=Priority.TAIL
+        )
+    except CursorExpiredError as exc:
+        ctx.log.error(  # noqa: TRY400 - an expected expiry with its own action: no traceback
+            "change_cursor_expired",
+            error=str(exc),
+            request_id=exc.request_id,
+            action="rebuild: new anchor and a new snapshot; existing rows are kept",
+        )
+        rebuild.set()
+        stopper.stop()
+        return False
+    records = [change.record for change in page.changes]
+    last_sequence = highest_sequence(page.changes)
+    started = time.perf_counter()
+    with ctx.writer:
+        ctx.warehouse.commit_tail_page(
+            ctx.options.merchant_id,
+            records=records,
+            rejected=page.rejected,
+            next_cursor=page.next_cursor,
+            last_sequence=last_sequence,
+            projection_as_of=page.projection_as_of,
+            position=tail.position,
+            changes=page.changes,
+        )
+    ctx.observer.page_written("tail", time.perf_counter() - started)
+    tail.position = page.next_cursor
+    ctx.after_commit("tail", records, page.rejected, page.request_id)
+    ctx.observer.tail_page(
+        len(page.changes),
+        has_more=page.has_more,
+        projection_as_of=page.projection_as_of,
+        last_sequence=last_sequence,
+    )
+    if page.changes or page.rejected:
+        ctx.log.debug(
+            "tail_page_committed",
+            changes=len(page.changes),
+            has_more=page.has_more,
+            last_sequence=last_sequence,
+            request_id=page.request_id,
+        )
+    return page.has_more
