@@ -7,6 +7,8 @@ nothing until the snapshot is done.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from recordsync.core.state import Phase
 from recordsync.core.stopping import Stopper
 from recordsync.platform.budget import Priority
@@ -15,13 +17,19 @@ from recordsync.sync.drift import DriftTally, last_closed_day
 
 
 def check_drift(ctx: SyncContext, stopper: Stopper) -> None:
-    """Re-read the last closed day at the lowest priority; count rows behind the platform."""
-    state = ctx.warehouse.load_state(ctx.options.merchant_id)
+    """Re-read the last closed day at the lowest priority; count rows behind the platform.
+
+    Every read, of the platform and of the warehouse alike, is a step of the runner: an
+    outage of either while the check runs is waited out like one during a page commit, never
+    an exception that ends the daemon.
+    """
+    merchant_id = ctx.options.merchant_id
+    runner = ctx.runner(stopper, fatal_is_final=False)
+    state = runner.run(lambda: ctx.warehouse.load_state(merchant_id), what="drift check")
     if state is None or state.phase is not Phase.TAILING:
         return  # the snapshot is still filling the warehouse: nothing to compare yet
     platform_now = state.last_projection_as_of or state.anchor_at
     window = last_closed_day(platform_now)
-    runner = ctx.runner(stopper, fatal_is_final=False)
     tally = DriftTally()
     cursor: str | None = None
     while True:
@@ -32,13 +40,14 @@ def check_drift(ctx: SyncContext, stopper: Stopper) -> None:
             what="drift check",
         )
         ids = [record.record_id for record in page.records]
-        stored = ctx.warehouse.stored_revisions(ctx.options.merchant_id, ids)
-        current = ctx.warehouse.load_state(ctx.options.merchant_id)
-        tally.add(
-            page.records,
-            stored,
-            covered_until=current.last_projection_as_of if current else None,
-        )
+
+        def compare(ids: list[str] = ids) -> tuple[dict[str, int], datetime | None]:
+            stored = ctx.warehouse.stored_revisions(merchant_id, ids)
+            current = ctx.warehouse.load_state(merchant_id)
+            return stored, current.last_projection_as_of if current else None
+
+        stored, covered_until = runner.run(compare, what="drift check")
+        tally.add(page.records, stored, covered_until=covered_until)
         if not page.has_more:
             break
         cursor = page.next_cursor

@@ -12,13 +12,20 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+import structlog
 from apscheduler.events import EVENT_JOB_ERROR, JobExecutionEvent
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from recordsync.core.errors import ShutdownRequestedError
+from recordsync.core.errors import (
+    RetryableError,
+    ShutdownRequestedError,
+    WarehouseUnavailableError,
+)
 from recordsync.core.stopping import Stopper
+
+log = structlog.get_logger("recordsync.sync")
 
 
 class Jobs:
@@ -48,10 +55,12 @@ class Jobs:
         self.scheduler.add_job(quiet(func), id=job_id, name=job_id, next_run_time=datetime.now(UTC))
 
     def every(self, job_id: str, seconds: float, func: Callable[[], None], *, now: bool) -> None:
+        """A periodic job; an outage escaping one run is logged and the next run tries again
+        (its steps already wait outages out through the runner: this is the backstop)."""
         # APScheduler reads next_run_time=None as "paused": leave it out to follow the trigger.
         first_run = {"next_run_time": datetime.now(UTC)} if now else {}
         self.scheduler.add_job(
-            quiet(func),
+            quiet(periodic(job_id, func)),
             IntervalTrigger(seconds=seconds, timezone=UTC),
             id=job_id,
             name=job_id,
@@ -70,6 +79,25 @@ class Jobs:
             self.scheduler.shutdown(wait=True)
         if self.failures:
             raise self.failures[0]
+
+
+def periodic(job_id: str, func: Callable[[], None]) -> Callable[[], None]:
+    """One run of a periodic job: an outage (the warehouse or the platform unreachable) ends
+    this run, not the daemon; anything else still reaches the error listener."""
+
+    def job() -> None:
+        try:
+            func()
+        except (RetryableError, WarehouseUnavailableError) as exc:
+            log.warning(
+                "periodic_job_failed",
+                job=job_id,
+                error=str(exc),
+                kind=type(exc).__name__,
+                action="tried again at its next run",
+            )
+
+    return job
 
 
 def quiet(func: Callable[[], None]) -> Callable[[], None]:

@@ -7,6 +7,7 @@ when ``RECORDSYNC_TEST_RESTART_SERVICES=1`` (CI sets it; it runs the suite alone
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -110,6 +111,103 @@ def test_the_daemon_rides_out_a_warehouse_restart(
         assert problems == [], f"{len(problems)} differences, first {problems[:5]}"
         assert code == 0
         assert '"kind": "WarehouseUnavailableError"' in output
+        assert sim.stats().rate_limit_violations == 0
+    finally:
+        sim.stop()
+
+
+def _events(log: Path) -> list[dict[str, object]]:
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [json.loads(line) for line in lines if line.startswith("{")]
+
+
+def _wait_for_event(log: Path, event: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(entry.get("event") == event for entry in _events(log)):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no {event} in the daemon's log within {timeout} s")
+
+
+def _drift_outages(events: list[dict[str, object]]) -> list[int]:
+    return [
+        number
+        for number, entry in enumerate(events)
+        if entry.get("step") == "drift check" and entry.get("kind") == "WarehouseUnavailableError"
+    ]
+
+
+def _wait_for_check_after_last_outage(log: Path, timeout: float) -> None:
+    """A drift check that ends after the last outage: the job outlived every restart."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        events = _events(log)
+        outages = _drift_outages(events)
+        if outages and any(
+            entry.get("event") in {"drift_checked", "drift_found"}
+            for entry in events[outages[-1] + 1 :]
+        ):
+            return
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("warehouse_url", ["postgres", "mariadb"], indirect=True)
+def test_the_daemon_rides_out_warehouse_restarts_during_its_periodic_jobs(
+    warehouse_url: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Issue 16, point 1: with the drift check running back to back (an interval of 1 s; a
+    check reads a whole day, so it is nearly always busy), every restart of the database
+    server meets a running check.  The daemon never exits and ends equal to the truth."""
+    kind = request.node.callspec.id
+    stop, start, tool = SERVERS[kind]
+    if shutil.which(tool) is None:
+        pytest.fail(f"{tool} is needed to restart {kind}")
+    sim = Simulator(
+        SimConfig(
+            merchant_id="m-periodic",
+            secret="periodic-secret-0123456789abcdefghijklmn",
+            seed=9,
+            history_days=2.0,
+            rounds_per_day=800,
+            live_rate=20.0,
+            record_requests=10,
+        )
+    )
+    sim.start()
+    log = tmp_path / "daemon.log"
+    try:
+        env = environment_for(
+            sim, warehouse_url, RECORDSYNC_PAGE_SIZE="50", RECORDSYNC_DRIFT_CHECK_INTERVAL="1"
+        )
+        sim.start_live()
+        daemon = start_daemon(env, log)
+        try:
+            _wait_for_event(log, "drift_checked", timeout=90)  # snapshot done, checks running
+            for _restart in range(3):
+                stop()
+                try:
+                    time.sleep(3.0)
+                    assert daemon.poll() is None, "the daemon exited while the warehouse was down"
+                finally:
+                    start()
+                time.sleep(4.0)
+                assert daemon.poll() is None, "the daemon exited after the warehouse came back"
+            sim.stop_live()
+            problems = wait_for_truth(sim, warehouse_url, timeout=120)
+            _wait_for_check_after_last_outage(log, timeout=90)
+            assert daemon.poll() is None
+        finally:
+            code, _seconds = stop_gracefully(daemon)
+        events = _events(log)
+        assert problems == [], f"{len(problems)} differences, first {problems[:5]}"
+        assert code == 0
+        outages = _drift_outages(events)
+        assert outages, "no restart met a running drift check"
+        assert any(
+            entry.get("event") in {"drift_checked", "drift_found"}
+            for entry in events[outages[-1] + 1 :]
+        ), "the drift check did not run again after the last outage"
         assert sim.stats().rate_limit_violations == 0
     finally:
         sim.stop()

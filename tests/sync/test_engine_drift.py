@@ -11,16 +11,19 @@ from sync.fakes import (
     NOW,
     FakePlatform,
     FakeStore,
+    InstantStopper,
     RecordingObserver,
     make_context,
     record,
     tailing_state,
 )
 
+from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.state import Phase, Window
 from recordsync.core.stopping import Stopper
 from recordsync.platform.budget import Priority
 from recordsync.sync.drift_check import check_drift
+from recordsync.sync.jobs import Jobs
 
 # NOW is 2024-03-05 10:30 platform time: the last closed day is March 4.
 DAY = Window(datetime(2024, 3, 4, tzinfo=UTC), datetime(2024, 3, 5, tzinfo=UTC))
@@ -105,3 +108,56 @@ def test_the_drift_check_compares_nothing_while_the_snapshot_is_still_running():
     assert platform.calls == []
     assert observer.drift == []
     assert logs == []
+
+
+@pytest.mark.parametrize(
+    ("method", "failures"),
+    [("load_state", 1), ("load_state", 3), ("stored_revisions", 1), ("stored_revisions", 2)],
+    ids=["state-once", "state-and-again", "revisions-once", "revisions-twice"],
+)
+def test_the_drift_check_waits_out_a_warehouse_outage(method, failures):
+    """A warehouse restart while the check runs is retried by the runner, never raised."""
+    platform = FakePlatform(records=[record("r1", 3, created=DAY.start + HOUR, updated=SEEN)])
+    store = FakeStore(state=tailing_state(last_projection_as_of=COVERED_UNTIL))
+    store.keep(record("r1", 2, created=DAY.start + HOUR, updated=SEEN))
+    store.fail(method, *[WarehouseUnavailableError("server restarting")] * failures)
+    stopper = InstantStopper()
+    observer = RecordingObserver()
+    ctx = make_context(platform, store, observer=observer, stopper=stopper)
+
+    check_drift(ctx, stopper)
+
+    assert observer.drift == [(DAY, 1)]
+    assert observer.errors == ["WarehouseUnavailableError"] * failures
+    assert len(stopper.slept) == failures
+
+
+def test_a_periodic_job_that_meets_an_outage_ends_its_run_not_the_generation():
+    stopper = Stopper()
+    runs = []
+
+    def flaky():
+        runs.append(len(runs))
+        if len(runs) == 1:
+            raise WarehouseUnavailableError("down")
+        if len(runs) == 3:
+            stopper.stop()
+
+    jobs = Jobs(stopper, workers=1)
+    jobs.every("flaky", 0.05, flaky, now=True)
+    with capture_logs() as logs:
+        jobs.run_until_stopped()
+    assert len(runs) >= 3
+    assert jobs.failures == []
+    assert [entry["job"] for entry in logs if entry["event"] == "periodic_job_failed"] == ["flaky"]
+
+
+def test_a_bug_in_a_periodic_job_still_stops_the_generation():
+    jobs = Jobs(Stopper(), workers=1)
+
+    def broken():
+        raise KeyError("a bug")
+
+    jobs.every("broken", 0.05, broken, now=True)
+    with pytest.raises(KeyError):
+        jobs.run_until_stopped()
