@@ -31,7 +31,7 @@ from recordsync.sync.anchor import load_or_anchor, rebuild
 from recordsync.sync.context import SyncContext
 from recordsync.sync.drift_check import check_drift
 from recordsync.sync.events import SyncObserver
-from recordsync.sync.jobs import Jobs
+from recordsync.sync.jobs import JobHost, Jobs
 from recordsync.sync.options import DEFAULT_DRIFT_INTERVAL, SyncOptions
 from recordsync.sync.ports import RecordSource, SyncStore
 from recordsync.sync.snapshot import BackfillResult, backfill, plan_snapshot, schedule_snapshot
@@ -55,7 +55,12 @@ class SyncEngine:
         stopper: Stopper,
         observer: SyncObserver | None = None,
         rng: random.Random | None = None,
+        host: JobHost | None = None,
     ) -> None:
+        """``host``: the process's shared scheduler and pools (several merchants in one
+        process); None gives each generation a private one, sized by the options."""
+        self._host = host
+        self._jobs: Jobs | None = None
         self._context = SyncContext(
             client=client,
             warehouse=warehouse,
@@ -86,7 +91,13 @@ class SyncEngine:
 
     def backfill(self, start: datetime, end: datetime) -> BackfillResult:
         """Snapshot ``[start, end)`` alone, resumably, without touching the tail's state."""
-        return backfill(self._context, start, end)
+        return backfill(self._context, start, end, host=self._host)
+
+    def wake_tail(self) -> None:
+        """Read the changes now rather than at the next poll (a round just ended)."""
+        jobs = self._jobs
+        if jobs is not None:
+            jobs.wake("tail")
 
     def _run_generation(self, state: SyncState) -> _Outcome:
         """Tail, snapshot workers and drift checks until a stop or an expired change cursor."""
@@ -97,7 +108,8 @@ class SyncEngine:
         tail = Tail(position=state.change_cursor)
         snapshot = plan_snapshot(ctx, REBUILD_JOB, generation)
         snapshot_done = snapshot.done if snapshot is not None else None
-        jobs = Jobs(generation, workers=options.snapshot_concurrency + 3)
+        jobs = Jobs(generation, workers=options.snapshot_concurrency, host=self._host)
+        self._jobs = jobs
         jobs.every(
             "tail",
             options.poll_interval,

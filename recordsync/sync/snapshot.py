@@ -23,7 +23,7 @@ from recordsync.core.state import REBUILD_JOB, Phase, WindowProgress, backfill_j
 from recordsync.core.stopping import Stopper
 from recordsync.platform.budget import Priority
 from recordsync.sync.context import SyncContext
-from recordsync.sync.jobs import Jobs
+from recordsync.sync.jobs import JobHost, Jobs
 from recordsync.sync.plan import hand_out_order, plan_windows
 from recordsync.sync.resilience import StepRunner
 
@@ -54,7 +54,9 @@ class PendingWindows:
                 self.done.set()
 
 
-def backfill(ctx: SyncContext, start: datetime, end: datetime) -> BackfillResult:
+def backfill(
+    ctx: SyncContext, start: datetime, end: datetime, *, host: JobHost | None = None
+) -> BackfillResult:
     """Snapshot ``[start, end)`` alone, resumably, without touching the tail's state."""
     if not start < end:
         raise ConfigurationError("backfill: --from must be earlier than --to")
@@ -65,7 +67,7 @@ def backfill(ctx: SyncContext, start: datetime, end: datetime) -> BackfillResult
     generation = Stopper(parent=ctx.stopper)
     snapshot = plan_snapshot(ctx, job, generation)
     if snapshot is not None:
-        jobs = Jobs(generation, workers=ctx.options.snapshot_concurrency)
+        jobs = Jobs(generation, workers=ctx.options.snapshot_concurrency, host=host)
         schedule_snapshot(ctx, jobs, job, snapshot, generation, fatal_is_final=True)
         jobs.run_until_stopped(done=snapshot.done)
     progress = ctx.warehouse.load_windows(ctx.options.merchant_id, job)
