@@ -15,6 +15,7 @@ PACKAGES = [
     "recordsync.platform",
     "recordsync.warehouse",
     "recordsync.sync",
+    "recordsync.fleet",
     "recordsync.service",
     "recordsync.sim",
 ]
