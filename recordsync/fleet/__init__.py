@@ -5,6 +5,7 @@ It knows the core only; the service gives it the warehouse's fleet session and t
 start and stop one merchant's sync.
 """
 
+from recordsync.fleet.member import FleetSession, Member, Syncs
 from recordsync.fleet.share import Moves, plan_moves, targets
 
-__all__ = ["Moves", "plan_moves", "targets"]
+__all__ = ["FleetSession", "Member", "Moves", "Syncs", "plan_moves", "targets"]

@@ -1,0 +1,176 @@
+"""One replica's membership of the fleet: heartbeat, notice what was lost, move toward the
+fair share (``share``), every tick or as soon as the fleet changes.
+
+The warehouse holds the truth: a lease is a database lock that the database frees when its
+holder dies, and every new holder raises the merchant's epoch, which each page commit checks
+(fenced writes).  This loop only decides; ``Syncs`` (the service) starts a merchant's sync
+under its epoch and stops it, committing the page in hand first, before the lock is given
+back: a hand-over never has two writers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Final, Protocol
+
+import structlog
+
+from recordsync.core.errors import WarehouseUnavailableError
+from recordsync.core.stopping import Stopper
+from recordsync.fleet.share import plan_moves
+
+DEFAULT_TICK: Final = 2.0
+# A replica whose heartbeat is older than this (by the database's clock) no longer counts.
+DEFAULT_STALE_AFTER: Final = 6.0
+
+log = structlog.get_logger("recordsync.fleet")
+
+
+class FleetSession(Protocol):
+    """What the loop needs of the warehouse's fleet session (``Warehouse.fleet_session``)."""
+
+    def try_hold(self, merchant_id: str) -> int | None: ...
+
+    def release(self, merchant_id: str) -> None: ...
+
+    def still_held(self) -> frozenset[str]: ...
+
+    def heartbeat(self, merchants_held: int) -> None: ...
+
+    def live_replicas(self, stale_after: float) -> list[str]: ...
+
+    def holders(self) -> dict[str, str]: ...
+
+    def wait_for_change(self, timeout: float) -> bool: ...
+
+    def leave(self) -> None: ...
+
+
+class Syncs(Protocol):
+    """The merchants' syncs, as the service runs them."""
+
+    def start(self, merchant_id: str, epoch: int) -> None:
+        """Start syncing ``merchant_id``, every commit fenced by ``epoch``."""
+        ...
+
+    def stop(self, merchant_id: str) -> None:
+        """Stop it; return once the page in hand is committed (or abandoned)."""
+        ...
+
+    def running(self) -> frozenset[str]:
+        """The merchants whose sync still runs (a fenced sync stops by itself)."""
+        ...
+
+
+class Member:
+    def __init__(
+        self,
+        session: FleetSession,
+        syncs: Syncs,
+        *,
+        replica_id: str,
+        merchants: Collection[str],
+        stopper: Stopper,
+        tick: float = DEFAULT_TICK,
+        stale_after: float = DEFAULT_STALE_AFTER,
+        on_change: Callable[[frozenset[str], int], None] | None = None,
+    ) -> None:
+        self.session = session
+        self.syncs = syncs
+        self.replica_id = replica_id
+        self.merchants = tuple(merchants)
+        self.stopper = stopper
+        self.tick = tick
+        self.stale_after = stale_after
+        self.on_change = on_change
+        self.held: set[str] = set()
+        self.live: list[str] = []
+        self._log = log.bind(replica_id=replica_id)
+
+    def run(self) -> None:
+        """Tick until stopped, then hand every merchant over at once and leave.
+
+        The first tick only announces this replica and waits one tick: replicas started
+        together then see one another before taking merchants, instead of the first one
+        taking them all and handing most of them over a moment later.
+        """
+        try:
+            self._announce()
+            while not self.stopper.stopped:
+                self.step()
+                self.session.wait_for_change(self.tick)
+        finally:
+            self.leave()
+
+    def _announce(self) -> None:
+        try:
+            self.session.heartbeat(0)
+        except WarehouseUnavailableError as exc:
+            self._log.warning("fleet_unavailable", error=str(exc), held=[])
+        self.session.wait_for_change(self.tick)
+
+    def step(self) -> None:
+        """One tick: heartbeat, drop what was lost, then take and give toward the share."""
+        try:
+            self._step()
+        except WarehouseUnavailableError as exc:
+            # The session's connection is gone, and with it every lock: another replica may
+            # take these merchants at once, so stop syncing them now (commits are fenced too).
+            self._log.warning("fleet_unavailable", error=str(exc), held=sorted(self.held))
+            self._drop(set(self.held), reason="warehouse unavailable")
+        self._report()
+
+    def leave(self) -> None:
+        """Graceful stop: every page in hand committed, every lock given back at once."""
+        for merchant_id in sorted(self.held):
+            self.syncs.stop(merchant_id)
+        self.held.clear()
+        try:
+            self.session.leave()
+        except WarehouseUnavailableError as exc:
+            self._log.warning("fleet_leave_failed", error=str(exc))
+        self._report()
+        self._log.info("fleet_left")
+
+    def _step(self) -> None:
+        self.session.heartbeat(len(self.held))
+        lost = self.held - self.session.still_held()
+        self._drop(lost, reason="lease lost")
+        stopped = self.held - self.syncs.running()
+        for merchant_id in sorted(stopped):  # fenced off, or failed: let another try
+            self.session.release(merchant_id)
+            self.held.discard(merchant_id)
+            self._log.warning("merchant_sync_ended", merchant_id=merchant_id, action="released")
+        self.live = self.session.live_replicas(self.stale_after)
+        holders = self.session.holders()
+        for merchant_id in self.held:
+            holders[merchant_id] = self.replica_id
+        moves = plan_moves(
+            self.replica_id, merchants=self.merchants, live=self.live, holders=holders
+        )
+        for merchant_id in moves.release:
+            if self.stopper.stopped:
+                return
+            self.syncs.stop(merchant_id)
+            self.session.release(merchant_id)
+            self.held.discard(merchant_id)
+            self._log.info("merchant_handed_over", merchant_id=merchant_id, live=len(self.live))
+        for merchant_id in moves.acquire:
+            if self.stopper.stopped:
+                return
+            epoch = self.session.try_hold(merchant_id)
+            if epoch is None:
+                continue  # another replica was quicker
+            self.held.add(merchant_id)
+            self.syncs.start(merchant_id, epoch)
+            self._log.info("merchant_taken", merchant_id=merchant_id, epoch=epoch)
+
+    def _drop(self, merchants: set[str], *, reason: str) -> None:
+        for merchant_id in sorted(merchants):
+            self.syncs.stop(merchant_id)
+            self.held.discard(merchant_id)
+            self._log.error("merchant_lost", merchant_id=merchant_id, reason=reason)
+
+    def _report(self) -> None:
+        if self.on_change is not None:
+            self.on_change(frozenset(self.held), len(self.live))
