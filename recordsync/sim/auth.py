@@ -1,6 +1,7 @@
 """Request authentication, in the order the spec gives for verifiers (spec: Authentication).
 
-1. find the secret by X-Merchant-Id, else 401 AUTHENTICATION_FAILED;
+1. find the secret by X-Merchant-Id, else 401 AUTHENTICATION_FAILED (the API finds the
+   merchant, each merchant has an ``Authenticator`` of its own; ``check`` confirms the id);
 2. X-Timestamp is 10 digits within 300 seconds of the simulator's clock, else 401
    REQUEST_EXPIRED;
 3. recompute the signature over the raw request target exactly as received and the raw body,
@@ -28,7 +29,14 @@ def _failed(message: str) -> ApiError:
     return ApiError(401, "AUTHENTICATION_FAILED", message)
 
 
+def unknown_merchant() -> ApiError:
+    """Step 1 failed: no merchant has this X-Merchant-Id."""
+    return _failed("unknown merchant")
+
+
 class Authenticator:
+    """One merchant's secrets: the current one first, then the previous one during a rotation."""
+
     def __init__(self, merchant_id: str, secrets: tuple[Secret, ...]) -> None:
         self._merchant_id = merchant_id
         self._secrets = secrets
@@ -45,7 +53,7 @@ class Authenticator:
         """The authenticated merchant id, or ``ApiError`` 401."""
         merchant = headers.get("x-merchant-id")
         if merchant != self._merchant_id:
-            raise _failed("unknown merchant")
+            raise unknown_merchant()
         timestamp = headers.get("x-timestamp") or ""
         if _TIMESTAMP.fullmatch(timestamp) is None or abs(int(timestamp) - now) > MAX_SKEW_SECONDS:
             raise ApiError(
