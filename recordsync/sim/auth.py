@@ -7,12 +7,14 @@
 3. recompute the signature over the raw request target exactly as received and the raw body,
    compare in constant time, else 401 AUTHENTICATION_FAILED.
 
-During a key rotation both the current and the previous secret are accepted.
+During a key rotation both the current and the previous secret are accepted (spec:
+Authentication, Key rotation): ``rotate`` starts the overlap, ``retire`` ends it.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Mapping
 from typing import Final
 
@@ -40,6 +42,21 @@ class Authenticator:
     def __init__(self, merchant_id: str, secrets: tuple[Secret, ...]) -> None:
         self._merchant_id = merchant_id
         self._secrets = secrets
+        self._rotation = threading.Lock()
+
+    def rotate(self, new_secret: Secret) -> None:
+        """Accept ``new_secret`` and the current secret; an older previous one is dropped.
+
+        The platform overlaps two secrets, not more: rotating again during an overlap ends
+        the older one.
+        """
+        with self._rotation:
+            self._secrets = (new_secret, self._secrets[0])
+
+    def retire(self) -> None:
+        """End the overlap: only the newest secret is accepted from now on."""
+        with self._rotation:
+            self._secrets = self._secrets[:1]
 
     def check(
         self,
@@ -63,7 +80,9 @@ class Authenticator:
         if _SIGNATURE.fullmatch(received) is None:
             raise _failed("X-Signature must be 64 lowercase hex characters")
         matched = False
-        for secret in self._secrets:  # no early exit: the same work whichever secret matches
+        # No early exit: the same work whichever secret matches.  The tuple is read once
+        # (a rotation swaps it whole), so a request never sees half a rotation.
+        for secret in self._secrets:
             expected = sign(
                 secret.reveal(),
                 timestamp=timestamp,

@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
 
+from recordsync.core.errors import ConfigurationError
+from recordsync.core.secret import Secret
 from recordsync.sim.api import SimulatedApi
 from recordsync.sim.config import FaultRates, SimConfig
 from recordsync.sim.cursors import CursorCodec
@@ -86,6 +88,21 @@ class Simulator:
     def store_of(self, merchant_id: str | None = None) -> Store:
         """A merchant's records and change log (``store`` is the default merchant's)."""
         return self._merchant(merchant_id).store
+
+    def rotate_secret(self, merchant_id: str, new_secret: str) -> None:
+        """Accept ``new_secret`` as well as the merchant's current secret from now on.
+
+        The platform's side of a key rotation (spec: Authentication, Key rotation): during the
+        overlap both secrets authenticate; ``retire_secret`` ends it.  Rotating again during
+        an overlap drops the oldest secret: two are accepted at most.
+        """
+        if not new_secret:
+            raise ConfigurationError("the new secret must not be empty")
+        self._merchant(merchant_id).authenticator.rotate(Secret(new_secret))
+
+    def retire_secret(self, merchant_id: str) -> None:
+        """End a rotation: only the newest secret of the merchant authenticates from now on."""
+        self._merchant(merchant_id).authenticator.retire()
 
     # --- serving ---------------------------------------------------------------------------
 

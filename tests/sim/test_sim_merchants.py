@@ -293,3 +293,5 @@ def test_an_unknown_merchant_id_is_a_clear_error_in_process():
     sim = Simulator(fleet(), clock=ManualClock(start=START))
     with pytest.raises(KeyError, match="no merchant 'shop-9'"):
         sim.truth("shop-9")
+    with pytest.raises(KeyError, match="no merchant 'shop-9'"):
+        sim.rotate_secret("shop-9", "n" * 43)
