@@ -7,11 +7,24 @@ Used by the tests, the demo and the benchmarks, and by merchants to try recordsy
     with Simulator(SimConfig(seed=7)).start() as sim:
         print(sim.base_url)
 
+Several merchants on one port, each with its own secret, history, rate limit and faults::
+
+    config = SimConfig(history_days=2).with_merchants(3)  # demo-merchant-1 .. -3
+    with running_simulator(config) as sim:
+        for profile in config.profiles:
+            print(profile.merchant_id, sim.stats(profile.merchant_id).total_requests)
+
 It imports only the core and ``recordsync.platform.signing`` from the package: never the
 client, the sync, the warehouse or the service (``lint-imports`` holds it to that).
 """
 
-from recordsync.sim.config import DEMO_MERCHANT_ID, DEMO_SECRET, FaultRates, SimConfig
+from recordsync.sim.config import (
+    DEMO_MERCHANT_ID,
+    DEMO_SECRET,
+    FaultRates,
+    MerchantProfile,
+    SimConfig,
+)
 from recordsync.sim.simulator import Simulator
 from recordsync.sim.stats import FAULT_KINDS, SimStats
 from recordsync.sim.store import SEQUENCE_BASE
@@ -24,6 +37,7 @@ __all__ = [
     "SEQUENCE_BASE",
     "FaultRates",
     "ManualClock",
+    "MerchantProfile",
     "SimConfig",
     "SimStats",
     "Simulator",

@@ -1,10 +1,15 @@
 """The simulated platform API: the record side as a function from request to response (no sockets).
 
 ``SimulatedApi.handle`` does, in order (spec: Authentication, Records endpoints, Limits):
-route by path (404), authenticate (401), count the request in the shared rate limit (429 and a
-violation when over it), maybe inject a 429 (which gives the place in the window back), add
-latency, validate the query (400/410), maybe fail the request (reset, 503, 500), serve the page,
-and maybe spoil the page (duplicates, unknown fields, bad records, malformed body).
+route by path (404), find the merchant by X-Merchant-Id and authenticate (401), count the
+request in that merchant's shared rate limit (429 and a violation when over it), maybe inject
+a 429 (which gives the place in the window back), add latency, validate the query (400/410),
+maybe fail the request (reset, 503, 500), serve the page, and maybe spoil the page
+(duplicates, unknown fields, bad records, malformed body).
+
+Everything after the merchant is found works on that merchant's own state (``merchant``):
+its store, window, fault dice, statistics and cursors.  A request that names no known merchant
+is counted in the API's own statistics, part of the simulator's totals.
 
 The HTTP layer (``server``) only moves bytes; everything the simulator decides is here, so it
 can be tested without sockets as well as over them.
@@ -12,14 +17,14 @@ can be tested without sockets as well as over them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final, TypeVar
 
 import orjson
 
-from recordsync.sim.auth import Authenticator
+from recordsync.sim.auth import unknown_merchant
 from recordsync.sim.config import SimConfig
 from recordsync.sim.cursors import (
     ChangesCursor,
@@ -36,12 +41,8 @@ from recordsync.sim.envelope import (
     error_body,
     success_body,
 )
-from recordsync.sim.faults import (
-    DATA_EXTRA,
-    ENVELOPE_EXTRA,
-    FaultInjector,
-    Malformation,
-)
+from recordsync.sim.faults import DATA_EXTRA, ENVELOPE_EXTRA, Malformation
+from recordsync.sim.merchant import SimulatedMerchant
 from recordsync.sim.query import (
     ChangesFromNow,
     ChangesNext,
@@ -51,7 +52,7 @@ from recordsync.sim.query import (
     reject_unknown,
     split_target,
 )
-from recordsync.sim.ratelimit import SlidingWindow, retry_after_header
+from recordsync.sim.ratelimit import retry_after_header
 from recordsync.sim.render import format_ms
 from recordsync.sim.stats import (
     BAD_RECORDS,
@@ -66,7 +67,7 @@ from recordsync.sim.stats import (
     SERVER_ERROR,
     StatsRecorder,
 )
-from recordsync.sim.store import RecordFilter, Store
+from recordsync.sim.store import RecordFilter
 
 CAPABILITIES: Final = "capabilities"
 RECORDS: Final = "records"
@@ -121,37 +122,20 @@ class SimulatedApi:
     def __init__(
         self,
         config: SimConfig,
-        store: Store,
+        merchants: Iterable[SimulatedMerchant],
         *,
-        authenticator: Authenticator,
         codec: CursorCodec,
-        injector: FaultInjector,
-        window: SlidingWindow,
-        stats: StatsRecorder,
-        clock: Callable[[], float],
         monotonic: Callable[[], float],
         sleep: Callable[[float], None],
     ) -> None:
         self.config = config
-        self.store = store
-        self.authenticator = authenticator
+        self.merchants = {merchant.merchant_id: merchant for merchant in merchants}
         self.codec = codec
-        self.injector = injector
-        self.window = window
-        self.stats = stats
-        self._clock = clock
+        # Requests no merchant can be credited with: unknown paths and merchant ids.
+        self.stats = StatsRecorder()
         self._monotonic = monotonic
         self._sleep = sleep
         self._ids = RequestIds()
-        self.cursor_epoch = 0
-
-    def now(self) -> float:
-        """The simulator's clock: the injected clock plus the configured skew."""
-        return self._clock() + self.injector.rates.clock_skew_seconds
-
-    def expire_cursors(self) -> None:
-        """Every cursor issued so far answers 410 CURSOR_EXPIRED from now on."""
-        self.cursor_epoch += 1
 
     # --- the request pipeline ----------------------------------------------------------
 
@@ -164,16 +148,24 @@ class SimulatedApi:
         request_id = self._ids.next()
         path = request.target.partition("?")[0]
         endpoint = ENDPOINTS.get(path, OTHER)
+        # Credited to the merchant the request names, when there is one: its statistics then
+        # show its own failures (authentication included) and nobody else's.
+        merchant = self.merchants.get(request.headers.get("x-merchant-id", ""))
         try:
-            response = self._dispatch(request, endpoint, arrival, request_id)
+            response = self._dispatch(request, endpoint, merchant, arrival, request_id)
         except ApiError as error:
             response = Response(error.status, error_body(error, request_id), headers=error.headers)
         status = NO_RESPONSE if response.action is Action.RESET else response.status
-        self.stats.request(endpoint, status)
+        (self.stats if merchant is None else merchant.stats).request(endpoint, status)
         return response
 
     def _dispatch(
-        self, request: Request, endpoint: str, arrival: float, request_id: str
+        self,
+        request: Request,
+        endpoint: str,
+        merchant: SimulatedMerchant | None,
+        arrival: float,
+        request_id: str,
     ) -> Response:
         if endpoint == OTHER:
             raise ApiError(404, "RESOURCE_NOT_FOUND", "no such resource")
@@ -181,9 +173,12 @@ class SimulatedApi:
             raise ApiError(
                 405, "METHOD_NOT_ALLOWED", "only GET is served here", headers=(("Allow", "GET"),)
             )
-        now = self.now()
+        if merchant is None:
+            self.stats.auth_failure()
+            raise unknown_merchant()
+        now = merchant.now()
         try:
-            merchant = self.authenticator.check(
+            merchant.authenticator.check(
                 headers=request.headers,
                 method=request.method,
                 target=request.target,
@@ -191,53 +186,56 @@ class SimulatedApi:
                 now=now,
             )
         except ApiError:
-            self.stats.auth_failure()
+            merchant.stats.auth_failure()
             raise
         if endpoint == CAPABILITIES:
             _, params = split_target(request.target)
             reject_unknown(params, frozenset())
-            return Response(200, success_body(self._capabilities(), request_id))
+            return Response(200, success_body(self._capabilities(merchant), request_id))
         self._count(merchant, arrival, now)
-        delay = self.injector.latency_seconds()
+        delay = merchant.injector.latency_seconds()
         if delay is not None:
-            self.stats.fault(LATENCY)
+            merchant.stats.fault(LATENCY)
             self._sleep(delay)
         _, params = split_target(request.target)
         if endpoint == RECORDS:
             return self._records(params, merchant, int(now * 1000), request_id)
         return self._changes(params, merchant, int(now * 1000), request_id)
 
-    def _count(self, merchant: str, arrival: float, now: float) -> None:
-        """The shared record rate limit, then an injected 429 (which is not a violation)."""
-        wait = self.window.admit(merchant, arrival)
+    def _count(self, merchant: SimulatedMerchant, arrival: float, now: float) -> None:
+        """The merchant's record rate limit, then an injected 429 (which is not a violation)."""
+        merchant_id, window = merchant.merchant_id, merchant.window
+        wait = window.admit(merchant_id, arrival)
         if wait is not None:
-            self.stats.violation()
+            merchant.stats.violation()
             raise ApiError(
                 429,
                 "RATE_LIMITED",
-                f"more than {self.config.record_requests} record requests in "
-                f"{self.config.record_seconds} s",
+                f"more than {merchant.profile.record_requests} record requests in "
+                f"{merchant.profile.record_seconds} s",
                 retryable=True,
                 headers=(("Retry-After", retry_after_header(wait)),),
             )
-        if self.injector.hit(RATE_LIMITED):
-            self.window.release(merchant, arrival)
-            self.stats.fault(RATE_LIMITED)
+        if merchant.injector.hit(RATE_LIMITED):
+            window.release(merchant_id, arrival)
+            merchant.stats.fault(RATE_LIMITED)
             raise ApiError(
                 429,
                 "RATE_LIMITED",
                 "too many requests (injected)",
                 retryable=True,
-                headers=(("Retry-After", self.injector.retry_after(now)),),
+                headers=(("Retry-After", merchant.injector.retry_after(now)),),
             )
 
-    def _transient_failure(self) -> Response | None:
-        """A reset, a 503 (the projection lags) or a 500, when the dice say so."""
-        if self.injector.hit(CONNECTION_RESET):
-            self.stats.fault(CONNECTION_RESET)
+    @staticmethod
+    def _transient_failure(merchant: SimulatedMerchant) -> Response | None:
+        """A reset, a 503 (the projection lags) or a 500, when the merchant's dice say so."""
+        injector, stats = merchant.injector, merchant.stats
+        if injector.hit(CONNECTION_RESET):
+            stats.fault(CONNECTION_RESET)
             return Response(NO_RESPONSE, b"", action=Action.RESET)
-        if self.injector.hit(PROJECTION_LAG):
-            self.stats.fault(PROJECTION_LAG)
+        if injector.hit(PROJECTION_LAG):
+            stats.fault(PROJECTION_LAG)
             raise ApiError(
                 503,
                 "PROJECTION_LAGGING",
@@ -245,15 +243,16 @@ class SimulatedApi:
                 retryable=True,
                 headers=(("Retry-After", "1"),),
             )
-        if self.injector.hit(SERVER_ERROR):
-            self.stats.fault(SERVER_ERROR)
+        if injector.hit(SERVER_ERROR):
+            stats.fault(SERVER_ERROR)
             raise ApiError(500, "INTERNAL_ERROR", "internal error (injected)", retryable=True)
         return None
 
     # --- endpoints ---------------------------------------------------------------------
 
-    def _capabilities(self) -> bytes:
-        config = self.config
+    def _capabilities(self, merchant: SimulatedMerchant) -> bytes:
+        """The platform's settings, with the asking merchant's own record rate limit."""
+        config, profile = self.config, merchant.profile
         return orjson.dumps(
             {
                 "wallet_mode": config.wallet_mode,
@@ -264,28 +263,29 @@ class SimulatedApi:
                 "limits": {
                     "query_requests": QUERY_LIMITS[0],
                     "query_seconds": QUERY_LIMITS[1],
-                    "record_requests": config.record_requests,
-                    "record_seconds": config.record_seconds,
+                    "record_requests": profile.record_requests,
+                    "record_seconds": profile.record_seconds,
                     "max_page_size": config.max_page_size,
                     "max_body_bytes": config.max_body_bytes,
                 },
             }
         )
 
-    def _decode(self, token: str, merchant: str, kind: type[_C]) -> _C:
+    def _decode(self, token: str, merchant: SimulatedMerchant, kind: type[_C]) -> _C:
         try:
             cursor: Cursor = self.codec.decode(token)
         except CursorInvalidError as exc:
             raise _cursor_invalid(f"invalid cursor: {exc}") from None
-        if not isinstance(cursor, kind) or cursor.merchant_id != merchant:
+        if not isinstance(cursor, kind) or cursor.merchant_id != merchant.merchant_id:
             raise _cursor_invalid("the cursor belongs to another endpoint or merchant")
-        if cursor.epoch < self.cursor_epoch:
+        if cursor.epoch < merchant.cursor_epoch:
             raise _expired("the cursor has expired")
         return cursor
 
     def _records(
-        self, params: dict[str, str], merchant: str, now_ms: int, request_id: str
+        self, params: dict[str, str], merchant: SimulatedMerchant, now_ms: int, request_id: str
     ) -> Response:
+        store, injector, stats = merchant.store, merchant.injector, merchant.stats
         query = parse_records(params, self.config.max_page_size)
         if isinstance(query, RecordsNext):
             cursor = self._decode(query.cursor, merchant, RecordsCursor)
@@ -297,18 +297,18 @@ class SimulatedApi:
             started = cursor.chain_started_ms
         else:
             where = RecordFilter(query.from_ms, query.to_ms, query.player_id, query.game_id)
-            watermark = self.store.watermark()
+            watermark = store.watermark()
             after = None
             started = now_ms
-        failure = self._transient_failure()
+        failure = self._transient_failure(merchant)
         if failure is not None:
             return failure
-        page = self.store.records(where, watermark=watermark, after=after, limit=query.limit)
+        page = store.records(where, watermark=watermark, after=after, limit=query.limit)
         next_cursor = None
         if page.has_more and page.last_key is not None:
             next_cursor = self.codec.encode(
                 RecordsCursor(
-                    merchant_id=merchant,
+                    merchant_id=merchant.merchant_id,
                     from_ms=where.from_ms,
                     to_ms=where.to_ms,
                     player_id=where.player_id,
@@ -317,17 +317,17 @@ class SimulatedApi:
                     after_ms=page.last_key[0],
                     after_id=page.last_key[1],
                     chain_started_ms=started,
-                    epoch=self.cursor_epoch,
+                    epoch=merchant.cursor_epoch,
                 )
             )
         items = page.items
-        if self.injector.hit(BAD_RECORDS) and items:
-            self.stats.fault(BAD_RECORDS)
-            items = self.injector.bad_record(items, changes=False)
-        extra = self.injector.hit(EXTRA_FIELDS)
+        if injector.hit(BAD_RECORDS) and items:
+            stats.fault(BAD_RECORDS)
+            items = injector.bad_record(items, changes=False)
+        extra = injector.hit(EXTRA_FIELDS)
         if extra:
-            self.stats.fault(EXTRA_FIELDS)
-            items = self.injector.extra_fields(items, changes=False)
+            stats.fault(EXTRA_FIELDS)
+            items = injector.extra_fields(items, changes=False)
         data = b"".join(
             (
                 b'{"items":[',
@@ -345,46 +345,49 @@ class SimulatedApi:
                 b"}",
             )
         )
-        return self._page(data, request_id, extra=extra)
+        return self._page(merchant, data, request_id, extra=extra)
 
     def _changes(
-        self, params: dict[str, str], merchant: str, now_ms: int, request_id: str
+        self, params: dict[str, str], merchant: SimulatedMerchant, now_ms: int, request_id: str
     ) -> Response:
+        store, injector, stats = merchant.store, merchant.injector, merchant.stats
         query = parse_changes(params, self.config.max_page_size)
         oldest_ms = now_ms - int(self.config.retention_seconds * 1000)
         if isinstance(query, ChangesNext):
             cursor = self._decode(query.cursor, merchant, ChangesCursor)
             position = cursor.position
-            if position > self.store.change_count:
+            if position > store.change_count:
                 raise _cursor_invalid("the cursor points past the change log")
-            changed_ms = self.store.changed_ms_at(position)
+            changed_ms = store.changed_ms_at(position)
             if changed_ms is not None and changed_ms < oldest_ms:
                 raise _expired("the cursor is older than the change retention")
         elif isinstance(query, ChangesFromNow):
-            position = self.store.change_count
+            position = store.change_count
         else:
             if query.since_ms < oldest_ms:
                 raise _expired("since is older than the change retention")
-            position = self.store.first_position_since(query.since_ms)
-        failure = self._transient_failure()
+            position = store.first_position_since(query.since_ms)
+        failure = self._transient_failure(merchant)
         if failure is not None:
             return failure
-        page = self.store.changes(position, query.limit)
+        page = store.changes(position, query.limit)
         next_cursor = self.codec.encode(
-            ChangesCursor(merchant_id=merchant, position=page.end, epoch=self.cursor_epoch)
+            ChangesCursor(
+                merchant_id=merchant.merchant_id, position=page.end, epoch=merchant.cursor_epoch
+            )
         )
         items = page.items
-        if self.injector.hit(DUPLICATES) and items:
-            self.stats.fault(DUPLICATES)
-            stale = self.injector.stale_positions(position, page.end, self.store.previous_position)
-            items = self.injector.insert_stale(items, self.store.stale_changes(stale))
-        if self.injector.hit(BAD_RECORDS) and items:
-            self.stats.fault(BAD_RECORDS)
-            items = self.injector.bad_record(items, changes=True)
-        extra = self.injector.hit(EXTRA_FIELDS)
+        if injector.hit(DUPLICATES) and items:
+            stats.fault(DUPLICATES)
+            stale = injector.stale_positions(position, page.end, store.previous_position)
+            items = injector.insert_stale(items, store.stale_changes(stale))
+        if injector.hit(BAD_RECORDS) and items:
+            stats.fault(BAD_RECORDS)
+            items = injector.bad_record(items, changes=True)
+        extra = injector.hit(EXTRA_FIELDS)
         if extra:
-            self.stats.fault(EXTRA_FIELDS)
-            items = self.injector.extra_fields(items, changes=True)
+            stats.fault(EXTRA_FIELDS)
+            items = injector.extra_fields(items, changes=True)
         data = b"".join(
             (
                 b'{"items":[',
@@ -400,14 +403,17 @@ class SimulatedApi:
                 b"}",
             )
         )
-        return self._page(data, request_id, extra=extra)
+        return self._page(merchant, data, request_id, extra=extra)
 
-    def _page(self, data: bytes, request_id: str, *, extra: bool) -> Response:
+    @staticmethod
+    def _page(
+        merchant: SimulatedMerchant, data: bytes, request_id: str, *, extra: bool
+    ) -> Response:
         body = success_body(data, request_id, ENVELOPE_EXTRA if extra else b"")
-        if not self.injector.hit(MALFORMED):
+        if not merchant.injector.hit(MALFORMED):
             return Response(200, body)
-        self.stats.fault(MALFORMED)
-        variant = self.injector.malformation()
+        merchant.stats.fault(MALFORMED)
+        variant = merchant.injector.malformation()
         half = len(body) // 2
         if variant is Malformation.INVALID_JSON:
             # A NUL byte is invalid JSON wherever it lands, inside a string or not.

@@ -1,7 +1,10 @@
 """``recordsync sim`` / ``python -m recordsync.sim``: serve a simulator until SIGTERM or Ctrl-C.
 
 Thin on purpose: parse, build the configuration, start, print where it listens, wait.
-The secret is never printed; the default is the public demo secret ``DEMO_SECRET``.
+A secret given to it is never printed; the default is the public demo secret ``DEMO_SECRET``.
+With ``--merchants N`` (N > 1) it serves ``{merchant-id}-1`` .. ``-N``, whose secrets are
+derived from the seed and the id (``derived_secret``: public, they protect nothing), and prints
+each id with its secret so that a person can try them.
 """
 
 from __future__ import annotations
@@ -52,7 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080, help="0 picks a free port")
-    parser.add_argument("--merchant-id", default=DEMO_MERCHANT_ID)
+    parser.add_argument(
+        "--merchant-id",
+        default=DEMO_MERCHANT_ID,
+        help="the merchant id; with --merchants N > 1, the prefix of the derived ids",
+    )
+    parser.add_argument(
+        "--merchants",
+        type=int,
+        default=1,
+        metavar="N",
+        help="serve N merchants with derived ids and secrets, printed at start (default 1)",
+    )
     secret = parser.add_mutually_exclusive_group()
     secret.add_argument(
         "--secret", help="the 43-character merchant secret (default: the public demo secret)"
@@ -98,7 +112,15 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         latency_jitter_ms=args.latency_jitter_ms,
         clock_skew_seconds=args.clock_skew_seconds,
     )
-    return SimConfig(
+    merchants: int = args.merchants
+    if merchants < 1:
+        raise ConfigurationError(f"--merchants must be >= 1, got {merchants}")
+    if merchants > 1 and (args.secret or args.secret_file is not None):
+        raise ConfigurationError(
+            "--secret and --secret-file are for one merchant; with --merchants N each "
+            "merchant's secret is derived from --seed and its id"
+        )
+    config = SimConfig(
         merchant_id=args.merchant_id,
         secret=_secret(args),
         seed=args.seed,
@@ -113,6 +135,23 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         wallet_mode=args.wallet_mode,
         faults=faults,
     )
+    return config if merchants == 1 else config.with_merchants(merchants)
+
+
+def _announce(simulator: Simulator) -> None:
+    """Where it listens and whom it serves: one line per merchant when it serves several."""
+    config = simulator.config
+    _say(f"base_url={simulator.base_url}")
+    if not config.merchants:
+        _say(f"merchant_id={config.merchant_id}")
+        _say(f"records={simulator.store.record_count} watermark={simulator.watermark()}")
+        return
+    for profile in config.profiles:  # derived demo secrets: printing them is the point
+        store = simulator.store_of(profile.merchant_id)
+        _say(
+            f"merchant_id={profile.merchant_id} secret={profile.secret} "
+            f"records={store.record_count} watermark={store.watermark()}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,9 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             _say(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror}", error=True)
             return EXIT_CANNOT_LISTEN
         simulator.start_live()
-        _say(f"base_url={simulator.base_url}")
-        _say(f"merchant_id={config.merchant_id}")
-        _say(f"records={simulator.store.record_count} watermark={simulator.watermark()}")
+        _announce(simulator)
         while not stop.wait(0.5):
             pass
     finally:

@@ -1,13 +1,21 @@
 """The simulator's settings: one frozen object, checked once, every problem reported at once.
 
-``SimConfig`` says what the platform looks like (merchant, history, limits, retention);
-``FaultRates`` says how badly it behaves.  Faults are kept apart because tests change them at
-run time (``Simulator.set_faults``) to let a sync converge after a storm.
+``SimConfig`` says what the platform looks like (merchants, history, limits, retention);
+``MerchantProfile`` describes one more merchant served beside the first (its own id, secret,
+history, live traffic, rate limit and faults); ``FaultRates`` says how badly the platform
+behaves towards a merchant.  Faults are kept apart because tests change them at run time
+(``Simulator.set_faults``) to let a sync converge after a storm.
+
+The first merchant is described by ``SimConfig``'s own fields, as it always was, so a
+single-merchant configuration reads exactly as before; ``SimConfig.merchants`` adds the others
+and ``SimConfig.with_merchants(n)`` derives ``n`` of them for demos and tests.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+import base64
+import hashlib
+from dataclasses import dataclass, field, fields, replace
 
 from recordsync.core.errors import ConfigurationError
 
@@ -16,8 +24,24 @@ DEMO_MERCHANT_ID = "demo-merchant"
 # It protects nothing: the simulator only ever listens on the machine it runs on.
 DEMO_SECRET = "sim-demo-secret-0123456789-abcdefghijklmnop"  # noqa: S105
 DEFAULT_SEED = 1
+# One merchant's defaults, shared by SimConfig (the first merchant) and MerchantProfile.
+DEFAULT_HISTORY_DAYS = 3.0
+DEFAULT_ROUNDS_PER_DAY = 2000
+DEFAULT_RECORD_REQUESTS = 2  # spec: Limits, the shared record rate limit
+DEFAULT_RECORD_SECONDS = 1
 
 SPEC_MAX_PAGE_SIZE = 1000  # spec: Conventions, Pagination (1-1000)
+
+
+def derived_secret(seed: int, merchant_id: str) -> str:
+    """A 43-character secret (spec: Authentication) that the seed and the id always give again.
+
+    For derived demo merchants only: anyone who knows the seed can compute it, so it protects
+    nothing, which is why the CLI may print it.  43 characters is exactly the unpadded
+    base64url of a SHA-256 digest.
+    """
+    digest = hashlib.sha256(f"recordsync-sim:{seed}:{merchant_id}:secret".encode()).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,25 +86,79 @@ class FaultRates:
 
 
 @dataclass(frozen=True, slots=True)
+class MerchantProfile:
+    """One more merchant in the same simulator, with everything that is its own.
+
+    The platform keeps a secret, a history, a rate-limit window and cursors per merchant
+    (spec: Authentication, Limits); page size, body size, cursor validity, retention and the
+    wallet mode stay platform-wide in ``SimConfig``.
+    """
+
+    merchant_id: str
+    secret: str = field(repr=False)
+    # Accepted as well during an announced key rotation (spec: Authentication, Key rotation).
+    previous_secret: str | None = field(default=None, repr=False)
+    seed: int = DEFAULT_SEED
+    history_days: float = DEFAULT_HISTORY_DAYS
+    rounds_per_day: int = DEFAULT_ROUNDS_PER_DAY
+    live_rate: float = 0.0  # live events per second while ``start_live()`` runs
+    record_requests: int = DEFAULT_RECORD_REQUESTS
+    record_seconds: int = DEFAULT_RECORD_SECONDS
+    faults: FaultRates = FaultRates()
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ConfigurationError("invalid merchant profile: " + "; ".join(problems))
+
+    def problems(self) -> list[str]:
+        return _merchant_problems(self)
+
+
+def _merchant_problems(merchant: MerchantProfile | SimConfig) -> list[str]:
+    """What is wrong with one merchant's settings (never showing its secret)."""
+    checks = (
+        (bool(merchant.merchant_id), "merchant_id must not be empty"),
+        (bool(merchant.secret), "secret must not be empty"),
+        (merchant.history_days >= 0, f"history_days must be >= 0, got {merchant.history_days}"),
+        (
+            merchant.rounds_per_day >= 0,
+            f"rounds_per_day must be >= 0, got {merchant.rounds_per_day}",
+        ),
+        (merchant.live_rate >= 0, f"live_rate must be >= 0, got {merchant.live_rate}"),
+        (
+            merchant.record_requests >= 1 and merchant.record_seconds >= 1,
+            "record_requests and record_seconds must both be >= 1",
+        ),
+    )
+    return [message for ok, message in checks if not ok] + merchant.faults.problems()
+
+
+@dataclass(frozen=True, slots=True)
 class SimConfig:
-    """Everything the simulator needs; defaults make a demo quick (3 days x 2000 rounds)."""
+    """Everything the simulator needs; defaults make a demo quick (3 days x 2000 rounds).
+
+    The fields from ``merchant_id`` to ``faults`` describe the first (default) merchant;
+    ``merchants`` are served beside it, on the same port.
+    """
 
     merchant_id: str = DEMO_MERCHANT_ID
     secret: str = field(default=DEMO_SECRET, repr=False)
     # Accepted as well during an announced key rotation (spec: Authentication, Key rotation).
     previous_secret: str | None = field(default=None, repr=False)
     seed: int = DEFAULT_SEED
-    history_days: float = 3.0
-    rounds_per_day: int = 2000
+    history_days: float = DEFAULT_HISTORY_DAYS
+    rounds_per_day: int = DEFAULT_ROUNDS_PER_DAY
     live_rate: float = 0.0  # live events per second while ``start_live()`` runs
-    record_requests: int = 2
-    record_seconds: int = 1
+    record_requests: int = DEFAULT_RECORD_REQUESTS
+    record_seconds: int = DEFAULT_RECORD_SECONDS
     max_page_size: int = SPEC_MAX_PAGE_SIZE
     max_body_bytes: int = 1024 * 1024
     cursor_ttl_seconds: float = 86400.0
     retention_seconds: float = 90 * 86400.0
     wallet_mode: str = "TRANSFER"
     faults: FaultRates = FaultRates()
+    merchants: tuple[MerchantProfile, ...] = ()
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -89,15 +167,6 @@ class SimConfig:
 
     def problems(self) -> list[str]:
         checks = (
-            (bool(self.merchant_id), "merchant_id must not be empty"),
-            (bool(self.secret), "secret must not be empty"),
-            (self.history_days >= 0, f"history_days must be >= 0, got {self.history_days}"),
-            (self.rounds_per_day >= 0, f"rounds_per_day must be >= 0, got {self.rounds_per_day}"),
-            (self.live_rate >= 0, f"live_rate must be >= 0, got {self.live_rate}"),
-            (
-                self.record_requests >= 1 and self.record_seconds >= 1,
-                "record_requests and record_seconds must both be >= 1",
-            ),
             (
                 1 <= self.max_page_size <= SPEC_MAX_PAGE_SIZE,
                 f"max_page_size must be in 1..1000, got {self.max_page_size}",
@@ -112,4 +181,60 @@ class SimConfig:
                 f"wallet_mode must be TRANSFER or SEAMLESS, got {self.wallet_mode!r}",
             ),
         )
-        return [message for ok, message in checks if not ok] + self.faults.problems()
+        ids = [self.merchant_id, *(merchant.merchant_id for merchant in self.merchants)]
+        repeated = sorted({merchant_id for merchant_id in ids if ids.count(merchant_id) > 1})
+        return (
+            _merchant_problems(self)
+            + [message for ok, message in checks if not ok]
+            + [f"merchant ids must be unique, {merchant_id!r} repeats" for merchant_id in repeated]
+        )
+
+    @property
+    def profiles(self) -> tuple[MerchantProfile, ...]:
+        """Every merchant served, the first (default) one first."""
+        first = MerchantProfile(
+            merchant_id=self.merchant_id,
+            secret=self.secret,
+            previous_secret=self.previous_secret,
+            seed=self.seed,
+            history_days=self.history_days,
+            rounds_per_day=self.rounds_per_day,
+            live_rate=self.live_rate,
+            record_requests=self.record_requests,
+            record_seconds=self.record_seconds,
+            faults=self.faults,
+        )
+        return (first, *self.merchants)
+
+    def with_merchants(self, count: int) -> SimConfig:
+        """This configuration's merchant ``count`` times over, for demos and tests.
+
+        Merchant ``n`` (1..count) is ``{merchant_id}-{n}`` with the seed ``seed + n - 1`` (so
+        each has a history of its own, and merchant 1 the history of ``seed``) and the secret
+        ``derived_secret(seed, its id)``; history, live rate, rate limit and faults are copied.
+        Any ``merchants`` already set are replaced.
+        """
+        if count < 1:
+            raise ConfigurationError(f"the number of merchants must be >= 1, got {count}")
+        template = self.profiles[0]
+        derived = []
+        for number in range(1, count + 1):
+            merchant_id = f"{self.merchant_id}-{number}"
+            derived.append(
+                replace(
+                    template,
+                    merchant_id=merchant_id,
+                    secret=derived_secret(self.seed, merchant_id),
+                    previous_secret=None,
+                    seed=self.seed + number - 1,
+                )
+            )
+        first, *others = derived
+        return replace(
+            self,
+            merchant_id=first.merchant_id,
+            secret=first.secret,
+            previous_secret=None,
+            seed=first.seed,
+            merchants=tuple(others),
+        )

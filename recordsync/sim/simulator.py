@@ -1,5 +1,10 @@
 """The simulator: history, live traffic, faults and the HTTP server, started and stopped as one.
 
+It serves every merchant of its configuration on one port, each with its own secrets, history,
+rate limit, faults and statistics (``merchant``).  The methods that inspect or steer one
+merchant take ``merchant_id``; None is the first (default) merchant, so a single-merchant
+simulator is used exactly as before.
+
 The wall clock is injected (``clock``, Unix seconds as a float) and is the simulator's "now"
 for the data, timestamps and cursors; ``monotonic`` times the rate limit and the live
 generator; ``sleep`` is the added latency.  Tests drive all three without monkeypatching.
@@ -10,21 +15,19 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
 
+from recordsync.core.errors import ConfigurationError
 from recordsync.core.secret import Secret
 from recordsync.sim.api import SimulatedApi
-from recordsync.sim.auth import Authenticator
 from recordsync.sim.config import FaultRates, SimConfig
 from recordsync.sim.cursors import CursorCodec
-from recordsync.sim.data import LiveEvents, generate_history
-from recordsync.sim.faults import FaultInjector
-from recordsync.sim.ratelimit import SlidingWindow
+from recordsync.sim.merchant import SimulatedMerchant
 from recordsync.sim.server import HttpServer
-from recordsync.sim.stats import SimStats, StatsRecorder
+from recordsync.sim.stats import SimStats
 from recordsync.sim.store import Store
 
 _LIVE_TICK_SECONDS = 0.05
@@ -42,31 +45,17 @@ class Simulator:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.config = config = config if config is not None else SimConfig()
-        self._clock = clock
         self._monotonic = monotonic
-        injector = FaultInjector(config.faults, config.seed)
-        now = clock() + config.faults.clock_skew_seconds
-        history = generate_history(
-            seed=config.seed,
-            history_days=config.history_days,
-            rounds_per_day=config.rounds_per_day,
-            now_ms=int(now * 1000),
-        )
-        self.store = Store(history, LiveEvents(config.seed))
-        keys = [Secret(config.secret)]
-        if config.previous_secret:
-            keys.append(Secret(config.previous_secret))
-        self._window = SlidingWindow(config.record_requests, config.record_seconds)
-        self._stats = StatsRecorder()
+        merchants = [SimulatedMerchant(profile, clock=clock) for profile in config.profiles]
+        self._merchants: Mapping[str, SimulatedMerchant] = {
+            merchant.merchant_id: merchant for merchant in merchants
+        }
+        self._default = merchants[0]
+        self.store = self._default.store  # the default merchant's, as before several were served
         self.api = SimulatedApi(
             config,
-            self.store,
-            authenticator=Authenticator(config.merchant_id, tuple(keys)),
+            merchants,
             codec=CursorCodec(secrets.token_bytes(32)),
-            injector=injector,
-            window=self._window,
-            stats=self._stats,
-            clock=clock,
             monotonic=monotonic,
             sleep=sleep,
         )
@@ -77,7 +66,43 @@ class Simulator:
 
     def __repr__(self) -> str:
         where = self.base_url if self._server is not None else "not started"
-        return f"Simulator(merchant_id={self.config.merchant_id!r}, {where})"
+        if len(self._merchants) == 1:
+            return f"Simulator(merchant_id={self.config.merchant_id!r}, {where})"
+        return f"Simulator(merchant_ids={self.merchant_ids!r}, {where})"
+
+    # --- merchants -------------------------------------------------------------------------
+
+    @property
+    def merchant_ids(self) -> tuple[str, ...]:
+        """Every merchant served, the first (default) one first."""
+        return tuple(self._merchants)
+
+    def _merchant(self, merchant_id: str | None) -> SimulatedMerchant:
+        if merchant_id is None:
+            return self._default
+        try:
+            return self._merchants[merchant_id]
+        except KeyError:
+            raise KeyError(f"this simulator serves no merchant {merchant_id!r}") from None
+
+    def store_of(self, merchant_id: str | None = None) -> Store:
+        """A merchant's records and change log (``store`` is the default merchant's)."""
+        return self._merchant(merchant_id).store
+
+    def rotate_secret(self, merchant_id: str, new_secret: str) -> None:
+        """Accept ``new_secret`` as well as the merchant's current secret from now on.
+
+        The platform's side of a key rotation (spec: Authentication, Key rotation): during the
+        overlap both secrets authenticate; ``retire_secret`` ends it.  Rotating again during
+        an overlap drops the oldest secret: two are accepted at most.
+        """
+        if not new_secret:
+            raise ConfigurationError("the new secret must not be empty")
+        self._merchant(merchant_id).authenticator.rotate(Secret(new_secret))
+
+    def retire_secret(self, merchant_id: str) -> None:
+        """End a rotation: only the newest secret of the merchant authenticates from now on."""
+        self._merchant(merchant_id).authenticator.retire()
 
     # --- serving ---------------------------------------------------------------------------
 
@@ -123,21 +148,23 @@ class Simulator:
 
     # --- live traffic ----------------------------------------------------------------------
 
-    def now(self) -> datetime:
-        """The simulator's clock (the injected clock plus any configured skew), in UTC."""
-        return datetime.fromtimestamp(self.api.now(), UTC)
+    def now(self, merchant_id: str | None = None) -> datetime:
+        """The simulator's clock (the injected clock plus the merchant's clock skew), in UTC."""
+        return datetime.fromtimestamp(self._merchant(merchant_id).now(), UTC)
 
-    def now_ms(self) -> int:
-        return int(self.api.now() * 1000)
+    def now_ms(self, merchant_id: str | None = None) -> int:
+        return self._merchant(merchant_id).now_ms()
 
-    def step(self, events: int = 1) -> None:
-        """``events`` live events at the simulator's now, synchronously (deterministic)."""
-        self.store.apply_live(events, self.now_ms())
+    def step(self, events: int = 1, *, merchant_id: str | None = None) -> None:
+        """``events`` live events of a merchant at its now, synchronously (deterministic)."""
+        self._merchant(merchant_id).step(events)
 
     def start_live(self) -> None:
-        """Generate ``config.live_rate`` events per second in a background thread."""
+        """Every merchant's ``live_rate`` events per second, in one background thread."""
         with self._lifecycle:
-            if self._live_thread is not None or self.config.live_rate <= 0:
+            if self._live_thread is not None or not any(
+                merchant.profile.live_rate > 0 for merchant in self._merchants.values()
+            ):
                 return
             self._live_stop.clear()
             thread = threading.Thread(
@@ -154,35 +181,55 @@ class Simulator:
             thread.join()
 
     def _run_live(self) -> None:
-        rate = self.config.live_rate
-        due = 0.0
+        """One thread for all merchants: each accrues events at its own rate."""
+        live = [merchant for merchant in self._merchants.values() if merchant.profile.live_rate > 0]
+        due = dict.fromkeys(live, 0.0)
         last = self._monotonic()
         while not self._live_stop.wait(_LIVE_TICK_SECONDS):
             now = self._monotonic()
-            due += (now - last) * rate
-            last = now
-            events = int(due)
-            if events:
-                due -= events
-                self.step(events)
+            elapsed, last = now - last, now
+            for merchant in live:
+                due[merchant] += elapsed * merchant.profile.live_rate
+                events = int(due[merchant])
+                if events:
+                    due[merchant] -= events
+                    merchant.step(events)
 
     # --- inspection and control ------------------------------------------------------------
 
-    def truth(self) -> dict[str, dict[str, Any]]:
-        """record_id -> the record at its highest revision, exactly as the API prints it."""
-        return self.store.truth()
+    def truth(self, merchant_id: str | None = None) -> dict[str, dict[str, Any]]:
+        """record_id -> the merchant's record at its highest revision, as the API prints it."""
+        return self._merchant(merchant_id).store.truth()
 
-    def stats(self) -> SimStats:
-        return self._stats.snapshot(self._window.max_in_window)
+    def stats(self, merchant_id: str | None = None) -> SimStats:
+        """One merchant's statistics; None: the simulator's totals.
 
-    def set_faults(self, faults: FaultRates) -> None:
-        """Change the fault rates (and clock skew) while serving."""
-        self.api.injector.rates = faults
+        The totals are every merchant's plus the requests no merchant can be credited with
+        (unknown merchant ids and paths).  With one merchant they are what ``stats()``
+        always reported, and a test asserting "no violations, no failures" on them covers
+        every merchant at once.
+        """
+        if merchant_id is not None:
+            return self._snapshot(self._merchant(merchant_id))
+        return SimStats.combined(
+            [
+                self.api.stats.snapshot(0),
+                *(self._snapshot(merchant) for merchant in self._merchants.values()),
+            ]
+        )
 
-    def expire_cursors(self) -> None:
-        """Every cursor issued so far answers 410 CURSOR_EXPIRED from now on."""
-        self.api.expire_cursors()
+    @staticmethod
+    def _snapshot(merchant: SimulatedMerchant) -> SimStats:
+        return merchant.stats.snapshot(merchant.window.max_in_window)
 
-    def watermark(self) -> str:
-        """The sequence of the newest change ("0" when there is none)."""
-        return self.store.watermark()
+    def set_faults(self, faults: FaultRates, *, merchant_id: str | None = None) -> None:
+        """Change a merchant's fault rates (and clock skew) while serving."""
+        self._merchant(merchant_id).injector.rates = faults
+
+    def expire_cursors(self, merchant_id: str | None = None) -> None:
+        """Every cursor issued to the merchant so far answers 410 CURSOR_EXPIRED from now on."""
+        self._merchant(merchant_id).expire_cursors()
+
+    def watermark(self, merchant_id: str | None = None) -> str:
+        """The sequence of the merchant's newest change ("0" when there is none)."""
+        return self._merchant(merchant_id).store.watermark()

@@ -1,10 +1,13 @@
-"""What the simulator saw: counts tests assert on (the client must never cause a violation)."""
+"""What the simulator saw: counts tests assert on (the client must never cause a violation).
+
+Kept per merchant (each merchant has its own ``StatsRecorder``) and added up for the totals.
+"""
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
@@ -61,6 +64,30 @@ class SimStats:
 
     def faults(self, kind: str) -> int:
         return self.faults_injected.get(kind, 0)
+
+    @classmethod
+    def combined(cls, parts: Iterable[SimStats]) -> SimStats:
+        """The sum of several snapshots (the simulator's totals over its merchants).
+
+        Every merchant has its own rate-limit window, so the busiest window is the largest
+        of theirs, not a sum.
+        """
+        requests: Counter[tuple[str, int]] = Counter()
+        faults: Counter[str] = Counter()
+        auth_failures = violations = max_in_window = 0
+        for part in parts:
+            requests.update(part.requests)
+            faults.update(part.faults_injected)
+            auth_failures += part.auth_failures
+            violations += part.rate_limit_violations
+            max_in_window = max(max_in_window, part.max_requests_in_window)
+        return cls(
+            requests=MappingProxyType(dict(requests)),
+            auth_failures=auth_failures,
+            rate_limit_violations=violations,
+            faults_injected=MappingProxyType(dict(faults)),
+            max_requests_in_window=max_in_window,
+        )
 
 
 class StatsRecorder:

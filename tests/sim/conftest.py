@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sim.sim_platform import Platform, small_config
 
-from recordsync.sim import SimConfig, Simulator, running_simulator
+from recordsync.sim import MerchantProfile, SimConfig, Simulator, running_simulator
 
 StartSim = Callable[..., tuple[Simulator, Platform]]
 
@@ -34,6 +34,19 @@ def start_sim() -> Iterator[StartSim]:
             return sim, platform
 
         yield start
+
+
+@pytest.fixture
+def connect() -> Iterator[Callable[..., Platform]]:
+    """connect(sim, merchant_profile) -> a signed helper for that merchant, closed afterwards."""
+    with contextlib.ExitStack() as stack:
+
+        def open_platform(sim: Simulator, merchant: MerchantProfile) -> Platform:
+            platform = Platform(sim, merchant=merchant)
+            stack.callback(platform.close)
+            return platform
+
+        yield open_platform
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import orjson
 
 from recordsync.core.times import format_time
 from recordsync.platform.signing import build_target, format_timestamp, sign
-from recordsync.sim import SimConfig, Simulator
+from recordsync.sim import MerchantProfile, SimConfig, Simulator
 
 Params = Iterable[tuple[str, str]]
 
@@ -42,13 +42,20 @@ def small_config(**overrides: Any) -> SimConfig:
 
 
 class Platform:
-    """Signed GETs against one simulator over one keep-alive connection."""
+    """Signed GETs as one merchant (the default one unless told) over one keep-alive connection."""
 
-    def __init__(self, sim: Simulator, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        sim: Simulator,
+        *,
+        clock: Callable[[], float] = time.time,
+        merchant: MerchantProfile | None = None,
+    ) -> None:
         self.sim = sim
         self.clock = clock
-        self.merchant_id = sim.config.merchant_id
-        self.secret = sim.config.secret
+        profile = merchant if merchant is not None else sim.config.profiles[0]
+        self.merchant_id = profile.merchant_id
+        self.secret = profile.secret
         self.http = httpx.Client(
             base_url=sim.base_url,
             transport=httpx.HTTPTransport(retries=0),

@@ -1,4 +1,4 @@
-"""Authentication over loopback: every 401 code, the order of checks, the raw target."""
+"""Authentication over loopback: every 401 code, the order of checks, the raw target, rotation."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import time
 import pytest
 from sim.sim_platform import error_of, small_config
 
+from recordsync.core.errors import ConfigurationError
 from recordsync.platform.signing import build_target, format_timestamp
 from recordsync.sim import FaultRates
 
@@ -125,3 +126,58 @@ def test_failed_authentication_does_not_use_the_rate_limit(start_sim):
 
     assert platform.get_target(TARGET).status_code == 200
     assert sim.stats().rate_limit_violations == 0
+
+
+NEW_SECRET = "new-secret-" + "n" * 32
+NEWER_SECRET = "newer-secret-" + "w" * 30
+
+
+def test_a_rotation_accepts_both_secrets_then_only_the_new_one(start_sim):
+    sim, platform = start_sim()
+    old = platform.secret
+
+    sim.rotate_secret("m-1", NEW_SECRET)
+    during = [
+        platform.get_target(TARGET, secret=secret).status_code for secret in (old, NEW_SECRET)
+    ]
+    sim.retire_secret("m-1")
+    after = [platform.get_target(TARGET, secret=secret).status_code for secret in (old, NEW_SECRET)]
+
+    assert during == [200, 200]
+    assert after == [401, 200]
+    assert sim.stats().auth_failures == 1
+
+
+def test_rotating_again_during_an_overlap_drops_the_oldest_secret(start_sim):
+    sim, platform = start_sim()
+    old = platform.secret
+
+    sim.rotate_secret("m-1", NEW_SECRET)
+    sim.rotate_secret("m-1", NEWER_SECRET)
+
+    statuses = [
+        platform.get_target(TARGET, secret=secret).status_code
+        for secret in (old, NEW_SECRET, NEWER_SECRET)
+    ]
+    assert statuses == [401, 200, 200]
+
+
+def test_a_rotation_changes_only_that_merchants_secrets(start_sim):
+    sim, platform = start_sim(small_config(merchant_id="shop").with_merchants(2))
+    other = sim.config.profiles[1]
+
+    sim.rotate_secret("shop-2", NEW_SECRET)
+    sim.retire_secret("shop-2")
+
+    assert platform.get_target(TARGET).status_code == 200  # shop-1, untouched
+    assert platform.get_target(TARGET, merchant_id="shop-1", secret=NEW_SECRET).status_code == 401
+    assert platform.get_target(TARGET, merchant_id="shop-2", secret=NEW_SECRET).status_code == 200
+    assert platform.get_target(TARGET, merchant_id="shop-2", secret=other.secret).status_code == 401
+
+
+def test_an_empty_new_secret_is_refused_without_showing_a_secret(start_sim):
+    sim, platform = start_sim()
+    with pytest.raises(ConfigurationError) as caught:
+        sim.rotate_secret("m-1", "")
+    assert platform.secret not in str(caught.value)
+    assert platform.get_target(TARGET).status_code == 200
