@@ -30,8 +30,8 @@ ROOT: Final = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere: import the working tree
     sys.path.insert(0, str(ROOT))
 
-from recordsync.core.secret import Secret  # noqa: E402
-from recordsync.core.settings import Settings  # noqa: E402
+from recordsync.core.secret import Secret, SecretSource  # noqa: E402
+from recordsync.core.settings import MerchantSettings, Settings  # noqa: E402
 from recordsync.platform.budget import RateBudget  # noqa: E402 - after the path fix above
 from recordsync.platform.client import PlatformClient  # noqa: E402
 from recordsync.sim import DEMO_MERCHANT_ID, DEMO_SECRET, Simulator  # noqa: E402
@@ -297,12 +297,15 @@ def lifted_client(sim: Simulator) -> PlatformClient:
 def settings_for(
     base_url: str, database_url: str, history_from: datetime, **overrides: Any
 ) -> Settings:
+    merchant = MerchantSettings(
+        merchant_id=DEMO_MERCHANT_ID,
+        secret=SecretSource.given(Secret(DEMO_SECRET)),
+        base_url=base_url,
+        history_from=history_from,
+    )
     values: dict[str, Any] = {
-        "base_url": base_url,
-        "merchant_id": DEMO_MERCHANT_ID,
-        "secret": Secret(DEMO_SECRET),
+        "merchants": (merchant,),
         "database_url": database_url,
-        "history_from": history_from,
         "http_port": 0,
         "log_level": "warning",
         "log_format": "console",

@@ -43,16 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
         description="Keep an exact, gap-free copy of the platform's game records in SQL.",
     )
     parser.add_argument("--version", action="version", version=f"recordsync {__version__}")
-    parser.add_argument(
-        "--config", type=Path, help="TOML file with the same keys as RECORDSYNC_* in lower case"
-    )
+    _add_config(parser, default=None)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    commands.add_parser("run", help="the daemon: anchor, snapshot, then tail the changes")
+    run = commands.add_parser("run", help="the daemon: anchor, snapshot, then tail the changes")
     backfill = commands.add_parser("backfill", help="one-shot snapshot of a creation range")
     backfill.add_argument("--from", dest="start", type=_time_arg, required=True)
     backfill.add_argument("--to", dest="end", type=_time_arg, required=True)
-    commands.add_parser("migrate", help="apply the warehouse migrations")
-    status = commands.add_parser("status", help="where the sync stands")
+    backfill.add_argument(
+        "--merchant", metavar="ID", help="the merchant to backfill (when several are configured)"
+    )
+    migrate = commands.add_parser("migrate", help="apply the warehouse migrations")
+    status = commands.add_parser("status", help="where the sync stands, for every merchant")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.add_argument(
         "--check",
@@ -63,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--days", type=int, default=7, help="UTC days back from the newest data")
     report.add_argument("--by", choices=("game", "player", "currency"), default="game")
     report.add_argument("--format", dest="fmt", choices=("table", "csv", "json"), default="table")
+    report.add_argument(
+        "--merchant", metavar="ID", help="one merchant's report (default: every one, grouped)"
+    )
+    for command in (run, backfill, migrate, status, report):
+        # After the command as well as before it; SUPPRESS keeps a value given before.
+        _add_config(command, default=argparse.SUPPRESS)
     commands.add_parser(
         "sim", help="run the platform simulator (options: recordsync sim --help)", add_help=False
     )
@@ -71,6 +78,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--history-days", type=int, default=3)
     demo.add_argument("--rounds-per-day", type=int, default=2000)
     return parser
+
+
+def _add_config(parser: argparse.ArgumentParser, *, default: object) -> None:
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=default,
+        metavar="FILE",
+        help="TOML file with the same keys as RECORDSYNC_* in lower case, and [[merchants]]",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -110,7 +127,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         return service.migrate(settings)
     if args.command == "report":
         settings = load_settings(config_path=args.config, need_platform=False)
-        return service.show_report(settings, days=args.days, by=args.by, fmt=args.fmt)
+        return service.show_report(
+            settings, days=args.days, by=args.by, fmt=args.fmt, merchant_id=args.merchant
+        )
     if args.command == "status":
         settings = load_settings(config_path=args.config, need_platform=False)
         return service.show_status(settings, as_json=args.json, check=args.check)
@@ -120,5 +139,5 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         return service.run_daemon(settings)
     if args.command == "backfill":
-        return service.run_backfill(settings, args.start, args.end)
+        return service.run_backfill(settings, args.start, args.end, merchant_id=args.merchant)
     raise AssertionError(args.command)  # pragma: no cover - argparse restricts the choices

@@ -15,8 +15,8 @@ from typing import Any
 
 from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.models import Record
-from recordsync.core.secret import Secret
-from recordsync.core.settings import Settings
+from recordsync.core.secret import Secret, SecretSource
+from recordsync.core.settings import MerchantSettings, Settings
 from recordsync.platform.parsing import parse_record
 from recordsync.sim import Simulator
 from recordsync.warehouse import Warehouse
@@ -26,12 +26,15 @@ RECORD_FIELDS = [field.name for field in dataclasses.fields(Record)]
 
 def settings_for(sim: Simulator, database_url: str, **overrides: Any) -> Settings:
     """Settings pointing at ``sim``, with the history start read off the simulator's clock."""
+    merchant = MerchantSettings(
+        merchant_id=sim.config.merchant_id,
+        secret=SecretSource.given(Secret(sim.config.secret)),
+        base_url=sim.base_url,
+        history_from=sim.now() - timedelta(days=sim.config.history_days + 1),
+    )
     values: dict[str, Any] = {
-        "base_url": sim.base_url,
-        "merchant_id": sim.config.merchant_id,
-        "secret": Secret(sim.config.secret),
+        "merchants": (merchant,),
         "database_url": database_url,
-        "history_from": sim.now() - timedelta(days=sim.config.history_days + 1),
         "http_port": 0,
         "page_size": 200,
         "poll_interval": 0.2,
@@ -44,14 +47,14 @@ def settings_for(sim: Simulator, database_url: str, **overrides: Any) -> Setting
 
 def environment_for(sim: Simulator, database_url: str, **overrides: str) -> dict[str, str]:
     """The same, as the RECORDSYNC_* environment of a subprocess."""
-    settings = settings_for(sim, database_url)
-    assert settings.history_from is not None
+    history_from = settings_for(sim, database_url).merchant().history_from
+    assert history_from is not None
     env = {
         "RECORDSYNC_BASE_URL": sim.base_url,
         "RECORDSYNC_MERCHANT_ID": sim.config.merchant_id,
         "RECORDSYNC_SECRET": sim.config.secret,
         "RECORDSYNC_DATABASE_URL": database_url,
-        "RECORDSYNC_HISTORY_FROM": settings.history_from.isoformat(),
+        "RECORDSYNC_HISTORY_FROM": history_from.isoformat(),
         "RECORDSYNC_HTTP_PORT": "0",
         "RECORDSYNC_PAGE_SIZE": "200",
         "RECORDSYNC_POLL_INTERVAL": "0.2",

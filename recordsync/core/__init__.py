@@ -2,8 +2,9 @@
 
 Records, pages and capabilities as typed values (``models``), exact money (``money``), platform
 time (``times``), the sync's persistent state (``state``), the one exception hierarchy
-(``errors``), the secret (``secret``), the frozen settings (``settings``) and the process's
-cooperative stop (``stopping``, ``early_signals``).  It imports nothing else of recordsync.
+(``errors``), the secret and where it comes from (``secret``), the frozen settings with their
+merchants (``settings``) and the process's cooperative stop (``stopping``, ``early_signals``).
+It imports nothing else of recordsync.
 """
 
 from recordsync.core.errors import (
@@ -37,8 +38,8 @@ from recordsync.core.models import (
     RecordsPage,
     RejectedItem,
 )
-from recordsync.core.secret import Secret
-from recordsync.core.settings import Settings, load_settings
+from recordsync.core.secret import Secret, SecretProvider, SecretSource
+from recordsync.core.settings import MerchantSettings, Settings, load_settings
 from recordsync.core.state import (
     REBUILD_JOB,
     Phase,
@@ -61,6 +62,7 @@ __all__ = [
     "FatalPlatformError",
     "InvalidRecordError",
     "Limits",
+    "MerchantSettings",
     "Phase",
     "PlatformError",
     "ProjectionLagError",
@@ -74,6 +76,8 @@ __all__ = [
     "RequestRejectedError",
     "RetryableError",
     "Secret",
+    "SecretProvider",
+    "SecretSource",
     "ServerError",
     "Settings",
     "ShutdownRequestedError",

@@ -1,12 +1,17 @@
-"""The platform secret as a value that cannot be shown by accident.
+"""The platform secret as a value that cannot be shown by accident, and where it comes from.
 
 Settings hold it, the client signs with it, the simulator checks with it: the type lives in the
-core so that none of them depends on another for it.
+core so that none of them depends on another for it.  Secrets rotate (spec: Authentication,
+Key rotation), so a merchant's secret is configured as a ``SecretSource`` and the client asks a
+``SecretProvider`` for the current one instead of holding a value for life.
 """
 
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 
 class Secret:
@@ -32,3 +37,53 @@ class Secret:
 
     def __hash__(self) -> int:
         return hash(Secret)
+
+
+def secret_from_file_bytes(data: bytes) -> Secret:
+    """The secret a secret file holds: its UTF-8 text without one trailing line break.
+
+    One rule for the settings loader (which checks every file at start-up) and the keeper
+    (which reads them for use, again and again).  Raises ``ValueError`` with a reason that
+    never quotes the content: a decoding error's own message would show a byte of it.
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("is not UTF-8 text") from None
+    value = text.removesuffix("\n").removesuffix("\r")
+    if not value:
+        raise ValueError("is empty")
+    return Secret(value)
+
+
+@dataclass(frozen=True, slots=True)
+class SecretSource:
+    """Where a merchant's secret comes from: given in the configuration, or a file.
+
+    A file is named, not read, here: the core does no I/O.  The service's keeper reads it and
+    reads it again when it changes, so a rotated secret is used without a restart.
+    """
+
+    value: Secret | None = None
+    path: Path | None = None
+
+    def __post_init__(self) -> None:
+        if (self.value is None) == (self.path is None):
+            raise ValueError("a secret source is either a value or a file, exactly one")
+
+    @classmethod
+    def given(cls, secret: Secret) -> SecretSource:
+        return cls(value=secret)
+
+    @classmethod
+    def file(cls, path: Path) -> SecretSource:
+        return cls(path=path)
+
+
+class SecretProvider(Protocol):
+    """What signs a request asks for the secret, at every attempt: the current one.
+
+    A rotation thus applies from the next request, retries included.
+    """
+
+    def current(self) -> Secret: ...

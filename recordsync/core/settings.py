@@ -2,9 +2,27 @@
 
 Sources, strongest first: the environment (``RECORDSYNC_*``), then an optional TOML file
 (``--config PATH``) with the same keys in lower case without the prefix, then defaults.
-Every problem is collected and reported at once, one line per variable, so an operator fixes
-the whole configuration in one pass; the CLI turns ``ConfigurationError`` into exit code 2.
+Every problem is collected and reported at once, one line each naming the variable (or, for a
+``[[merchants]]`` entry, ``merchants[N] (id).key``), so an operator fixes the whole
+configuration in one pass; the CLI turns ``ConfigurationError`` into exit code 2.
 Modules receive this object; none of them reads the environment.
+
+The merchants (issue 17): one deployment may sync several.  They are either the single
+merchant of ``RECORDSYNC_MERCHANT_ID`` / ``RECORDSYNC_SECRET`` or ``RECORDSYNC_SECRET_FILE`` /
+``RECORDSYNC_BASE_URL`` / ``RECORDSYNC_HISTORY_FROM`` (the same keys at the top level of the
+file), or the file's ``[[merchants]]`` entries, each with its ``merchant_id``, ``secret_file``
+(or ``secret``) and optionally its own ``base_url`` and ``history_from``; the top-level
+``base_url`` and ``history_from`` (the environment winning, as everywhere) are their defaults.
+Naming merchants in both places is an error: which one was meant cannot be guessed.
+
+The settings check each secret file once, so that a missing or empty one is reported with
+every other problem; reading it for use, and again when it rotates, is the service's keeper's.
+
+The reader is our own rather than pydantic-settings: the error lines name the operator's
+``RECORDSYNC_*`` variables and ``merchants[N] (id).key`` (pydantic's locations would have to be
+translated back anyway), the cross-entry rules (one place for merchants, unique ids, per-key
+defaults with the environment winning) are ours, and it keeps a validation library out of
+the daemon's dependencies.
 """
 
 from __future__ import annotations
@@ -13,30 +31,44 @@ import os
 import stat
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from recordsync.core.database_url import parse_database_url
 from recordsync.core.errors import ConfigurationError, InvalidRecordError
-from recordsync.core.secret import Secret
+from recordsync.core.secret import Secret, SecretSource, secret_from_file_bytes
 from recordsync.core.times import parse_time
 
 PREFIX = "RECORDSYNC_"
 DEFAULT_DATABASE_URL = "sqlite:///recordsync.db"
 DEFAULT_HTTP_PORT = 9108
+DEFAULT_SECRET_OVERLAP = 86400.0  # seconds a rotated-out secret is still accepted
+# The keys of one merchant: single-merchant variables, or the keys of a [[merchants]] entry.
+MERCHANT_KEYS: Final = ("merchant_id", "secret", "secret_file", "base_url", "history_from")
 
 T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
-class Settings:
-    base_url: str | None
-    merchant_id: str | None
-    secret: Secret | None = field(repr=False)
-    database_url: str = DEFAULT_DATABASE_URL
+class MerchantSettings:
+    """One merchant this deployment syncs, with the defaults already applied.
+
+    ``secret`` and ``base_url`` are None only when the command needs no platform (``status``,
+    ``report``): those commands may run where the secrets are not mounted.
+    """
+
+    merchant_id: str
+    secret: SecretSource | None = field(default=None, repr=False)
+    base_url: str | None = None
     history_from: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    merchants: tuple[MerchantSettings, ...] = ()
+    database_url: str = DEFAULT_DATABASE_URL
     http_port: int = DEFAULT_HTTP_PORT
     poll_interval: float = 1.0
     page_size: int = 1000
@@ -46,17 +78,33 @@ class Settings:
     ready_multiple: float = 30.0  # /readyz: a commit within this many poll intervals
     keep_revisions: bool = True  # append every revision seen to record_revisions
     rate_margin: float = 0.05  # seconds added to the budget's window against arrival jitter
+    secret_overlap: float = DEFAULT_SECRET_OVERLAP
     tls_verify: bool = True
     ca_bundle: str | None = None
     log_level: str = "info"
     log_format: str | None = None  # "json", "console", or None: decide by whether stdout is a TTY
     warnings: tuple[str, ...] = ()
 
-    def platform(self) -> tuple[str, str, Secret]:
-        """The three values every platform call needs; checked present at load time."""
-        if self.base_url is None or self.merchant_id is None or self.secret is None:
-            raise ConfigurationError("the platform settings were not loaded for this command")
-        return self.base_url, self.merchant_id, self.secret
+    def merchant(self, merchant_id: str | None = None) -> MerchantSettings:
+        """The only merchant, or the one named; otherwise an error naming the choices."""
+        configured = ", ".join(merchant.merchant_id for merchant in self.merchants)
+        if merchant_id is None:
+            if len(self.merchants) == 1:
+                return self.merchants[0]
+            if not self.merchants:
+                raise ConfigurationError(
+                    "no merchant is configured: set RECORDSYNC_MERCHANT_ID or add "
+                    "[[merchants]] to the --config file"
+                )
+            raise ConfigurationError(
+                f"several merchants are configured ({configured}): name one with --merchant"
+            )
+        for merchant in self.merchants:
+            if merchant.merchant_id == merchant_id:
+                return merchant
+        raise ConfigurationError(
+            f"merchant {merchant_id!r} is not configured; configured: {configured or 'none'}"
+        )
 
     @property
     def verify(self) -> bool | str:
@@ -64,23 +112,58 @@ class Settings:
         return self.ca_bundle or self.tls_verify
 
 
-class _Reader:
-    """Looks a key up in the environment, then the file; collects problems instead of raising."""
+# -- reading values ------------------------------------------------------------------------------
 
-    def __init__(self, environ: Mapping[str, str], file_values: Mapping[str, Any]) -> None:
+
+def _text(value: object) -> str | None:
+    """A TOML value as the text an environment variable would hold."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, datetime):
+        # An unquoted TOML date-time; a naive one then fails the RFC3339 check, as it should.
+        return value.isoformat()
+    return str(value)
+
+
+class _Reader:
+    """Looks a key up in the environment, then the file's top level; collects problems
+    (into lists shared by every reader of one load) instead of raising."""
+
+    def __init__(
+        self,
+        environ: Mapping[str, str],
+        file_values: Mapping[str, Any],
+        problems: list[str],
+        warnings: list[str],
+    ) -> None:
         self.environ = environ
         self.file_values = file_values
-        self.problems: list[str] = []
-        self.warnings: list[str] = []
+        self.problems = problems
+        self.warnings = warnings
+
+    def name(self, key: str) -> str:
+        """How a problem names ``key``: the operator's variable."""
+        return PREFIX + key.upper()
+
+    def either(self, first: str, second: str) -> str:
+        return f"{self.name(first)} or {self.name(second)}"
+
+    def origin(self, key: str) -> str:
+        """Where ``key``'s value came from, for a conflict between two places."""
+        if self.environ.get(PREFIX + key.upper()):
+            return PREFIX + key.upper()
+        return f"the top-level {key} in --config"
+
+    def problem(self, key: str, message: str) -> None:
+        self.problems.append(f"{self.name(key)}: {message}")
 
     def raw(self, key: str) -> str | None:
         env_value = self.environ.get(PREFIX + key.upper())
         if env_value is not None and env_value != "":
             return env_value
-        file_value = self.file_values.get(key)
-        if file_value is None:
-            return None
-        return str(file_value).lower() if isinstance(file_value, bool) else str(file_value)
+        return _text(self.file_values.get(key))
 
     def get(self, key: str, parse: Callable[[str], T], default: T, *, hint: str) -> T:
         value = self.raw(key)
@@ -89,14 +172,34 @@ class _Reader:
         try:
             return parse(value)
         except (ValueError, InvalidRecordError):
-            self.problems.append(f"{PREFIX}{key.upper()}: {value[:60]!r} is not {hint}")
+            self.problem(key, f"{value[:60]!r} is not {hint}")
             return default
 
     def required(self, key: str, *, what: str) -> str | None:
         value = self.raw(key)
         if value is None:
-            self.problems.append(f"{PREFIX}{key.upper()}: required ({what})")
+            self.problem(key, f"required ({what})")
         return value
+
+
+class _EntryReader(_Reader):
+    """One ``[[merchants]]`` entry: its own keys only (the defaults are applied by the caller),
+    problems named ``merchants[N].key``, and ``merchants[N] (id).key`` once the id is known."""
+
+    def __init__(
+        self, entry: Mapping[str, Any], index: int, problems: list[str], warnings: list[str]
+    ) -> None:
+        super().__init__({}, entry, problems, warnings)
+        self.where = f"merchants[{index}]"
+
+    def name(self, key: str) -> str:
+        return f"{self.where}.{key}"
+
+    def either(self, first: str, second: str) -> str:
+        return f"{self.where}.{first} or {second}"
+
+    def raw(self, key: str) -> str | None:
+        return _text(self.file_values.get(key))
 
 
 def _positive_int(value: str) -> int:
@@ -157,7 +260,7 @@ def _database_url(reader: _Reader) -> str:
     try:
         parse_database_url(url)
     except ConfigurationError as exc:
-        reader.problems.append(f"{PREFIX}DATABASE_URL: {exc}")
+        reader.problem("database_url", str(exc))
     return url
 
 
@@ -173,39 +276,173 @@ def _read_config_file(path: Path | None) -> dict[str, Any]:
         raise ConfigurationError(f"--config: {path} is not valid TOML ({exc})") from None
 
 
-def _read_secret(reader: _Reader) -> Secret | None:
+def _unknown_keys(file_values: Mapping[str, Any], problems: list[str]) -> None:
+    """A misspelt key would otherwise be ignored, and its default used without a word."""
+    known = {item.name for item in fields(Settings)} - {"warnings"} | set(MERCHANT_KEYS)
+    problems.extend(f"--config: unknown key {key!r}" for key in file_values if key not in known)
+
+
+# -- one merchant's values ------------------------------------------------------------------------
+
+
+def _merchant_id(reader: _Reader) -> str | None:
+    value = reader.required("merchant_id", what="sent as X-Merchant-Id")
+    if value is not None and not (value.isascii() and value.isprintable()):
+        reader.problem("merchant_id", f"{value[:60]!r} is not printable ASCII (a header value)")
+        return None
+    return value
+
+
+def _base_url(reader: _Reader, value: str) -> str | None:
+    if not value.startswith(("http://", "https://")):
+        reader.problem("base_url", f"{value[:60]!r} is not an http(s) URL")
+        return None
+    return value.rstrip("/")
+
+
+def _secret_source(reader: _Reader) -> SecretSource | None:
+    """The secret given inline, or a secret file checked once now (readable, not empty)."""
     inline = reader.raw("secret")
     secret_file = reader.raw("secret_file")
     if inline is not None and secret_file is not None:
         reader.problems.append(
-            f"{PREFIX}SECRET and {PREFIX}SECRET_FILE are both set: keep one of them"
+            f"{reader.name('secret')} and {reader.name('secret_file')} are both set: "
+            "keep one of them"
         )
         return None
     if inline is not None:
-        return Secret(inline)
+        return SecretSource.given(Secret(inline))
     if secret_file is None:
         reader.problems.append(
-            f"{PREFIX}SECRET or {PREFIX}SECRET_FILE: one is required (the platform secret)"
+            f"{reader.either('secret', 'secret_file')}: one is required (the platform secret)"
         )
         return None
     path = Path(secret_file)
     try:
         mode = path.stat().st_mode
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
-        reader.problems.append(f"{PREFIX}SECRET_FILE: cannot read {path} ({exc.strerror})")
+        reader.problem("secret_file", f"cannot read {path} ({exc.strerror})")
         return None
     # Group-readable is how a non-root container reads a mounted secret (root-owned, 0440,
     # the pod's fsGroup), so only a world-readable file is worth a warning.
     if mode & stat.S_IROTH:
         reader.warnings.append(
-            f"{PREFIX}SECRET_FILE: {path} is readable by every user; chmod o-r it"
+            f"{reader.name('secret_file')}: {path} is readable by every user; chmod o-r it"
         )
-    value = text.removesuffix("\n").removesuffix("\r")
-    if not value:
-        reader.problems.append(f"{PREFIX}SECRET_FILE: {path} is empty")
+    try:
+        secret_from_file_bytes(data)
+    except ValueError as exc:
+        reader.problem("secret_file", f"{path} {exc}")
         return None
-    return Secret(value)
+    return SecretSource.file(path)
+
+
+def _single_merchant(reader: _Reader, *, need_platform: bool) -> tuple[MerchantSettings, ...]:
+    """The merchant of the single-merchant variables, exactly as before issue 17."""
+    base_url = secret = None
+    if need_platform:
+        url = reader.required("base_url", what="the platform base URL, e.g. https://host")
+        base_url = None if url is None else _base_url(reader, url)
+        secret = _secret_source(reader)
+    merchant_id = _merchant_id(reader)
+    history_from = reader.get("history_from", _time, None, hint="an RFC3339 time")
+    if merchant_id is None:
+        return ()
+    return (MerchantSettings(merchant_id, secret, base_url, history_from),)
+
+
+@dataclass(frozen=True, slots=True)
+class _Defaults:
+    """The top-level values every ``[[merchants]]`` entry starts from."""
+
+    base_url: str | None
+    base_url_given: bool  # given but invalid: reported once, not again per entry
+    history_from: datetime | None
+
+
+def _merchant_entry(
+    entry: Mapping[str, Any],
+    index: int,
+    defaults: _Defaults,
+    *,
+    need_platform: bool,
+    reader: _Reader,
+) -> MerchantSettings | None:
+    entry_reader = _EntryReader(entry, index, reader.problems, reader.warnings)
+    merchant_id = _merchant_id(entry_reader)
+    if merchant_id is not None:
+        entry_reader.where += f" ({merchant_id})"
+    entry_reader.problems.extend(
+        f"{entry_reader.name(key)}: unknown key (an entry takes {', '.join(MERCHANT_KEYS)})"
+        for key in entry
+        if key not in MERCHANT_KEYS
+    )
+    base_url = secret = None
+    if need_platform:
+        own_url = entry_reader.raw("base_url")
+        if own_url is not None:
+            base_url = _base_url(entry_reader, own_url)
+        elif defaults.base_url is not None:
+            base_url = defaults.base_url
+        elif not defaults.base_url_given:
+            entry_reader.problem(
+                "base_url",
+                f"required here, or for every merchant as the top-level base_url "
+                f"({reader.name('base_url')})",
+            )
+        secret = _secret_source(entry_reader)
+    history_from = entry_reader.get(
+        "history_from", _time, defaults.history_from, hint="an RFC3339 time"
+    )
+    if merchant_id is None:
+        return None
+    return MerchantSettings(merchant_id, secret, base_url, history_from)
+
+
+def _merchant_entries(
+    reader: _Reader, entries: object, *, need_platform: bool
+) -> tuple[MerchantSettings, ...]:
+    """The ``[[merchants]]`` of the file, each with the top-level defaults applied."""
+    problems = reader.problems
+    for key in ("merchant_id", "secret", "secret_file"):
+        if reader.raw(key) is not None:
+            problems.append(
+                f"[[merchants]] in --config and {reader.origin(key)}: name the merchants and "
+                "their secrets in one place, [[merchants]] or the single-merchant settings"
+            )
+    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+        problems.append("merchants: must be an array of tables, one [[merchants]] per merchant")
+        return ()
+    if not entries:
+        problems.append("merchants: empty; add one [[merchants]] entry per merchant")
+        return ()
+    default_url = reader.raw("base_url") if need_platform else None
+    defaults = _Defaults(
+        base_url=None if default_url is None else _base_url(reader, default_url),
+        base_url_given=default_url is not None,
+        history_from=reader.get("history_from", _time, None, hint="an RFC3339 time"),
+    )
+    merchants: list[MerchantSettings] = []
+    first_index: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        merchant = _merchant_entry(
+            entry, index, defaults, need_platform=need_platform, reader=reader
+        )
+        if merchant is None:
+            continue
+        seen = first_index.setdefault(merchant.merchant_id, index)
+        if seen != index:
+            problems.append(
+                f"merchants[{index}] ({merchant.merchant_id}).merchant_id: a duplicate of "
+                f"merchants[{seen}]; each merchant once"
+            )
+            continue
+        merchants.append(merchant)
+    return tuple(merchants)
+
+
+# -- the whole ------------------------------------------------------------------------------------
 
 
 def load_settings(
@@ -217,31 +454,32 @@ def load_settings(
 ) -> Settings:
     """Build the settings or raise ``ConfigurationError`` listing every problem, one per line.
 
-    ``need_platform`` is false for commands that only touch the warehouse (``migrate``);
-    ``need_merchant`` is false only for ``migrate``.
+    ``need_platform`` is false for commands that only touch the warehouse (``migrate``,
+    ``status``, ``report``): no base URL or secret is asked for or read.  ``need_merchant`` is
+    false only for ``migrate``: no merchant is read at all.
     """
     environ = os.environ if environ is None else environ
     env_config = environ.get(PREFIX + "CONFIG")
     if config_path is None and env_config:
         config_path = Path(env_config)
-    reader = _Reader(environ, _read_config_file(config_path))
+    file_values = _read_config_file(config_path)
+    problems: list[str] = []
+    warnings: list[str] = []
+    reader = _Reader(environ, file_values, problems, warnings)
+    _unknown_keys(file_values, problems)
 
-    base_url = merchant_id = None
-    secret = None
-    if need_platform:
-        base_url = reader.required("base_url", what="the platform base URL, e.g. https://host")
-        if base_url is not None and not base_url.startswith(("http://", "https://")):
-            reader.problems.append(f"{PREFIX}BASE_URL: {base_url[:60]!r} is not an http(s) URL")
-        secret = _read_secret(reader)
+    merchants: tuple[MerchantSettings, ...] = ()
     if need_merchant:
-        merchant_id = reader.required("merchant_id", what="sent as X-Merchant-Id")
+        if "merchants" in file_values:
+            merchants = _merchant_entries(
+                reader, file_values["merchants"], need_platform=need_platform
+            )
+        else:
+            merchants = _single_merchant(reader, need_platform=need_platform)
 
     settings = Settings(
-        base_url=base_url.rstrip("/") if base_url else None,
-        merchant_id=merchant_id,
-        secret=secret,
+        merchants=merchants,
         database_url=_database_url(reader),
-        history_from=reader.get("history_from", _time, None, hint="an RFC3339 time"),
         http_port=reader.get("http_port", _port, DEFAULT_HTTP_PORT, hint="a port 0-65535"),
         poll_interval=reader.get(
             "poll_interval", _positive_float, 1.0, hint="a positive number of seconds"
@@ -260,6 +498,9 @@ def load_settings(
             "ready_multiple", _positive_float, 30.0, hint="a positive number"
         ),
         rate_margin=reader.get("rate_margin", _non_negative_float, 0.05, hint="seconds (>= 0)"),
+        secret_overlap=reader.get(
+            "secret_overlap", _non_negative_float, DEFAULT_SECRET_OVERLAP, hint="seconds (>= 0)"
+        ),
         keep_revisions=reader.get("keep_revisions", _boolean, default=True, hint="true or false"),
         tls_verify=reader.get("tls_verify", _boolean, default=True, hint="true or false"),
         ca_bundle=reader.raw("ca_bundle"),
@@ -275,9 +516,9 @@ def load_settings(
         warnings=(),
     )
     if settings.page_size > 1000:  # noqa: PLR2004 - the spec's page-size ceiling
-        reader.problems.append(f"{PREFIX}PAGE_SIZE: {settings.page_size} is above 1000")
+        reader.problem("page_size", f"{settings.page_size} is above 1000")
     if settings.ca_bundle is not None and not Path(settings.ca_bundle).is_file():
-        reader.problems.append(f"{PREFIX}CA_BUNDLE: {settings.ca_bundle} is not a file")
-    if reader.problems:
-        raise ConfigurationError("\n".join(reader.problems))
-    return replace(settings, warnings=tuple(reader.warnings))
+        reader.problem("ca_bundle", f"{settings.ca_bundle} is not a file")
+    if problems:
+        raise ConfigurationError("\n".join(problems))
+    return replace(settings, warnings=tuple(warnings))

@@ -8,6 +8,8 @@ Redirects are never followed (the signature covers the target).
 Every attempt, retries included, takes a slot of the shared ``RateBudget`` (records and
 record-changes share the platform's limit) and carries a fresh X-Timestamp and signature while
 the target stays the same (spec: "every retry uses a fresh X-Timestamp and a new signature").
+The secret is asked for at every attempt too (a ``SecretProvider``), so a rotated secret signs
+the next request without a restart (spec: Authentication, Key rotation).
 What is retried, and how long to wait, is ``RetryPolicy``'s decision; a 429 pauses the budget
 for every caller.  httpx exceptions become ours in exactly one place, ``_send``.
 
@@ -39,7 +41,7 @@ from recordsync.core.errors import (
     UnexpectedRedirectError,
 )
 from recordsync.core.models import DEFAULT_LIMITS, Capabilities, ChangesPage, Limits, RecordsPage
-from recordsync.core.secret import Secret
+from recordsync.core.secret import Secret, SecretProvider
 from recordsync.core.times import format_time
 from recordsync.platform.budget import Priority, RateBudget
 from recordsync.platform.envelope import Reply, decode_reply
@@ -104,7 +106,7 @@ class PlatformClient:
         *,
         base_url: str,
         merchant_id: str,
-        secret: Secret,
+        secret: Secret | SecretProvider,
         budget: RateBudget | None = None,
         transport: httpx.BaseTransport | None = None,
         timeout: float = 30.0,
@@ -336,7 +338,7 @@ class PlatformClient:
             request.headers["X-Merchant-Id"] = self._merchant_id
             request.headers["X-Timestamp"] = timestamp
             request.headers["X-Signature"] = sign(
-                self._secret.reveal(), timestamp=timestamp, method="GET", target=target
+                self._current_secret().reveal(), timestamp=timestamp, method="GET", target=target
             )
             if slot is not None:
                 slot.stamp()
@@ -363,6 +365,12 @@ class PlatformClient:
             raise
         self._observer.on_response(endpoint, response.status_code, None, seconds, reply.request_id)
         return reply
+
+    def _current_secret(self) -> Secret:
+        """The secret to sign this attempt with: a fixed one, or the provider's current one."""
+        if isinstance(self._secret, Secret):
+            return self._secret
+        return self._secret.current()
 
     def _send(self, endpoint: str, request: httpx.Request) -> httpx.Response:
         """The one place where httpx exceptions become ours.

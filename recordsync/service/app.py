@@ -1,7 +1,10 @@
-"""Builds the running parts from the settings: one client, one budget, one warehouse, one engine.
+"""Builds the running parts of one merchant from the settings: one client, one budget, one
+warehouse, one engine.
 
 Shared by ``run``, ``backfill`` and ``demo`` so the daemon and the one-shot paths are the same
-code with different options.
+code with different options.  The client signs with the keeper's current secret of the
+merchant: the daemon passes its keeper, whose watcher reads rotated secrets; without one the
+secret is read once, which is all a one-shot command needs.
 """
 
 from __future__ import annotations
@@ -12,12 +15,13 @@ from dataclasses import dataclass
 
 import structlog
 
-from recordsync.core.errors import FatalPlatformError
+from recordsync.core.errors import ConfigurationError, FatalPlatformError
 from recordsync.core.models import DEFAULT_LIMITS
-from recordsync.core.settings import Settings
+from recordsync.core.settings import MerchantSettings, Settings
 from recordsync.core.stopping import Stopper
 from recordsync.platform.budget import RateBudget
 from recordsync.platform.client import ClientObserver, PlatformClient
+from recordsync.service.secrets import SecretKeeper
 from recordsync.sync.engine import SyncEngine, SyncOptions
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.resilience import StepRunner
@@ -29,6 +33,7 @@ log = structlog.get_logger("recordsync")
 @dataclass
 class App:
     settings: Settings
+    merchant: MerchantSettings
     client: PlatformClient
     warehouse: Warehouse
     engine: SyncEngine
@@ -51,12 +56,21 @@ class App:
 def open_app(
     settings: Settings,
     *,
+    merchant_id: str | None = None,
+    secrets: SecretKeeper | None = None,
     stopper: Stopper | None = None,
     observer: SyncObserver | None = None,
     client_observer: ClientObserver | None = None,
     stop_when_caught_up: bool = False,
 ) -> Iterator[App]:
-    base_url, merchant_id, secret = settings.platform()
+    """The parts for ``merchant_id`` (the only merchant when None), closed on exit."""
+    merchant = settings.merchant(merchant_id)
+    if merchant.base_url is None or merchant.secret is None:
+        raise ConfigurationError("the platform settings were not loaded for this command")
+    if secrets is None:
+        secrets = SecretKeeper(
+            {merchant.merchant_id: merchant.secret}, overlap=settings.secret_overlap
+        )
     stopper = stopper or Stopper()
     budget = RateBudget(
         DEFAULT_LIMITS.record_requests,
@@ -66,9 +80,9 @@ def open_app(
         cold_start=True,
     )
     client = PlatformClient(
-        base_url=base_url,
-        merchant_id=merchant_id,
-        secret=secret,
+        base_url=merchant.base_url,
+        merchant_id=merchant.merchant_id,
+        secret=secrets.provider(merchant.merchant_id),
         budget=budget,
         timeout=settings.http_timeout,
         verify=settings.verify,
@@ -91,8 +105,8 @@ def open_app(
             )
             limits = DEFAULT_LIMITS
         options = SyncOptions(
-            merchant_id=merchant_id,
-            history_from=settings.history_from,
+            merchant_id=merchant.merchant_id,
+            history_from=merchant.history_from,
             page_size=min(settings.page_size, limits.max_page_size),
             poll_interval=settings.poll_interval,
             snapshot_concurrency=settings.snapshot_concurrency,
@@ -106,7 +120,7 @@ def open_app(
             stopper=stopper,
             observer=observer,
         )
-        yield App(settings, client, warehouse, engine, stopper, options, observer)
+        yield App(settings, merchant, client, warehouse, engine, stopper, options, observer)
     finally:
         client.close()
         warehouse.close()

@@ -19,15 +19,21 @@ from recordsync.service.signals import stop_on_signals
 log = structlog.get_logger("recordsync")
 
 
-def run_backfill(settings: Settings, start: datetime, end: datetime) -> int:
-    """One-shot snapshot of a range: a progress bar on a terminal, log lines otherwise."""
+def run_backfill(
+    settings: Settings, start: datetime, end: datetime, *, merchant_id: str | None = None
+) -> int:
+    """One-shot snapshot of a range of ``merchant_id`` (needed when several are configured):
+    a progress bar on a terminal, log lines otherwise.  The secret is read once."""
+    merchant = settings.merchant(merchant_id)
     stopper = Stopper()
-    process_context.update(merchant_id=settings.merchant_id, phase="backfill")
+    process_context.update(merchant_id=merchant.merchant_id, phase="backfill")
     progress = RichProgress() if sys.stdout.isatty() else None
     try:
         with (
             stop_on_signals(stopper),
-            open_app(settings, stopper=stopper, observer=progress) as app,
+            open_app(
+                settings, merchant_id=merchant.merchant_id, stopper=stopper, observer=progress
+            ) as app,
             progress or nullcontext(),
         ):
             result = app.engine.backfill(start, end)

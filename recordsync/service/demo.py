@@ -11,8 +11,8 @@ from typing import Any
 
 from rich.console import Console
 
-from recordsync.core.secret import Secret
-from recordsync.core.settings import Settings
+from recordsync.core.secret import Secret, SecretSource
+from recordsync.core.settings import MerchantSettings, Settings
 from recordsync.core.stopping import Stopper
 from recordsync.logs import configure_logging
 from recordsync.service.app import open_app
@@ -34,15 +34,15 @@ def run_demo(*, database_url: str, history_days: int, rounds_per_day: int) -> in
         f"simulator: {sim.base_url} (merchant {DEMO_MERCHANT_ID}, {history_days} days, "
         f"{rounds_per_day:,} rounds a day, live traffic on)"
     )
-    settings = Settings(
-        base_url=sim.base_url,
+    merchant = MerchantSettings(
         merchant_id=DEMO_MERCHANT_ID,
-        secret=Secret(DEMO_SECRET),
-        database_url=database_url,
+        secret=SecretSource.given(Secret(DEMO_SECRET)),
+        base_url=sim.base_url,
         # The operator's choice of how much history to copy: everything the simulator has,
         # read off the platform's (the simulator's) clock.
         history_from=sim.now() - timedelta(days=history_days + 1),
     )
+    settings = Settings(merchants=(merchant,), database_url=database_url)
     started = time.monotonic()
     try:
         sim.start_live()
@@ -70,8 +70,8 @@ def _demo_summary(
     """One more pass with the live traffic stopped, then compare with the truth exactly."""
     with open_app(settings, stop_when_caught_up=True) as app:
         app.engine.run()
-        rows = app.warehouse.fetch_records(settings.merchant_id or "")
-        quarantined = app.warehouse.status(settings.merchant_id or "").quarantined
+        rows = app.warehouse.fetch_records(app.merchant.merchant_id)
+        quarantined = app.warehouse.status(app.merchant.merchant_id).quarantined
     behind = [
         record_id
         for record_id, record in truth.items()

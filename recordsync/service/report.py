@@ -96,17 +96,7 @@ def report(
     ``console`` is used for ``fmt="table"`` only; by default a console on ``out``.
     Invalid ``days``, ``by`` or ``fmt`` raise ``ConfigurationError`` naming the choices.
     """
-    if fmt not in FORMATS:
-        raise ConfigurationError(f"report format {fmt!r}: use one of {', '.join(FORMATS)}")
-    built = build_report(warehouse, merchant_id, days=days, by=by)
-    if fmt == "csv":
-        render_csv(built, out)
-    elif fmt == "json":
-        render_json(built, out)
-    else:
-        if console is None:
-            console = Console(file=out, width=None if out.isatty() else _PIPE_WIDTH)
-        render_table(built, console)
+    report_merchants(warehouse, [merchant_id], days=days, by=by, fmt=fmt, out=out, console=console)
 
 
 def build_report(warehouse: Warehouse, merchant_id: str, *, days: int, by: str) -> Report:
@@ -199,13 +189,33 @@ def render_csv(report: Report, out: TextIO) -> None:
     writer.writerows(_values(report.by, row) for row in report.rows)
 
 
+def render_csv_grouped(reports: Sequence[Report], out: TextIO) -> None:
+    """Several merchants' reports (of the same grouping) as one CSV, ``merchant_id`` first."""
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["merchant_id", *_columns(reports[0].by)])
+    for one in reports:
+        writer.writerows([one.merchant_id, *_values(one.by, row)] for row in one.rows)
+
+
 def render_json(report: Report, out: TextIO) -> None:
     """One object: the period, the freshness, the rows and the per-currency totals."""
 
+    json.dump(_document(report), out, indent=2, ensure_ascii=False)
+    out.write("\n")
+
+
+def render_json_grouped(reports: Sequence[Report], out: TextIO) -> None:
+    """Several merchants' reports as ``{"merchants": [document, ...]}``."""
+    document = {"merchants": [_document(one) for one in reports]}
+    json.dump(document, out, indent=2, ensure_ascii=False)
+    out.write("\n")
+
+
+def _document(report: Report) -> dict[str, Any]:
     def objects(by: str, rows: Sequence[ReportRow]) -> list[dict[str, Any]]:
         return [dict(zip(_columns(by), _values(by, row), strict=True)) for row in rows]
 
-    document = {
+    return {
         "merchant_id": report.merchant_id,
         "by": report.by,
         "days": report.days,
@@ -215,8 +225,6 @@ def render_json(report: Report, out: TextIO) -> None:
         "rows": objects(report.by, report.rows),
         "totals": objects("currency", report.totals),
     }
-    json.dump(document, out, indent=2, ensure_ascii=False)
-    out.write("\n")
 
 
 def _freshness_json(freshness: Freshness | None) -> dict[str, Any] | None:
@@ -302,12 +310,54 @@ def _print_freshness(freshness: Freshness | None, console: Console) -> None:
     )
 
 
-def show_report(settings: Settings, *, days: int, by: str, fmt: str) -> int:
-    """``recordsync report``: the BI views as a table, CSV or JSON on stdout."""
-    assert settings.merchant_id is not None
+def report_merchants(
+    warehouse: Warehouse,
+    merchant_ids: Sequence[str],
+    *,
+    days: int = 7,
+    by: str = "game",
+    fmt: str = "table",
+    out: TextIO,
+    console: Console | None = None,
+) -> None:
+    """The report of several merchants, grouped by merchant, in one output.
+
+    One merchant's report stands alone, so a single-merchant deployment (or ``--merchant
+    ID``) prints what it always printed.  Several: a table per merchant, one CSV with a
+    leading ``merchant_id`` column, or ``{"merchants": [document, ...]}`` in JSON.
+    """
+    if fmt not in FORMATS:
+        raise ConfigurationError(f"report format {fmt!r}: use one of {', '.join(FORMATS)}")
+    built = [build_report(warehouse, merchant_id, days=days, by=by) for merchant_id in merchant_ids]
+    if fmt == "csv":
+        if len(built) == 1:
+            render_csv(built[0], out)
+        else:
+            render_csv_grouped(built, out)
+    elif fmt == "json":
+        if len(built) == 1:
+            render_json(built[0], out)
+        else:
+            render_json_grouped(built, out)
+    else:
+        if console is None:
+            console = Console(file=out, width=None if out.isatty() else _PIPE_WIDTH)
+        for one in built:
+            render_table(one, console)
+
+
+def show_report(
+    settings: Settings, *, days: int, by: str, fmt: str, merchant_id: str | None = None
+) -> int:
+    """``recordsync report``: the BI views as a table, CSV or JSON on stdout; the merchant
+    named, or every configured merchant."""
+    if merchant_id is not None or not settings.merchants:
+        merchant_ids = [settings.merchant(merchant_id).merchant_id]
+    else:
+        merchant_ids = [merchant.merchant_id for merchant in settings.merchants]
     warehouse = Warehouse.for_reading(settings.database_url)
     try:
-        report(warehouse, settings.merchant_id, days=days, by=by, fmt=fmt, out=sys.stdout)
+        report_merchants(warehouse, merchant_ids, days=days, by=by, fmt=fmt, out=sys.stdout)
     finally:
         warehouse.close()
     return 0

@@ -22,24 +22,43 @@ from recordsync.warehouse import QuarantinedRecord, Warehouse, WarehouseStatus
 
 
 def show_status(settings: Settings, *, as_json: bool, check: bool = False) -> int:
-    assert settings.merchant_id is not None
+    """Every configured merchant's status: a block each for people, one document for scripts
+    (``{"merchants": [{"merchant_id", "status", "quarantined"}, ...]}``)."""
+    merchant_ids = _merchant_ids(settings)
     if check:
-        return _check(settings)
+        return _check(settings, merchant_ids)
     warehouse = Warehouse.for_reading(settings.database_url)
     try:
-        report = warehouse.status(settings.merchant_id)
-        quarantined = warehouse.quarantined(settings.merchant_id, limit=10)
+        views = [
+            (warehouse.status(merchant_id), warehouse.quarantined(merchant_id, limit=10))
+            for merchant_id in merchant_ids
+        ]
     finally:
         warehouse.close()
-    payload = {
-        "status": _plain(dataclasses.asdict(report)),
-        "quarantined": [_plain(dataclasses.asdict(row)) for row in quarantined],
-    }
     if as_json:
+        payload = {
+            "merchants": [
+                {
+                    "merchant_id": report.merchant_id,
+                    "status": _plain(dataclasses.asdict(report)),
+                    "quarantined": [_plain(dataclasses.asdict(row)) for row in quarantined],
+                }
+                for report, quarantined in views
+            ]
+        }
         sys.stdout.write(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    render_status(Console(), report, quarantined)
+    console = Console()
+    for report, quarantined in views:
+        render_status(console, report, quarantined)
     return 0
+
+
+def _merchant_ids(settings: Settings) -> list[str]:
+    """Every configured merchant; none configured is the settings' own error."""
+    if not settings.merchants:
+        settings.merchant()  # raises, naming how to configure one
+    return [merchant.merchant_id for merchant in settings.merchants]
 
 
 def render_status(
@@ -99,36 +118,40 @@ def _when(value: datetime | None) -> str:
     return "never" if value is None else value.isoformat()
 
 
-def _check(settings: Settings) -> int:
-    """``status --check``: 0 when the warehouse answers and the sync committed recently.
+def _check(settings: Settings, merchant_ids: Sequence[str]) -> int:
+    """``status --check``: 0 when the warehouse answers and every merchant's sync committed
+    recently; one line per merchant (prefixed with its id when there are several).
 
     The rule is /readyz's (``assess_readiness``) applied to the committed state, so a probe
     and a script agree; the last commit time is the one the daemon stored with its cursor.
     A warehouse that is missing, down or at another schema version is "not ready" (exit 1).
     """
-    assert settings.merchant_id is not None
     try:
         warehouse = Warehouse.for_reading(settings.database_url)
         try:
-            state = warehouse.load_state(settings.merchant_id)
+            states = [warehouse.load_state(merchant_id) for merchant_id in merchant_ids]
         finally:
             warehouse.close()
     except RecordSyncError as exc:
         print(f"not ready: warehouse: {exc}")  # noqa: T201
         return 1
-    last_commit = state.last_commit_at.timestamp() if state and state.last_commit_at else None
     now = time.time()
-    verdict = assess_readiness(
-        now=now,
-        started_at=now - settings.ready_multiple * settings.poll_interval,
-        last_commit_at=last_commit,
-        warehouse_error=None,
-        poll_interval=settings.poll_interval,
-        multiple=settings.ready_multiple,
-        startup_grace=0.0,
-    )
-    print(("ready" if verdict.ready else "not ready") + f": {verdict.reason}")  # noqa: T201
-    return 0 if verdict.ready else 1
+    all_ready = True
+    for merchant_id, state in zip(merchant_ids, states, strict=True):
+        last_commit = state.last_commit_at.timestamp() if state and state.last_commit_at else None
+        verdict = assess_readiness(
+            now=now,
+            started_at=now - settings.ready_multiple * settings.poll_interval,
+            last_commit_at=last_commit,
+            warehouse_error=None,
+            poll_interval=settings.poll_interval,
+            multiple=settings.ready_multiple,
+            startup_grace=0.0,
+        )
+        all_ready = all_ready and verdict.ready
+        who = f"{merchant_id}: " if len(merchant_ids) > 1 else ""
+        print(who + ("ready" if verdict.ready else "not ready") + f": {verdict.reason}")  # noqa: T201
+    return 0 if all_ready else 1
 
 
 def _plain(value: Any) -> Any:

@@ -23,7 +23,7 @@ from bi.bi_data import (
 from rich.console import Console
 
 from recordsync.core.errors import ConfigurationError
-from recordsync.service.report import ReportRow, report, summarize
+from recordsync.service.report import ReportRow, report, report_merchants, summarize
 from recordsync.warehouse import DailySummary, Warehouse
 
 
@@ -135,6 +135,56 @@ def test_a_sum_sqlite_cannot_compute_exactly_is_shown_as_unknown(loaded):
         assert "100,000,000,000,000,000,000.5000" in table
 
 
+# -- several merchants, grouped (issue 17) ---------------------------------------------------
+
+GROUP = (MERCHANT, OLD_MERCHANT)
+
+
+def run_grouped(store: Warehouse, merchants=GROUP, **options) -> str:
+    out = io.StringIO()
+    console = Console(file=out, width=250, color_system=None)
+    report_merchants(store, merchants, out=out, console=console, **options)
+    return out.getvalue()
+
+
+def without_staleness(document: dict) -> dict:
+    """Staleness is read off the database clock at each call: it may tick between two."""
+    if document["freshness"] is not None:
+        document["freshness"].pop("staleness_seconds")
+    return document
+
+
+def test_several_merchants_in_json_are_one_document_each_in_order(loaded):
+    grouped = json.loads(run_grouped(loaded, days=3, fmt="json"))["merchants"]
+    singles = [json.loads(run(loaded, merchant, days=3, fmt="json")) for merchant in GROUP]
+    assert [without_staleness(document) for document in grouped] == [
+        without_staleness(document) for document in singles
+    ]
+
+
+def test_several_merchants_share_one_csv_with_a_leading_merchant_column(loaded):
+    header, *rows = csv.reader(io.StringIO(run_grouped(loaded, days=3, by="player", fmt="csv")))
+    singles = {
+        merchant: list(
+            csv.reader(io.StringIO(run(loaded, merchant, days=3, by="player", fmt="csv")))
+        )
+        for merchant in GROUP
+    }
+    assert header == ["merchant_id", *singles[MERCHANT][0]]
+    assert rows == [[merchant, *row] for merchant in GROUP for row in singles[merchant][1:]]
+    assert {row[0] for row in rows} == set(GROUP)
+
+
+def test_several_merchants_get_a_table_each(loaded):
+    table = run_grouped(loaded, days=3, by="currency", fmt="table")
+    assert table.index(f"{MERCHANT}: rounds and money") < table.index(f"{OLD_MERCHANT}: rounds")
+
+
+def test_one_merchant_grouped_is_exactly_the_single_report(loaded):
+    for fmt in ("csv", "table"):
+        assert run_grouped(loaded, [OLD_MERCHANT], fmt=fmt) == run(loaded, OLD_MERCHANT, fmt=fmt)
+
+
 @pytest.mark.parametrize(
     "options",
     [{"by": "week"}, {"fmt": "xml"}, {"days": 0}, {"days": -3}],
@@ -145,6 +195,8 @@ def test_invalid_options_are_configuration_errors_naming_the_choices(tmp_path, o
     try:
         with pytest.raises(ConfigurationError, match="report"):
             report(store, MERCHANT, out=io.StringIO(), **options)
+        with pytest.raises(ConfigurationError, match="report"):
+            report_merchants(store, GROUP, out=io.StringIO(), **options)
     finally:
         store.close()
 

@@ -11,7 +11,9 @@ import pytest
 from recordsync import cli
 from recordsync.core.database_url import parse_database_url
 from recordsync.core.errors import ConfigurationError
-from recordsync.core.settings import load_settings
+from recordsync.core.secret import SecretSource
+from recordsync.core.settings import MerchantSettings, Settings, load_settings
+from recordsync.service.secrets import SecretKeeper
 
 SECRET = "s" * 43
 BASE = {
@@ -23,14 +25,17 @@ BASE = {
 
 def test_defaults_and_required_values() -> None:
     settings = load_settings(BASE)
-    assert settings.base_url == "https://platform.example"
-    assert settings.merchant_id == "m-1"
-    assert settings.secret is not None
-    assert settings.secret.reveal() == SECRET
+    merchant = settings.merchant()
+    assert merchant.base_url == "https://platform.example"
+    assert merchant.merchant_id == "m-1"
+    assert merchant.secret is not None
+    assert merchant.secret.value is not None
+    assert merchant.secret.value.reveal() == SECRET
     assert settings.database_url == "sqlite:///recordsync.db"
     assert settings.http_port == 9108
-    assert settings.history_from is None
+    assert merchant.history_from is None
     assert settings.poll_interval == 1.0
+    assert settings.secret_overlap == 86400.0
 
 
 def test_every_problem_is_reported_at_once_naming_the_variable() -> None:
@@ -62,10 +67,10 @@ def test_config_file_values_lose_to_the_environment(tmp_path: Path) -> None:
         'history_from = "2026-11-01T00:00:00Z"\npoll_interval = 2.5\n'
     )
     settings = load_settings({**BASE}, config_path=config)
-    assert settings.merchant_id == "m-1"  # the environment wins
+    assert settings.merchant().merchant_id == "m-1"  # the environment wins
     assert settings.http_port == 9200
     assert settings.poll_interval == 2.5
-    assert settings.history_from == datetime(2026, 11, 1, tzinfo=UTC)
+    assert settings.merchant().history_from == datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def test_secret_file_strips_the_trailing_newline_and_warns_when_everyone_can_read(
@@ -76,8 +81,8 @@ def test_secret_file_strips_the_trailing_newline_and_warns_when_everyone_can_rea
     os.chmod(secret_file, 0o644)  # noqa: PTH101
     env = {k: v for k, v in BASE.items() if k != "RECORDSYNC_SECRET"}
     settings = load_settings({**env, "RECORDSYNC_SECRET_FILE": str(secret_file)})
-    assert settings.secret is not None
-    assert settings.secret.reveal() == SECRET
+    assert settings.merchant().secret == SecretSource.file(secret_file)
+    assert SecretKeeper.from_settings(settings).current("m-1").reveal() == SECRET
     assert any("readable by every user" in warning for warning in settings.warnings)
     os.chmod(secret_file, 0o640)  # noqa: PTH101 - group-readable, as a Kubernetes mount
     quiet = load_settings({**env, "RECORDSYNC_SECRET_FILE": str(secret_file)})
@@ -113,7 +118,7 @@ def test_port_zero_turns_the_http_server_off() -> None:
 
 def test_migrate_needs_no_platform_settings() -> None:
     settings = load_settings({}, need_platform=False, need_merchant=False)
-    assert settings.base_url is None
+    assert settings.merchants == ()
 
 
 # -- the warehouse URL, checked with everything else ------------------------------------------
@@ -198,3 +203,241 @@ def test_demo_refuses_a_bad_database_url_with_exit_2(capsys):
     err = capsys.readouterr().err
     assert "unsupported database 'oracle'" in err
     assert "s3cret" not in err
+
+
+# -- several merchants (issue 17) ------------------------------------------------------------
+
+
+def secret_files(tmp_path: Path, *merchant_ids: str) -> dict[str, Path]:
+    """One mounted secret per merchant, each with its own value, readable by its owner only."""
+    paths = {}
+    for merchant_id in merchant_ids:
+        path = tmp_path / f"secret-{merchant_id}"
+        path.write_text(f"{merchant_id}-{SECRET}\n", encoding="utf-8")
+        path.chmod(0o600)
+        paths[merchant_id] = path
+    return paths
+
+
+def write_fleet(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "fleet.toml"
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+def issue_example(tmp_path: Path) -> Path:
+    """The issue's example, with the secret files where this test can write them."""
+    secrets = secret_files(tmp_path, "brand-a", "brand-b")
+    return write_fleet(
+        tmp_path,
+        'base_url = "https://platform.example"\n'
+        'database_url = "postgresql+psycopg://recordsync@db/warehouse"\n'
+        'history_from = "2026-01-01T00:00:00Z"\n'
+        "[[merchants]]\n"
+        'merchant_id = "brand-a"\n'
+        f'secret_file = "{secrets["brand-a"]}"\n'
+        "[[merchants]]\n"
+        'merchant_id = "brand-b"\n'
+        f'secret_file = "{secrets["brand-b"]}"\n'
+        'history_from = "2026-06-01T00:00:00Z"\n',
+    )
+
+
+def test_the_issue_example_loads_two_merchants_with_the_defaults_applied(tmp_path):
+    settings = load_settings({}, config_path=issue_example(tmp_path))
+    assert settings.merchants == (
+        MerchantSettings(
+            merchant_id="brand-a",
+            secret=SecretSource.file(tmp_path / "secret-brand-a"),
+            base_url="https://platform.example",
+            history_from=datetime(2026, 1, 1, tzinfo=UTC),
+        ),
+        MerchantSettings(
+            merchant_id="brand-b",
+            secret=SecretSource.file(tmp_path / "secret-brand-b"),
+            base_url="https://platform.example",
+            history_from=datetime(2026, 6, 1, tzinfo=UTC),
+        ),
+    )
+    assert settings.database_url == "postgresql+psycopg://recordsync@db/warehouse"
+    keeper = SecretKeeper.from_settings(settings)
+    assert keeper.current("brand-b").reveal() == f"brand-b-{SECRET}"
+
+
+def test_an_entry_s_own_values_win_and_the_environment_sets_the_defaults(tmp_path):
+    config = write_fleet(
+        tmp_path,
+        'base_url = "https://file.example"\n'
+        'history_from = "2026-01-01T00:00:00Z"\n'
+        "[[merchants]]\n"
+        'merchant_id = "own"\n'
+        f'secret = "{SECRET}"\n'
+        'base_url = "https://own.example/"\n'
+        "history_from = 2026-03-01T00:00:00Z\n"  # an unquoted TOML date-time is fine too
+        "[[merchants]]\n"
+        'merchant_id = "defaults"\n'
+        f'secret = "{SECRET}"\n',
+    )
+    environ = {
+        "RECORDSYNC_BASE_URL": "https://env.example",
+        "RECORDSYNC_HISTORY_FROM": "2026-02-01T00:00:00Z",
+    }
+    settings = load_settings(environ, config_path=config)
+    own, defaults = settings.merchants
+    assert (own.base_url, own.history_from) == (
+        "https://own.example",
+        datetime(2026, 3, 1, tzinfo=UTC),
+    )
+    assert (defaults.base_url, defaults.history_from) == (
+        "https://env.example",
+        datetime(2026, 2, 1, tzinfo=UTC),
+    )
+
+
+def test_every_problem_in_the_file_is_reported_at_once_naming_merchant_and_key(tmp_path, capsys):
+    secrets = secret_files(tmp_path, "brand-a")
+    empty = tmp_path / "empty-secret"
+    empty.write_text("\n", encoding="utf-8")
+    config = write_fleet(
+        tmp_path,
+        'history_from = "last tuesday"\n'
+        "[[merchants]]\n"
+        'merchant_id = "brand-a"\n'
+        f'secret_file = "{secrets["brand-a"]}"\n'
+        'base_url = "https://platform.example"\n'
+        "[[merchants]]\n"
+        'merchant_id = "brand-b"\n'  # no secret at all
+        'base_url = "ftp://platform.example"\n'
+        'history_from = "2026-13-01T00:00:00Z"\n'
+        "[[merchants]]\n"
+        'merchant_id = "brand-a"\n'  # again
+        f'secret = "{SECRET}"\n'
+        'base_url = "https://platform.example"\n'
+        "[[merchants]]\n"
+        'merchant_id = "brand-c"\n'
+        f'secret_file = "{tmp_path / "absent"}"\n'
+        'secretfile = "typo"\n'
+        "[[merchants]]\n"
+        'merchant_id = "brand-d"\n'
+        f'secret_file = "{empty}"\n'
+        'base_url = "https://platform.example"\n'
+        "[[merchants]]\n"
+        f'secret = "{SECRET}"\n'
+        'base_url = "https://platform.example"\n',
+    )
+    assert cli.main(["run", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    lines = [line.removeprefix("recordsync: configuration: ") for line in err.splitlines()]
+    named = sorted(line.split(": ")[0] for line in lines)
+    assert named == sorted(
+        [
+            "RECORDSYNC_HISTORY_FROM",  # the top-level default
+            "merchants[1] (brand-b).base_url",
+            "merchants[1] (brand-b).secret or secret_file",
+            "merchants[1] (brand-b).history_from",
+            "merchants[2] (brand-a).merchant_id",  # the duplicate
+            "merchants[3] (brand-c).base_url",  # no own, no valid default
+            "merchants[3] (brand-c).secret_file",  # cannot read
+            "merchants[3] (brand-c).secretfile",  # unknown key
+            "merchants[4] (brand-d).secret_file",  # empty
+            "merchants[5].merchant_id",  # required
+        ]
+    )
+    assert any(
+        "merchants[2] (brand-a).merchant_id: a duplicate of merchants[0]" in line for line in lines
+    )
+    assert any(line.endswith("is empty") for line in lines)
+    assert SECRET not in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("environ", "top_level", "named"),
+    [
+        ({"RECORDSYNC_MERCHANT_ID": "m-1"}, "", "RECORDSYNC_MERCHANT_ID"),
+        ({}, 'merchant_id = "m-1"\n', "the top-level merchant_id in --config"),
+        ({"RECORDSYNC_SECRET": SECRET}, "", "RECORDSYNC_SECRET"),
+        ({}, 'secret_file = "/run/secret"\n', "the top-level secret_file in --config"),
+    ],
+    ids=["env-merchant", "file-merchant", "env-secret", "file-secret-file"],
+)
+def test_merchants_in_both_places_is_an_error_naming_both(tmp_path, environ, top_level, named):
+    config = write_fleet(
+        tmp_path,
+        f'base_url = "https://platform.example"\n{top_level}'
+        f'[[merchants]]\nmerchant_id = "brand-a"\nsecret = "{SECRET}"\n',
+    )
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings(environ, config_path=config)
+    (line,) = str(caught.value).splitlines()
+    assert line.startswith(f"[[merchants]] in --config and {named}:")
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ('merchants = "brand-a"\n', "merchants: must be an array of tables"),
+        ("merchants = []\n", "merchants: empty"),
+        (
+            'histroy_from = "2026-01-01T00:00:00Z"\n[[merchants]]\nmerchant_id = "a"\n',
+            "--config: unknown key 'histroy_from'",
+        ),
+    ],
+    ids=["not-tables", "empty", "misspelt-top-level-key"],
+)
+def test_a_malformed_merchants_table_is_a_clear_error(tmp_path, body, expected):
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings({}, config_path=write_fleet(tmp_path, body), need_platform=False)
+    (line,) = str(caught.value).splitlines()
+    assert line.startswith(expected)
+
+
+def test_commands_without_the_platform_read_no_secret(tmp_path):
+    config = write_fleet(
+        tmp_path,
+        '[[merchants]]\nmerchant_id = "brand-a"\nsecret_file = "/not/mounted/here"\n',
+    )
+    settings = load_settings({}, config_path=config, need_platform=False)
+    assert settings.merchants == (MerchantSettings("brand-a"),)
+
+
+FLEET = Settings(merchants=(MerchantSettings("brand-a"), MerchantSettings("brand-b")))
+SINGLE = Settings(merchants=(MerchantSettings("brand-a"),))
+
+
+@pytest.mark.parametrize(
+    ("settings", "asked", "expected"),
+    [
+        (SINGLE, None, "brand-a"),
+        (SINGLE, "brand-a", "brand-a"),
+        (FLEET, "brand-b", "brand-b"),
+        (FLEET, None, "several merchants are configured (brand-a, brand-b)"),
+        (FLEET, "brand-z", "'brand-z' is not configured; configured: brand-a, brand-b"),
+        (Settings(), None, "no merchant is configured"),
+    ],
+    ids=["the-only-one", "the-only-one-named", "named", "ambiguous", "unknown", "none"],
+)
+def test_merchant_picks_the_only_or_the_named_one_or_names_the_choices(settings, asked, expected):
+    if expected.startswith("brand-"):
+        assert settings.merchant(asked).merchant_id == expected
+        return
+    with pytest.raises(ConfigurationError) as caught:
+        settings.merchant(asked)
+    assert expected in str(caught.value)
+
+
+@pytest.mark.parametrize("command", ["run", "backfill", "migrate", "status", "report"])
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_config_is_read_before_and_after_the_subcommand(tmp_path, capsys, command, where):
+    config = write_fleet(tmp_path, 'http_port = "not a port"\n')
+    extra = ["--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z"]
+    rest = [command, *(extra if command == "backfill" else [])]
+    option = ["--config", str(config)]
+    assert cli.main([*option, *rest] if where == "before" else [*rest, *option]) == 2
+    assert "RECORDSYNC_HTTP_PORT: 'not a port' is not a port" in capsys.readouterr().err
+
+
+def test_the_secret_overlap_is_configurable_and_checked():
+    assert load_settings({**BASE, "RECORDSYNC_SECRET_OVERLAP": "600"}).secret_overlap == 600.0
+    with pytest.raises(ConfigurationError, match="RECORDSYNC_SECRET_OVERLAP"):
+        load_settings({**BASE, "RECORDSYNC_SECRET_OVERLAP": "-1"})

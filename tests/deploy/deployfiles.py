@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import pytest
 
-from recordsync.core.settings import PREFIX, Settings
+from recordsync.core.settings import MERCHANT_KEYS, PREFIX, Settings
 from recordsync.metrics import MetricName
 
 ROOT: Final = Path(__file__).resolve().parents[2]
@@ -88,8 +88,14 @@ def yaml_document(path: Path) -> Any:
 
 def setting_variables() -> frozenset[str]:
     """Every RECORDSYNC_* variable ``load_settings`` reads."""
-    names = {PREFIX + field.name.upper() for field in fields(Settings) if field.name != "warnings"}
-    return frozenset(names | {PREFIX + "SECRET_FILE", PREFIX + "CONFIG"})
+    names = {
+        PREFIX + field.name.upper()
+        for field in fields(Settings)
+        if field.name not in {"warnings", "merchants"}  # merchants: the file's [[merchants]]
+    }
+    # The single merchant's variables, the same keys as a [[merchants]] entry.
+    names |= {PREFIX + key.upper() for key in MERCHANT_KEYS}
+    return frozenset(names | {PREFIX + "CONFIG"})
 
 
 METRIC_NAMES: Final = frozenset(str(name) for name in MetricName)

@@ -265,7 +265,7 @@ def test_configuration_loads_as_valid_settings(resources, which, tmp_path):
     environ[f"{PREFIX}SECRET_FILE"] = str(secret)
     assert set(environ) - setting_variables() == set()
     settings = load_settings(environ)
-    assert settings.history_from is not None
+    assert settings.merchant().history_from is not None
     assert settings.database_url.startswith("postgresql")
 
 

@@ -169,5 +169,5 @@ def test_env_example_with_the_credential_loads_as_valid_settings(tmp_path):
     environ = env_file(ENV_EXAMPLE) | {f"{PREFIX}SECRET_FILE": str(secret)}
     settings = load_settings(environ)
     assert settings.http_port == DEFAULT_HTTP_PORT
-    assert settings.history_from is not None
+    assert settings.merchant().history_from is not None
     assert settings.warnings == ()

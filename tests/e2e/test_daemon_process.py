@@ -173,7 +173,7 @@ def test_status_json_reports_the_state_for_scripts(sim: Simulator, tmp_path: Pat
     )
     import json  # noqa: PLC0415
 
-    report = json.loads(result.stdout)
+    (report,) = json.loads(result.stdout)["merchants"]
     assert report["status"]["records"] == len(sim.truth())
     assert report["status"]["state"]["phase"] == "tailing"
     assert SECRET not in result.stdout

@@ -89,7 +89,7 @@ def make_client(fake_time, platform, *, budget=None, **kwargs):
     return PlatformClient(
         base_url=kwargs.pop("base_url", "https://platform.example"),
         merchant_id=MERCHANT,
-        secret=Secret(SECRET),
+        secret=kwargs.pop("secret", Secret(SECRET)),
         budget=budget or RateBudget(2, 1.0, clock=fake_time, sleep=fake_time.sleep),
         transport=httpx.MockTransport(platform),
         clock=kwargs.pop("clock", lambda: next(wall)),
@@ -99,10 +99,10 @@ def make_client(fake_time, platform, *, budget=None, **kwargs):
     )
 
 
-def expected_signature(request):
+def expected_signature(request, secret=SECRET):
     target = request.url.raw_path.decode("ascii")
     message = f"{request.headers['X-Timestamp']}\nGET\n{target}\n\n\n".encode()
-    return hmac.new(SECRET.encode(), message, hashlib.sha256).hexdigest()
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
 
 
 # -- signing and the request itself ------------------------------------------------------------
@@ -319,6 +319,33 @@ def test_retryable_failures_are_retried_with_a_fresh_signature(fake_time, first)
     for request in (one, two):
         assert request.headers["X-Signature"] == expected_signature(request)
         assert request.headers["X-Merchant-Id"] == MERCHANT
+
+
+class RotatingSecret:
+    """A ``SecretProvider`` whose secret rotates after the first ask; counts the asks."""
+
+    def __init__(self, *values):
+        self.values = values
+        self.asked = 0
+
+    def current(self):
+        value = self.values[min(self.asked, len(self.values) - 1)]
+        self.asked += 1
+        return Secret(value)
+
+
+def test_a_provider_is_asked_at_every_attempt_so_a_retry_signs_with_the_rotated_secret(
+    fake_time,
+):
+    rotated = "R" * 43
+    secrets = RotatingSecret(SECRET, rotated)
+    platform = Platform(fake_time, failure(503, "SERVICE_UNAVAILABLE"), envelope(CHANGES_PAGE))
+    with make_client(fake_time, platform, secret=secrets) as client:
+        client.changes(cursor="c-1", limit=10)
+    one, two = platform.requests
+    assert one.headers["X-Signature"] == expected_signature(one)
+    assert two.headers["X-Signature"] == expected_signature(two, secret=rotated)
+    assert secrets.asked == 2
 
 
 def test_each_attempt_takes_its_own_budget_slot(fake_time):

@@ -72,7 +72,8 @@ def test_status_shows_each_value_once_and_the_jobs_as_a_table(config, capsys):
 
 def test_status_json_keeps_the_whole_structure(config, capsys):
     assert cli.main(["--config", str(config), "status", "--json"]) == 0
-    report = orjson.loads(capsys.readouterr().out)
+    (report,) = orjson.loads(capsys.readouterr().out)["merchants"]
+    assert report["merchant_id"] == MERCHANT
     assert report["status"]["merchant_id"] == MERCHANT
     assert report["status"]["state"]["phase"] == "snapshot"
     assert report["status"]["jobs"] == [
@@ -89,3 +90,41 @@ def test_status_of_a_merchant_never_synced_says_so(config, capsys, tmp_path):
     out = capsys.readouterr().out
     assert "not started" in out
     assert "snapshot jobs" not in out
+
+
+@pytest.fixture
+def fleet(config, tmp_path):
+    """The same warehouse, configured with two merchants: the half-built one and a new one."""
+    url = next(line for line in config.read_text().splitlines() if line.startswith("database_url"))
+    path = tmp_path / "fleet.toml"
+    path.write_text(
+        f'{url}\n[[merchants]]\nmerchant_id = "{MERCHANT}"\n[[merchants]]\nmerchant_id = "m-new"\n'
+    )
+    return path
+
+
+def test_status_shows_a_block_for_every_configured_merchant(fleet, capsys):
+    assert cli.main(["status", "--config", str(fleet)]) == 0
+    out = capsys.readouterr().out
+    first, second = out.split("recordsync status: ")[1:]
+    assert first.startswith(MERCHANT)
+    assert "snapshot" in next(line for line in first.splitlines() if "phase" in line)
+    assert second.startswith("m-new")
+    assert "not started" in second
+
+
+def test_status_json_lists_every_merchant_in_configured_order(fleet, capsys):
+    assert cli.main(["status", "--json", "--config", str(fleet)]) == 0
+    merchants = orjson.loads(capsys.readouterr().out)["merchants"]
+    assert [merchant["merchant_id"] for merchant in merchants] == [MERCHANT, "m-new"]
+    assert merchants[0]["status"]["jobs"][0]["windows_done"] == 1
+    assert merchants[0]["quarantined"][0]["record_id"] == "r-9"
+    assert merchants[1]["status"]["state"] is None
+    assert merchants[1]["quarantined"] == []
+
+
+def test_status_check_is_ready_only_when_every_merchant_is(fleet, capsys):
+    assert cli.main(["status", "--check", "--config", str(fleet)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(": ")[0] for line in lines] == [MERCHANT, "m-new"]
+    assert lines[1].startswith("m-new: not ready")
