@@ -122,6 +122,8 @@ class PlatformClient:
         if not merchant_id or not merchant_id.isascii() or not merchant_id.isprintable():
             raise ConfigurationError("merchant_id must be a non-empty printable ASCII string")
         self._merchant_id = merchant_id
+        # Several merchants' clients log in one process: each event names its merchant.
+        self._log = _log.bind(merchant_id=merchant_id)
         self._secret = secret
         self._budget = budget or RateBudget(
             DEFAULT_LIMITS.record_requests, DEFAULT_LIMITS.record_seconds
@@ -176,7 +178,7 @@ class PlatformClient:
         except (AuthenticationError, ClockSkewError, UnexpectedRedirectError):
             raise
         except PlatformError as exc:
-            _log.warning(
+            self._log.warning(
                 "capabilities_unavailable",
                 error=type(exc).__name__,
                 status=exc.status,
@@ -295,7 +297,7 @@ class PlatformClient:
         decision = self._retry.decide(error, attempt, self._rng)
         if isinstance(error, RateLimitedError):
             self._observer.on_rate_limited(endpoint, error.retry_after)
-            _log.warning(
+            self._log.warning(
                 "platform_rate_limited",
                 endpoint=endpoint,
                 retry_after=error.retry_after,
@@ -311,7 +313,7 @@ class PlatformClient:
             # Outside the budget nobody else waits for us: the caller itself honours the pause.
             delay = max(delay, decision.pause)
         self._observer.on_retry(endpoint, decision.reason, delay)
-        _log.info(
+        self._log.info(
             "platform_retry",
             endpoint=endpoint,
             reason=decision.reason,

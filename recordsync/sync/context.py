@@ -23,7 +23,6 @@ import structlog
 
 from recordsync.core.models import Record, RecordsPage, RejectedItem
 from recordsync.core.stopping import Stopper
-from recordsync.logs import process_context
 from recordsync.platform.budget import Priority
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.options import SyncOptions
@@ -54,7 +53,9 @@ class SyncContext:
         self.log = log.bind(merchant_id=self.options.merchant_id)
 
     def phase(self, phase: str) -> None:
-        process_context.update(merchant_id=self.options.merchant_id, phase=phase)
+        """Every later event of this merchant carries the phase; observers hear of it too
+        (a one-merchant process puts it on all its events: ``service.observers``)."""
+        self.log = self.log.bind(phase=phase)
         self.observer.phase_changed(phase)
 
     def runner(self, stopper: Stopper, *, fatal_is_final: bool) -> StepRunner:
@@ -63,6 +64,7 @@ class SyncContext:
             observer=self.observer,
             fatal_is_final=fatal_is_final,
             rng=random.Random(self.rng.random()),  # noqa: S311 - jitter, not cryptography
+            logger=self.log,
         )
 
     def records_page(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
@@ -45,11 +45,13 @@ class StepRunner:
         observer: SyncObserver,
         fatal_is_final: bool,
         rng: random.Random | None = None,
+        logger: Any = None,
     ) -> None:
         self.stopper = stopper
         self.observer = observer
         self.fatal_is_final = fatal_is_final
         self.rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
+        self.log = logger if logger is not None else log
 
     def run(self, step: Callable[[], T], *, what: str) -> T:
         """Run ``step`` until it returns; raises ``ShutdownRequestedError`` on a stop."""
@@ -65,7 +67,7 @@ class StepRunner:
                 delay = STEP_BACKOFF.backoff(failures, self.rng)
                 failures += 1
                 self.observer.error(type(exc).__name__)
-                log.warning(
+                self.log.warning(
                     "step_failed",
                     step=what,
                     error=str(exc),
@@ -83,7 +85,7 @@ class StepRunner:
                     if isinstance(exc, ClockSkewError)
                     else "sending the same request again will not help: check the configuration"
                 )
-                log.error(  # noqa: TRY400 - the error says it all; no traceback for operators
+                self.log.error(  # noqa: TRY400 - the error says it all; no traceback for operators
                     "step_failed_fatally",
                     step=what,
                     error=str(exc),
