@@ -30,6 +30,8 @@ def run_daemon(settings: Settings, *, registry: CollectorRegistry | None = None)
     assert settings.merchant_id is not None
     stopper = Stopper()
     metrics = Metrics(registry or CollectorRegistry())
+    merchant_metrics = metrics.merchant(settings.merchant_id)
+    metrics.set_lease_held(settings.merchant_id, held=False)  # a standby shows 0, not nothing
     process_context.update(merchant_id=settings.merchant_id, phase="starting")
     try:
         with (
@@ -37,31 +39,35 @@ def run_daemon(settings: Settings, *, registry: CollectorRegistry | None = None)
             open_app(
                 settings,
                 stopper=stopper,
-                observer=SyncMetricsObserver(metrics),
-                client_observer=ClientMetricsObserver(metrics),
+                observer=SyncMetricsObserver(merchant_metrics),
+                client_observer=ClientMetricsObserver(merchant_metrics),
             ) as app,
             _health_server(settings, metrics, app.warehouse),
         ):
-            metrics.watch_budget(app.client.budget)
             log.info("daemon_started")
             while not stopper.stopped:
-                _one_lease_term(settings, app, stopper)
+                _one_lease_term(settings, app, stopper, metrics)
     except ShutdownRequestedError:
         pass  # stopped while starting up or waiting as a standby: nothing was in hand
     log.info("daemon_stopped")
     return 0
 
 
-def _one_lease_term(settings: Settings, app: App, stopper: Stopper) -> None:
+def _one_lease_term(settings: Settings, app: App, stopper: Stopper, metrics: Metrics) -> None:
     """Hold the merchant's lease and sync; a lost lease ends the term, the next one waits."""
-    assert settings.merchant_id is not None
+    merchant_id = settings.merchant_id
+    assert merchant_id is not None
     term = Stopper(parent=stopper)
     process_context.update(phase="standby")
-    lease = acquire_lease(
-        app.warehouse, settings.merchant_id, sleep=stopper.sleep, on_lost=term.stop
-    )
+    lease = acquire_lease(app.warehouse, merchant_id, sleep=stopper.sleep, on_lost=term.stop)
     with lease:  # acquire_lease logs lease_acquired itself
-        app.engine_for(term).run()
+        metrics.set_lease_held(merchant_id, held=True)
+        metrics.watch_budget(merchant_id, app.client.budget)
+        try:
+            app.engine_for(term).run()
+        finally:
+            # The merchant's gauges are the next holder's to report (lease 0 here).
+            metrics.forget_merchant(merchant_id)
     if not stopper.stopped:
         log.error("lease_lost", action="stopped taking pages; waiting to hold the lease again")
 
@@ -71,9 +77,11 @@ def _health_server(settings: Settings, metrics: Metrics, warehouse: Warehouse) -
     if not settings.http_port:
         yield
         return
+    merchant_id = settings.merchant_id
+    assert merchant_id is not None
     readiness = ReadinessCheck(
         ping=warehouse.ping,
-        last_commit_at=lambda: metrics.last_commit_at,
+        last_commit_at=lambda: metrics.last_commit_at(merchant_id),
         poll_interval=settings.poll_interval,
         multiple=settings.ready_multiple,
     )
