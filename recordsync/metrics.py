@@ -363,6 +363,15 @@ class MerchantMetrics:
         self.merchant_id = merchant_id
         self._series = instruments
         self._book = book
+        # The series with no other label exist from now on, at 0, so that rate() and
+        # increase() see the merchant's first rebuild or drift check as an increase.
+        for counter in (
+            instruments.changes_applied,
+            instruments.rebuilds,
+            instruments.drift_checks,
+        ):
+            counter.labels(merchant_id)
+        instruments.warehouse_write_duration.labels(merchant_id)
 
     # -- the platform client ----------------------------------------------------------------
 

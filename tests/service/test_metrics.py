@@ -617,3 +617,11 @@ def test_an_empty_merchant_id_is_refused(metrics, registry, call):
     with pytest.raises(ValueError, match="merchant_id"):
         call(metrics)
     assert value(registry, MetricName.LEASE_HELD, merchant_id="") is None
+
+
+def test_a_merchants_counters_without_other_labels_start_at_0(metrics, registry):
+    metrics.merchant(MERCHANT)  # so increase() sees the first rebuild as one
+    for name in (MetricName.REBUILDS, MetricName.DRIFT_CHECKS, MetricName.CHANGES_APPLIED):
+        assert value(registry, name) == 0, name
+    assert value(registry, f"{MetricName.WAREHOUSE_WRITE_DURATION}_count") == 0
+    assert value(registry, MetricName.ERRORS, kind="ServerError") is None  # not known ahead
