@@ -3,21 +3,29 @@
 Names follow the Prometheus conventions: the ``recordsync_`` prefix, base units (seconds,
 ratios), ``_total`` for counters, ``_seconds`` for durations and ``_timestamp_seconds`` for
 points in time.  ``MetricName`` holds each name exactly as it appears on ``/metrics`` (for
-histograms, the base name of the ``_bucket``/``_sum``/``_count`` series), so the dashboard and
-the tests refer to the same strings.
+histograms, the base name of the ``_bucket``/``_sum``/``_count`` series), so the dashboards,
+the alerts and the tests refer to the same strings.
+
+One process may sync several merchants (issue 17), each with its own rate budget, cursors and
+state, so every series that describes one merchant's sync carries a ``merchant_id`` label and
+is fed through that merchant's view, ``Metrics.merchant(merchant_id)``.  The few that describe
+the process (``PROCESS_WIDE``: the build, how many merchants it holds, how many replicas it
+sees) have no such label.  Merchant ids come from the configuration, so the label is bounded.
 
 Every metric lives in the registry given to ``Metrics`` (a fresh one by default, never the
 process-global one implicitly), as prometheus client_python recommends for testability.
 
 This module imports no layer of recordsync: the layers report through adapters that the
 service builds (``recordsync.service.observers``: the platform client's ``ClientObserver`` and
-the engine's ``SyncObserver``), which call the public methods here.  ``watch_budget(budget)``
-reads the shared rate budget at scrape time (its size changes with the platform's
-capabilities; its wait total is kept by the budget itself).
+the engine's ``SyncObserver``), which call a merchant view's methods.  ``watch_budget`` reads a
+merchant's rate budget at scrape time (its size changes with the platform's capabilities; its
+wait total is kept by the budget itself).
 
-Values that depend on "now" (tail freshness, the snapshot's remaining time) are computed at
-scrape time from the injected clock, so they keep growing while nothing happens, which is
-exactly when someone needs to see them.
+Gauges are computed at scrape time from what was reported, never kept in ``Gauge`` objects:
+values that depend on "now" (tail freshness, the snapshot's remaining time) keep growing while
+nothing happens, which is exactly when someone needs to see them; and ``forget_merchant``
+removes every gauge of a merchant handed to another replica at once, so a stale copy here
+never looks like a stalled sync.
 """
 
 from __future__ import annotations
@@ -25,7 +33,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Final, Protocol
@@ -45,7 +54,7 @@ class MetricName(StrEnum):
     PLATFORM_REQUEST_DURATION = "recordsync_platform_request_duration_seconds"
     PLATFORM_RETRIES = "recordsync_platform_retries_total"
     PLATFORM_RATE_LIMITED = "recordsync_platform_rate_limited_total"
-    # The shared rate budget, read at scrape time.
+    # Each merchant's rate budget, read at scrape time.
     RATE_BUDGET_WAIT = "recordsync_rate_budget_wait_seconds_total"
     RATE_BUDGET_REQUESTS = "recordsync_rate_budget_requests"
     RATE_BUDGET_WINDOW = "recordsync_rate_budget_window_seconds"
@@ -71,7 +80,20 @@ class MetricName(StrEnum):
     ERRORS = "recordsync_errors_total"
     DRIFT_CHECKS = "recordsync_drift_checks_total"
     DRIFT_ROWS_BEHIND = "recordsync_drift_rows_behind"
+    # The fleet (issue 17): who syncs which merchant.
+    LEASE_HELD = "recordsync_lease_held"
+    MERCHANTS_HELD = "recordsync_merchants_held"
+    REPLICAS_LIVE = "recordsync_replicas_live"
+    # The process.
     BUILD_INFO = "recordsync_build_info"
+
+
+# The label every per-merchant series carries.
+MERCHANT_LABEL: Final = "merchant_id"
+# The metrics that describe the process, not one merchant: they have no ``merchant_id``.
+PROCESS_WIDE: Final = frozenset(
+    {MetricName.BUILD_INFO, MetricName.MERCHANTS_HELD, MetricName.REPLICAS_LIVE}
+)
 
 
 class WriteOutcome(StrEnum):
@@ -157,146 +179,222 @@ class _JobProgress:
     done_at_plan: int
 
 
-class Metrics:
-    """All recordsync metrics in one registry, and the adapters that feed them.
+@dataclass(slots=True)
+class _MerchantState:
+    """What one merchant's gauges show, as reported in this process (None: nothing yet)."""
 
-    ``clock`` returns Unix seconds (``time.time``): it stamps the last commit and measures tail
-    freshness against ``projection_as_of``, which is platform wall time.  Thread-safe: the
-    observers are called from the tail and snapshot worker threads.
+    jobs: dict[str, _JobProgress] = field(default_factory=dict)
+    last_commit_at: float | None = None
+    projection_as_of: float | None = None
+    tail_has_more: bool | None = None
+    tail_last_sequence: float | None = None
+    drift_rows_behind: int | None = None
+    budget: BudgetView | None = None
+
+    def copy(self) -> _MerchantState:
+        return replace(self, jobs={kind: replace(job) for kind, job in self.jobs.items()})
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    merchants: dict[str, _MerchantState]
+    leases: dict[str, bool]
+    replicas_live: int | None
+    now: float
+
+
+class _Book:
+    """The reported values the gauges read at scrape time, behind one lock.
+
+    Observers report from the tail and snapshot worker threads of every merchant; scrapes
+    read from the health server's threads.
     """
 
-    def __init__(
-        self,
-        registry: CollectorRegistry | None = None,
-        *,
-        clock: Callable[[], float] = time.time,
-        version: str = __version__,
-    ) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
-        self._clock = clock
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
         self._lock = threading.Lock()
-        self._jobs: dict[str, _JobProgress] = {}
-        self._projection_as_of: float | None = None
-        self._last_commit_at: float | None = None
-        self._budget: BudgetView | None = None
-        reg = self.registry
+        self._merchants: dict[str, _MerchantState] = {}
+        self._leases: dict[str, bool] = {}
+        self._replicas_live: int | None = None
 
-        self.platform_requests = Counter(
-            MetricName.PLATFORM_REQUESTS,
-            "Platform API requests by endpoint, HTTP status and error.code (none: no answer).",
-            ["endpoint", "status", "code"],
-            registry=reg,
-        )
-        self.platform_request_duration = Histogram(
-            MetricName.PLATFORM_REQUEST_DURATION,
-            "Duration of one platform request attempt, retries counted separately.",
-            ["endpoint"],
-            buckets=REQUEST_BUCKETS,
-            registry=reg,
-        )
-        self.platform_retries = Counter(
-            MetricName.PLATFORM_RETRIES,
-            "Platform requests sent again, by endpoint and reason.",
-            ["endpoint", "reason"],
-            registry=reg,
-        )
-        self.platform_rate_limited = Counter(
-            MetricName.PLATFORM_RATE_LIMITED,
-            "429 RATE_LIMITED answers received; each pauses the shared budget.",
-            ["endpoint"],
-            registry=reg,
-        )
-        self.records_written = Counter(
-            MetricName.RECORDS_WRITTEN,
-            "Records committed to the warehouse, by outcome.",
-            ["outcome"],
-            registry=reg,
-        )
-        self.changes_applied = Counter(
-            MetricName.CHANGES_APPLIED,
-            "Changes from record-changes committed with their cursor.",
-            registry=reg,
-        )
-        self.pages_committed = Counter(
-            MetricName.PAGES_COMMITTED,
-            "Pages committed with their cursor, by source (tail, rebuild, backfill).",
-            ["source"],
-            registry=reg,
-        )
-        self.records_quarantined = Counter(
-            MetricName.RECORDS_QUARANTINED,
-            "Items that failed validation and were stored in the quarantine, by source.",
-            ["source"],
-            registry=reg,
-        )
-        self.warehouse_write_duration = Histogram(
-            MetricName.WAREHOUSE_WRITE_DURATION,
-            "Duration of one page's warehouse transaction (rows, quarantine and cursor).",
-            buckets=WRITE_BUCKETS,
-            registry=reg,
-        )
-        self.last_commit = Gauge(
-            MetricName.LAST_COMMIT,
-            "Unix time of the last page committed by this process.",
-            registry=reg,
-        )
-        self.tail_has_more = Gauge(
-            MetricName.TAIL_HAS_MORE,
-            "1 while the last change page said has_more (a backlog remains), else 0.",
-            registry=reg,
-        )
-        self.tail_last_sequence = Gauge(
-            MetricName.TAIL_LAST_SEQUENCE,
-            "Highest change sequence committed, as a float: a progress indicator, not exact "
-            "beyond 2^53.",
-            registry=reg,
-        )
-        self.rebuilds = Counter(
-            MetricName.REBUILDS,
-            "Rebuilds started because the change cursor expired (new anchor and snapshot).",
-            registry=reg,
-        )
-        self.errors = Counter(
-            MetricName.ERRORS,
-            "Failed sync steps that will be tried again, by exception class.",
-            ["kind"],
-            registry=reg,
-        )
-        self.drift_checks = Counter(
-            MetricName.DRIFT_CHECKS,
-            "Drift checks completed (a closed 24 h window re-read and compared).",
-            registry=reg,
-        )
-        self.drift_rows_behind = Gauge(
-            MetricName.DRIFT_ROWS_BEHIND,
-            "Rows whose warehouse revision was lower than the platform's at the last drift "
-            "check; non-zero is an alert.",
-            registry=reg,
-        )
-        self.build_info = Gauge(
-            MetricName.BUILD_INFO,
-            "Always 1; the version of recordsync running, as a label.",
-            ["version"],
-            registry=reg,
-        )
-        self.build_info.labels(version=version).set(1)
-        reg.register(_BudgetCollector(self))
-        reg.register(_ScrapeTimeCollector(self))
-
-    # -- sources read at scrape time -------------------------------------------------------
-
-    def watch_budget(self, budget: BudgetView) -> None:
-        """Expose ``budget``'s size, wait total and queue at every scrape."""
+    @contextmanager
+    def editing(self, merchant_id: str) -> Iterator[_MerchantState]:
+        """The merchant's state, created when absent, locked while the block runs."""
         with self._lock:
-            self._budget = budget
+            yield self._merchants.setdefault(merchant_id, _MerchantState())
 
-    # -- reports ----------------------------------------------------------------------------
-
-    @property
-    def last_commit_at(self) -> float | None:
-        """Unix time of the last committed page in this process (for readiness), or None."""
+    def last_commit_at(self, merchant_id: str) -> float | None:
         with self._lock:
-            return self._last_commit_at
+            state = self._merchants.get(merchant_id)
+            return None if state is None else state.last_commit_at
+
+    def set_lease_held(self, merchant_id: str, *, held: bool) -> None:
+        with self._lock:
+            self._leases[merchant_id] = held
+            if held:
+                # A merchant held here shows its last commit (0: none yet) from now on, so
+                # a holder stuck before its first page is seen by the stall alert.
+                self._merchants.setdefault(merchant_id, _MerchantState())
+
+    def set_replicas_live(self, count: int) -> None:
+        with self._lock:
+            self._replicas_live = count
+
+    def forget(self, merchant_id: str) -> None:
+        with self._lock:
+            self._merchants.pop(merchant_id, None)
+            self._leases[merchant_id] = False
+
+    def snapshot(self) -> _Snapshot:
+        with self._lock:
+            return _Snapshot(
+                merchants={mid: state.copy() for mid, state in self._merchants.items()},
+                leases=dict(self._leases),
+                replicas_live=self._replicas_live,
+                now=self.clock(),
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class _Instruments:
+    """The counters and histograms, every one labelled ``merchant_id`` first."""
+
+    platform_requests: Counter
+    platform_request_duration: Histogram
+    platform_retries: Counter
+    platform_rate_limited: Counter
+    records_written: Counter
+    changes_applied: Counter
+    pages_committed: Counter
+    records_quarantined: Counter
+    warehouse_write_duration: Histogram
+    rebuilds: Counter
+    errors: Counter
+    drift_checks: Counter
+
+    @classmethod
+    def register(cls, reg: CollectorRegistry) -> _Instruments:
+        """Every instrument in ``reg``, with ``merchant_id`` as the first label of each."""
+
+        def counter(name: MetricName, documentation: str, *labels: str) -> Counter:
+            return Counter(name, documentation, [MERCHANT_LABEL, *labels], registry=reg)
+
+        def histogram(
+            name: MetricName, documentation: str, buckets: tuple[float, ...], *labels: str
+        ) -> Histogram:
+            return Histogram(
+                name, documentation, [MERCHANT_LABEL, *labels], buckets=buckets, registry=reg
+            )
+
+        return cls(
+            platform_requests=counter(
+                MetricName.PLATFORM_REQUESTS,
+                "Platform API requests by endpoint, HTTP status and error.code (none: no answer).",
+                "endpoint",
+                "status",
+                "code",
+            ),
+            platform_request_duration=histogram(
+                MetricName.PLATFORM_REQUEST_DURATION,
+                "Duration of one platform request attempt, retries counted separately.",
+                REQUEST_BUCKETS,
+                "endpoint",
+            ),
+            platform_retries=counter(
+                MetricName.PLATFORM_RETRIES,
+                "Platform requests sent again, by endpoint and reason.",
+                "endpoint",
+                "reason",
+            ),
+            platform_rate_limited=counter(
+                MetricName.PLATFORM_RATE_LIMITED,
+                "429 RATE_LIMITED answers received; each pauses the merchant's rate budget.",
+                "endpoint",
+            ),
+            records_written=counter(
+                MetricName.RECORDS_WRITTEN,
+                "Records committed to the warehouse, by outcome.",
+                "outcome",
+            ),
+            changes_applied=counter(
+                MetricName.CHANGES_APPLIED,
+                "Changes from record-changes committed with their cursor.",
+            ),
+            pages_committed=counter(
+                MetricName.PAGES_COMMITTED,
+                "Pages committed with their cursor, by source (tail, rebuild, backfill).",
+                "source",
+            ),
+            records_quarantined=counter(
+                MetricName.RECORDS_QUARANTINED,
+                "Items that failed validation and were stored in the quarantine, by source.",
+                "source",
+            ),
+            warehouse_write_duration=histogram(
+                MetricName.WAREHOUSE_WRITE_DURATION,
+                "Duration of one page's warehouse transaction (rows, quarantine and cursor).",
+                WRITE_BUCKETS,
+            ),
+            rebuilds=counter(
+                MetricName.REBUILDS,
+                "Rebuilds started because the change cursor expired (new anchor and snapshot).",
+            ),
+            errors=counter(
+                MetricName.ERRORS,
+                "Failed sync steps that will be tried again, by exception class.",
+                "kind",
+            ),
+            drift_checks=counter(
+                MetricName.DRIFT_CHECKS,
+                "Drift checks completed (a closed 24 h window re-read and compared).",
+            ),
+        )
+
+
+class MerchantMetrics:
+    """One merchant's series: what that merchant's client and sync observers report.
+
+    Get it from ``Metrics.merchant``.  A view holds nothing of its own, so it stays valid
+    across ``Metrics.forget_merchant``: a report made after it brings the merchant's series
+    back (as they should when the merchant's lease returns to this process).  Thread-safe.
+    """
+
+    def __init__(self, merchant_id: str, instruments: _Instruments, book: _Book) -> None:
+        self.merchant_id = merchant_id
+        self._series = instruments
+        self._book = book
+        # The series with no other label exist from now on, at 0, so that rate() and
+        # increase() see the merchant's first rebuild or drift check as an increase.
+        for counter in (
+            instruments.changes_applied,
+            instruments.rebuilds,
+            instruments.drift_checks,
+        ):
+            counter.labels(merchant_id)
+        instruments.warehouse_write_duration.labels(merchant_id)
+
+    # -- the platform client ----------------------------------------------------------------
+
+    def request_done(
+        self, endpoint: str, status: int | None, code: str | None, seconds: float
+    ) -> None:
+        """One attempt ended: ``status`` None when no answer came, ``code`` the error.code."""
+        self._series.platform_requests.labels(
+            self.merchant_id,
+            endpoint,
+            NONE_LABEL if status is None else str(status),
+            code or NONE_LABEL,
+        ).inc()
+        self._series.platform_request_duration.labels(self.merchant_id, endpoint).observe(seconds)
+
+    def request_retried(self, endpoint: str, reason: str) -> None:
+        self._series.platform_retries.labels(self.merchant_id, endpoint, reason).inc()
+
+    def rate_limited(self, endpoint: str) -> None:
+        """A 429 RATE_LIMITED answer (spec: Limits): the merchant's budget pauses."""
+        self._series.platform_rate_limited.labels(self.merchant_id, endpoint).inc()
+
+    # -- pages and the warehouse ------------------------------------------------------------
 
     def page_committed(
         self,
@@ -313,145 +411,231 @@ class Metrics:
         ``records`` count as ``written``.  The sync observer calls this for every page the
         engine commits: do not call it again for those pages.
         """
-        now = self._clock()
-        self.pages_committed.labels(source=job_kind(source)).inc()
+        self._series.pages_committed.labels(self.merchant_id, job_kind(source)).inc()
         split = outcomes if outcomes is not None else {WriteOutcome.WRITTEN: records}
         for outcome, count in split.items():
-            self.records_written.labels(outcome=WriteOutcome(outcome).value).inc(count)
+            self._series.records_written.labels(self.merchant_id, WriteOutcome(outcome).value).inc(
+                count
+            )
         if seconds is not None:
-            self.warehouse_write_duration.observe(seconds)
-        self.last_commit.set(now)
-        with self._lock:
-            self._last_commit_at = now
+            self.observe_write(seconds)
+        with self._book.editing(self.merchant_id) as state:
+            state.last_commit_at = self._book.clock()
+
+    def changes_applied(self, count: int) -> None:
+        self._series.changes_applied.labels(self.merchant_id).inc(count)
 
     def observe_write(self, seconds: float) -> None:
         """Duration of one warehouse write transaction, from whoever times the commits."""
-        self.warehouse_write_duration.observe(seconds)
+        self._series.warehouse_write_duration.labels(self.merchant_id).observe(seconds)
 
-    def drift_checked(self, rows_behind: int) -> None:
-        """A drift check finished; ``rows_behind`` > 0 is an alert, not a silent fix."""
-        self.drift_checks.inc()
-        self.drift_rows_behind.set(rows_behind)
+    def quarantined(self, source: str, count: int) -> None:
+        self._series.records_quarantined.labels(self.merchant_id, job_kind(source)).inc(count)
 
-    # -- fed by the sync's observer (recordsync.service.observers) -------------------------
+    # -- the snapshot and the tail ----------------------------------------------------------
 
     def windows_planned(self, job: str, total: int, done: int) -> None:
-        with self._lock:
-            self._jobs[job_kind(job)] = _JobProgress(
-                total=total, done=done, planned_at=self._clock(), done_at_plan=done
+        with self._book.editing(self.merchant_id) as state:
+            state.jobs[job_kind(job)] = _JobProgress(
+                total=total, done=done, planned_at=self._book.clock(), done_at_plan=done
             )
 
     def window_done(self, job: str) -> None:
-        with self._lock:
-            progress = self._jobs.get(job_kind(job))
+        with self._book.editing(self.merchant_id) as state:
+            progress = state.jobs.get(job_kind(job))
             if progress is not None:
                 progress.done = min(progress.done + 1, progress.total)
 
     def tail_position(
         self, *, has_more: bool, projection_as_of: datetime | None, last_sequence: str | None
     ) -> None:
-        self.tail_has_more.set(1 if has_more else 0)
-        if last_sequence is not None:
-            self.tail_last_sequence.set(sequence_as_float(last_sequence))
-        if projection_as_of is not None:
-            with self._lock:
-                self._projection_as_of = projection_as_of.timestamp()
+        """Where the tail stands after a committed change page (spec: Record changes)."""
+        with self._book.editing(self.merchant_id) as state:
+            state.tail_has_more = has_more
+            if last_sequence is not None:
+                state.tail_last_sequence = sequence_as_float(last_sequence)
+            if projection_as_of is not None:
+                state.projection_as_of = projection_as_of.timestamp()
 
-    # -- read at scrape time ----------------------------------------------------------------
+    # -- health of the sync -----------------------------------------------------------------
 
-    def _snapshot_samples(self) -> tuple[dict[str, _JobProgress], float | None, float]:
-        with self._lock:
-            jobs = {kind: _copy(progress) for kind, progress in self._jobs.items()}
-            return jobs, self._projection_as_of, self._clock()
+    def drift_checked(self, rows_behind: int) -> None:
+        """A drift check finished; ``rows_behind`` > 0 is an alert, not a silent fix."""
+        self._series.drift_checks.labels(self.merchant_id).inc()
+        with self._book.editing(self.merchant_id) as state:
+            state.drift_rows_behind = rows_behind
+
+    def rebuild_started(self) -> None:
+        self._series.rebuilds.labels(self.merchant_id).inc()
+
+    def error(self, kind: str) -> None:
+        """A step failed and will be retried; ``kind`` is the exception class name."""
+        self._series.errors.labels(self.merchant_id, kind).inc()
 
 
-def _copy(progress: _JobProgress) -> _JobProgress:
-    return _JobProgress(progress.total, progress.done, progress.planned_at, progress.done_at_plan)
+class Metrics:
+    """All recordsync metrics in one registry: per-merchant views, leases and replicas.
 
+    ``clock`` returns Unix seconds (``time.time``): it stamps the last commit and measures tail
+    freshness against ``projection_as_of``, which is platform wall time.  Thread-safe: the
+    observers are called from the tail and snapshot worker threads of every merchant.
+    """
 
-class _BudgetCollector(Collector):
-    """The rate budget's own figures, read when scraped (it may be resized at any time)."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        self._metrics = metrics
-
-    def describe(self) -> Iterable[CounterMetricFamily | GaugeMetricFamily]:
-        return self._families(None)
-
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        with self._metrics._lock:  # noqa: SLF001 - same module
-            budget = self._metrics._budget  # noqa: SLF001 - same module
-        return iter(self._families(budget))
-
-    @staticmethod
-    def _families(
-        budget: BudgetView | None,
-    ) -> list[CounterMetricFamily | GaugeMetricFamily]:
-        wait = CounterMetricFamily(
-            MetricName.RATE_BUDGET_WAIT,
-            "Seconds callers spent blocked waiting for a slot of the shared rate budget.",
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        version: str = __version__,
+    ) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._book = _Book(clock)
+        self._instruments = _Instruments.register(self.registry)
+        build_info = Gauge(
+            MetricName.BUILD_INFO,
+            "Always 1; the version of recordsync running, as a label.",
+            ["version"],
+            registry=self.registry,
         )
-        requests = GaugeMetricFamily(
-            MetricName.RATE_BUDGET_REQUESTS,
-            "Requests allowed per window by the shared record budget (capabilities.limits).",
-        )
-        window = GaugeMetricFamily(
-            MetricName.RATE_BUDGET_WINDOW,
-            "Length of the shared record budget's window (capabilities.limits).",
-        )
-        waiting = GaugeMetricFamily(
-            MetricName.RATE_BUDGET_WAITING, "Callers blocked on the rate budget right now."
-        )
-        if budget is not None:
-            wait.add_metric([], budget.waited_seconds_total)
-            requests.add_metric([], budget.requests)
-            window.add_metric([], budget.seconds)
-            waiting.add_metric([], budget.waiting)
-        return [wait, requests, window, waiting]
+        build_info.labels(version=version).set(1)
+        self.registry.register(_ScrapeTimeCollector(self._book))
+
+    def merchant(self, merchant_id: str) -> MerchantMetrics:
+        """The view that feeds ``merchant_id``'s series (cheap: build one per observer)."""
+        return MerchantMetrics(_checked(merchant_id), self._instruments, self._book)
+
+    def watch_budget(self, merchant_id: str, budget: BudgetView) -> None:
+        """Expose ``budget`` (the merchant's own) at every scrape: size, wait total, queue."""
+        with self._book.editing(_checked(merchant_id)) as state:
+            state.budget = budget
+
+    def last_commit_at(self, merchant_id: str) -> float | None:
+        """Unix time of the merchant's last page committed here (for readiness), or None."""
+        return self._book.last_commit_at(merchant_id)
+
+    def set_lease_held(self, merchant_id: str, *, held: bool) -> None:
+        """Whether this process holds ``merchant_id``'s lease now.
+
+        Set every configured merchant, held or not, so that a merchant nobody holds shows as
+        0 on every replica (``max by (merchant_id)`` is 0: an alert) rather than as nothing.
+        ``recordsync_merchants_held`` counts the merchants held.
+        """
+        self._book.set_lease_held(_checked(merchant_id), held=held)
+
+    def set_replicas_live(self, count: int) -> None:
+        """How many replicas (this one included) the fleet saw alive at its last heartbeat."""
+        if count < 0:
+            raise ValueError(f"a replica count cannot be negative: {count}")
+        self._book.set_replicas_live(count)
+
+    def forget_merchant(self, merchant_id: str) -> None:
+        """The merchant was handed to another replica: its gauges go, its lease reads 0.
+
+        Every gauge of the merchant disappears from the next scrape (its budget, snapshot,
+        tail, last commit and drift figures are the new holder's to report now).  Its counters
+        and histograms stay: they count what this process did, and a rate over them falls to
+        zero by itself.  Call it once the merchant's engine has stopped: a later report brings
+        the gauges back.
+        """
+        self._book.forget(merchant_id)
+
+
+def _checked(merchant_id: str) -> str:
+    if not merchant_id:
+        # An empty label value is the same as no label: that merchant's series would mix.
+        raise ValueError("merchant_id must not be empty")
+    return merchant_id
 
 
 class _ScrapeTimeCollector(Collector):
-    """Snapshot progress and tail freshness: they depend on "now", so computed per scrape."""
+    """Every gauge, computed per scrape from the book (and the rate budgets it points to)."""
 
-    def __init__(self, metrics: Metrics) -> None:
-        self._metrics = metrics
+    def __init__(self, book: _Book) -> None:
+        self._book = book
 
-    def describe(self) -> Iterable[GaugeMetricFamily]:
-        return self._families({}, None, 0.0)
+    def describe(self) -> Iterable[CounterMetricFamily | GaugeMetricFamily]:
+        return _families(_Snapshot(merchants={}, leases={}, replicas_live=None, now=0.0))
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        jobs, projection_as_of, now = self._metrics._snapshot_samples()  # noqa: SLF001
-        return iter(self._families(jobs, projection_as_of, now))
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        return iter(_families(self._book.snapshot()))
 
-    @staticmethod
-    def _families(
-        jobs: Mapping[str, _JobProgress], projection_as_of: float | None, now: float
-    ) -> list[GaugeMetricFamily]:
-        total = GaugeMetricFamily(
-            MetricName.SNAPSHOT_WINDOWS_TOTAL,
-            "Snapshot windows planned, by job kind (rebuild: the history; backfill).",
-            labels=["kind"],
-        )
-        done = GaugeMetricFamily(
-            MetricName.SNAPSHOT_WINDOWS_DONE,
-            "Snapshot windows fully read and committed, by job kind.",
-            labels=["kind"],
-        )
-        ratio = GaugeMetricFamily(
-            MetricName.SNAPSHOT_PROGRESS,
-            "Fraction of snapshot windows done (backfill progress), by job kind.",
-            labels=["kind"],
-        )
-        remaining = GaugeMetricFamily(
-            MetricName.SNAPSHOT_REMAINING,
-            "Estimated time the snapshot has left at the rate windows were done since start; "
-            "absent until a window is done.",
-            labels=["kind"],
-        )
-        for kind, progress in sorted(jobs.items()):
-            total.add_metric([kind], progress.total)
-            done.add_metric([kind], progress.done)
-            ratio.add_metric([kind], progress.done / progress.total if progress.total else 1.0)
+
+def _families(snapshot: _Snapshot) -> list[CounterMetricFamily | GaugeMetricFamily]:
+    merchants = sorted(snapshot.merchants.items())
+    return [
+        *_budget_families(merchants),
+        *_snapshot_families(merchants, snapshot.now),
+        *_sync_families(merchants, snapshot.now),
+        *_fleet_families(snapshot),
+    ]
+
+
+def _budget_families(
+    merchants: list[tuple[str, _MerchantState]],
+) -> list[CounterMetricFamily | GaugeMetricFamily]:
+    """Each merchant's rate budget (spec: Limits, "Record rate" is per merchant)."""
+    labels = [MERCHANT_LABEL]
+    wait = CounterMetricFamily(
+        MetricName.RATE_BUDGET_WAIT,
+        "Seconds callers spent blocked waiting for a slot of the merchant's rate budget.",
+        labels=labels,
+    )
+    requests = GaugeMetricFamily(
+        MetricName.RATE_BUDGET_REQUESTS,
+        "Requests allowed per window by the merchant's record budget (capabilities.limits).",
+        labels=labels,
+    )
+    window = GaugeMetricFamily(
+        MetricName.RATE_BUDGET_WINDOW,
+        "Length of the merchant's record budget window (capabilities.limits).",
+        labels=labels,
+    )
+    waiting = GaugeMetricFamily(
+        MetricName.RATE_BUDGET_WAITING,
+        "Callers blocked on the merchant's rate budget right now.",
+        labels=labels,
+    )
+    for merchant_id, state in merchants:
+        budget = state.budget
+        if budget is not None:
+            wait.add_metric([merchant_id], budget.waited_seconds_total)
+            requests.add_metric([merchant_id], budget.requests)
+            window.add_metric([merchant_id], budget.seconds)
+            waiting.add_metric([merchant_id], budget.waiting)
+    return [wait, requests, window, waiting]
+
+
+def _snapshot_families(
+    merchants: list[tuple[str, _MerchantState]], now: float
+) -> list[GaugeMetricFamily]:
+    labels = [MERCHANT_LABEL, "kind"]
+    total = GaugeMetricFamily(
+        MetricName.SNAPSHOT_WINDOWS_TOTAL,
+        "Snapshot windows planned, by job kind (rebuild: the history; backfill).",
+        labels=labels,
+    )
+    done = GaugeMetricFamily(
+        MetricName.SNAPSHOT_WINDOWS_DONE,
+        "Snapshot windows fully read and committed, by job kind.",
+        labels=labels,
+    )
+    ratio = GaugeMetricFamily(
+        MetricName.SNAPSHOT_PROGRESS,
+        "Fraction of snapshot windows done (backfill progress), by job kind.",
+        labels=labels,
+    )
+    remaining = GaugeMetricFamily(
+        MetricName.SNAPSHOT_REMAINING,
+        "Estimated time the snapshot has left at the rate windows were done since start; "
+        "absent until a window is done.",
+        labels=labels,
+    )
+    for merchant_id, state in merchants:
+        for kind, progress in sorted(state.jobs.items()):
+            key = [merchant_id, kind]
+            total.add_metric(key, progress.total)
+            done.add_metric(key, progress.done)
+            ratio.add_metric(key, progress.done / progress.total if progress.total else 1.0)
             estimate = estimate_remaining_seconds(
                 total=progress.total,
                 done=progress.done,
@@ -459,11 +643,74 @@ class _ScrapeTimeCollector(Collector):
                 elapsed=now - progress.planned_at,
             )
             if estimate is not None:
-                remaining.add_metric([kind], estimate)
-        freshness = GaugeMetricFamily(
-            MetricName.TAIL_FRESHNESS,
-            "Seconds between now and the projection_as_of of the last committed change page.",
-        )
-        if projection_as_of is not None:
-            freshness.add_metric([], max(now - projection_as_of, 0.0))
-        return [total, done, ratio, remaining, freshness]
+                remaining.add_metric(key, estimate)
+    return [total, done, ratio, remaining]
+
+
+def _sync_families(
+    merchants: list[tuple[str, _MerchantState]], now: float
+) -> list[GaugeMetricFamily]:
+    labels = [MERCHANT_LABEL]
+    freshness = GaugeMetricFamily(
+        MetricName.TAIL_FRESHNESS,
+        "Seconds between now and the projection_as_of of the last committed change page.",
+        labels=labels,
+    )
+    has_more = GaugeMetricFamily(
+        MetricName.TAIL_HAS_MORE,
+        "1 while the last change page said has_more (a backlog remains), else 0.",
+        labels=labels,
+    )
+    last_sequence = GaugeMetricFamily(
+        MetricName.TAIL_LAST_SEQUENCE,
+        "Highest change sequence committed, as a float: a progress indicator, not exact "
+        "beyond 2^53.",
+        labels=labels,
+    )
+    last_commit = GaugeMetricFamily(
+        MetricName.LAST_COMMIT,
+        "Unix time of the last page of the merchant committed by this process; 0 while it "
+        "holds the merchant but has committed nothing yet.",
+        labels=labels,
+    )
+    rows_behind = GaugeMetricFamily(
+        MetricName.DRIFT_ROWS_BEHIND,
+        "Rows whose warehouse revision was lower than the platform's at the last drift "
+        "check; non-zero is an alert.",
+        labels=labels,
+    )
+    for merchant_id, state in merchants:
+        key = [merchant_id]
+        if state.projection_as_of is not None:
+            freshness.add_metric(key, max(now - state.projection_as_of, 0.0))
+        if state.tail_has_more is not None:
+            has_more.add_metric(key, 1 if state.tail_has_more else 0)
+        if state.tail_last_sequence is not None:
+            last_sequence.add_metric(key, state.tail_last_sequence)
+        last_commit.add_metric(key, 0.0 if state.last_commit_at is None else state.last_commit_at)
+        if state.drift_rows_behind is not None:
+            rows_behind.add_metric(key, state.drift_rows_behind)
+    return [freshness, has_more, last_sequence, last_commit, rows_behind]
+
+
+def _fleet_families(snapshot: _Snapshot) -> list[GaugeMetricFamily]:
+    lease_held = GaugeMetricFamily(
+        MetricName.LEASE_HELD,
+        "1 while this process holds the merchant's lease and syncs it, else 0.",
+        labels=[MERCHANT_LABEL],
+    )
+    for merchant_id, held in sorted(snapshot.leases.items()):
+        lease_held.add_metric([merchant_id], 1 if held else 0)
+    merchants_held = GaugeMetricFamily(
+        MetricName.MERCHANTS_HELD,
+        "Merchants whose lease this process holds now.",
+        value=sum(snapshot.leases.values()),
+    )
+    replicas_live = GaugeMetricFamily(
+        MetricName.REPLICAS_LIVE,
+        "Replicas (this one included) seen alive at the fleet's last heartbeat; absent "
+        "until the fleet reports.",
+    )
+    if snapshot.replicas_live is not None:
+        replicas_live.add_metric([], snapshot.replicas_live)
+    return [lease_held, merchants_held, replicas_live]

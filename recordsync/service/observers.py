@@ -2,7 +2,9 @@
 
 The client and the engine only know their observer interfaces (``ClientObserver``,
 ``SyncObserver``); ``recordsync.metrics`` knows no layer at all.  The service, which builds
-all three, joins them here.
+all three, joins them here: one pair of observers per merchant, each given that merchant's
+view (``Metrics.merchant(merchant_id)``), so every series they feed carries its
+``merchant_id`` and two merchants' figures never mix.
 """
 
 from __future__ import annotations
@@ -10,14 +12,14 @@ from __future__ import annotations
 from datetime import datetime
 
 from recordsync.core.state import Window
-from recordsync.metrics import NONE_LABEL, Metrics, job_kind
+from recordsync.metrics import MerchantMetrics
 from recordsync.sync.events import SyncObserver
 
 
 class ClientMetricsObserver:
     """``recordsync.platform.client.ClientObserver``: never raises, label values are bounded."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: MerchantMetrics) -> None:
         self._metrics = metrics
 
     def on_response(
@@ -28,24 +30,19 @@ class ClientMetricsObserver:
         seconds: float,
         request_id: str | None,
     ) -> None:
-        self._metrics.platform_requests.labels(
-            endpoint=endpoint,
-            status=NONE_LABEL if status is None else str(status),
-            code=code or NONE_LABEL,
-        ).inc()
-        self._metrics.platform_request_duration.labels(endpoint=endpoint).observe(seconds)
+        self._metrics.request_done(endpoint, status, code, seconds)
 
     def on_retry(self, endpoint: str, reason: str, delay: float) -> None:
-        self._metrics.platform_retries.labels(endpoint=endpoint, reason=reason).inc()
+        self._metrics.request_retried(endpoint, reason)
 
     def on_rate_limited(self, endpoint: str, retry_after: float) -> None:
-        self._metrics.platform_rate_limited.labels(endpoint=endpoint).inc()
+        self._metrics.rate_limited(endpoint)
 
 
 class SyncMetricsObserver(SyncObserver):
     """The engine's events as metrics; every committed page goes through ``page_committed``."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: MerchantMetrics) -> None:
         self._metrics = metrics
 
     def windows_planned(self, job: str, total: int, done: int) -> None:
@@ -65,13 +62,13 @@ class SyncMetricsObserver(SyncObserver):
         last_sequence: str | None,
     ) -> None:
         self._metrics.page_committed("tail", changes)
-        self._metrics.changes_applied.inc(changes)
+        self._metrics.changes_applied(changes)
         self._metrics.tail_position(
             has_more=has_more, projection_as_of=projection_as_of, last_sequence=last_sequence
         )
 
     def quarantined(self, source: str, count: int) -> None:
-        self._metrics.records_quarantined.labels(source=job_kind(source)).inc(count)
+        self._metrics.quarantined(source, count)
 
     def page_written(self, source: str, seconds: float) -> None:
         self._metrics.observe_write(seconds)
@@ -80,7 +77,7 @@ class SyncMetricsObserver(SyncObserver):
         self._metrics.drift_checked(rows_behind)
 
     def rebuild_started(self, reason: str) -> None:
-        self._metrics.rebuilds.inc()
+        self._metrics.rebuild_started()
 
     def error(self, kind: str) -> None:
-        self._metrics.errors.labels(kind=kind).inc()
+        self._metrics.error(kind)

@@ -1,6 +1,7 @@
 """deploy/grafana/business.json: every query of the dashboard runs on a PostgreSQL warehouse
-filled with the simulator's data, with Grafana's macros expanded as Grafana expands them, and
-returns rows."""
+filled with the simulator's data, with Grafana's macros and variables expanded as Grafana
+expands them, and returns rows; with one merchant or several selected, every row names one of
+the selected merchants."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bi.bi_data import MERCHANT, dataset
+from bi.bi_data import HUGE_MERCHANT, MERCHANT, OLD_MERCHANT, dataset
 from dbfixtures import SERVER_PARAMS
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "business.json"
 POSTGRES = [param for param in SERVER_PARAMS if param.id == "postgres"]
 PLUGIN = "grafana-postgresql-datasource"
-VARIABLES = {"merchant": MERCHANT, "currency": "USDT"}
+MERCHANTS = (MERCHANT, OLD_MERCHANT, HUGE_MERCHANT)
+# Selections of the merchant_id variable; HUGE_MERCHANT has rounds in the time range too.
+SELECTIONS = {"one-merchant": (MERCHANT,), "two-merchants": (MERCHANT, HUGE_MERCHANT)}
 
 
 def load_dashboard() -> dict[str, Any]:
@@ -32,20 +35,22 @@ def all_panels(panels: list[dict]) -> list[dict]:
     return found
 
 
-def queries() -> list[tuple[str, str]]:
-    """(where, SQL) of every panel target and every SQL template variable."""
-    dashboard = load_dashboard()
-    found = [
+def panel_queries() -> list[tuple[str, str]]:
+    """(where, SQL) of every panel target."""
+    return [
         (f"panel {panel['title']!r} {target['refId']}", target["rawSql"])
-        for panel in all_panels(dashboard["panels"])
+        for panel in all_panels(load_dashboard()["panels"])
         for target in panel.get("targets", [])
     ]
-    found += [
+
+
+def queries() -> list[tuple[str, str]]:
+    """(where, SQL) of every panel target and every SQL template variable."""
+    return panel_queries() + [
         (f"variable {variable['name']!r}", variable["query"])
-        for variable in dashboard["templating"]["list"]
+        for variable in load_dashboard()["templating"]["list"]
         if variable["type"] == "query"
     ]
-    return found
 
 
 def grafana_time(value) -> str:
@@ -53,9 +58,14 @@ def grafana_time(value) -> str:
     return f"'{value.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}'"
 
 
-def expand(sql: str, *, start, end) -> str:
-    """Grafana's macro and variable expansion for a single-valued text variable: the value
-    with quotes doubled, placed where the query puts ``$name``."""
+def quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def expand(sql: str, *, start, end, merchants: tuple[str, ...] = (MERCHANT,)) -> str:
+    """Grafana's macro and variable expansion for SQL data sources: a multi-valued (or
+    include-All) variable becomes its values quoted and joined by commas, a single-valued one
+    its value with quotes doubled, placed where the query puts ``$name``."""
     sql = re.sub(
         r"\$__timeFilter\(([^)]+)\)",
         lambda m: f"{m[1]} BETWEEN {grafana_time(start)} AND {grafana_time(end)}",
@@ -64,9 +74,28 @@ def expand(sql: str, *, start, end) -> str:
     sql = sql.replace("$__timeFrom()", grafana_time(start)).replace(
         "$__timeTo()", grafana_time(end)
     )
-    for name, value in VARIABLES.items():
-        sql = re.sub(rf"\$\{{{name}\}}|\${name}\b", value.replace("'", "''"), sql)
+    values = {"merchant_id": merchants, "currency": ("USDT",)}
+    for variable in load_dashboard()["templating"]["list"]:
+        name = variable["name"]
+        if name not in values:
+            continue
+        if variable["multi"] or variable["includeAll"]:
+            text = ",".join(quote(value) for value in values[name])
+        else:
+            (value,) = values[name]
+            text = value.replace("'", "''")
+        sql = re.sub(rf"\$\{{{name}\}}|\${name}\b", lambda _m, text=text: text, sql)
     return sql
+
+
+def named_merchants(row) -> set[str]:
+    """The merchants a result row names (a merchant column, or a series name it begins)."""
+    return {
+        merchant
+        for merchant in MERCHANTS
+        for value in row
+        if isinstance(value, str) and (value == merchant or value.startswith(f"{merchant} "))
+    }
 
 
 def test_the_dashboard_reads_postgres_through_its_datasource_variable():
@@ -92,14 +121,54 @@ def test_every_macro_and_variable_of_the_dashboard_is_known_to_the_expansion():
         assert "$" not in expanded, (where, expanded)
 
 
+def test_the_merchant_variable_selects_several_merchants_or_all():
+    variables = {v["name"]: v for v in load_dashboard()["templating"]["list"]}
+    merchant = variables["merchant_id"]
+    assert merchant["multi"] is True
+    assert merchant["includeAll"] is True
+    assert not merchant.get("allValue")  # All: every merchant, quoted, in IN (...)
+
+
+@pytest.mark.parametrize(("where", "sql"), panel_queries(), ids=[w for w, _ in panel_queries()])
+def test_every_panel_filters_on_the_selected_merchants_and_keeps_them_apart(where, sql):
+    assert "merchant_id IN ($merchant_id)" in sql, where
+    assert "'$merchant_id'" not in sql, where  # a quoted list inside quotes matches nothing
+    select = sql.split("FROM", 1)[0]
+    assert "merchant_id" in select, f"{where}: rows must say which merchant"
+    if "GROUP BY" in sql:
+        group_by = re.split(r"\b(?:HAVING|ORDER BY|LIMIT)\b", sql.split("GROUP BY", 1)[1])[0]
+        assert "merchant_id" in group_by, f"{where}: adds merchants together"
+
+
 @pytest.mark.parametrize("loaded", POSTGRES, indirect=True)
+@pytest.mark.parametrize("selection", list(SELECTIONS), ids=list(SELECTIONS))
 @pytest.mark.parametrize(("where", "sql"), queries(), ids=[where for where, _ in queries()])
 def test_every_dashboard_query_runs_on_a_simulator_filled_warehouse_and_returns_rows(
-    loaded, where, sql
+    loaded, where, sql, selection
 ):
+    merchants = SELECTIONS[selection]
     created = [record.created_at for record in dataset().records[MERCHANT]]
     start, end = min(created), max(created) + timedelta(seconds=1)
     with loaded.engine.connect() as conn:
-        rows = conn.exec_driver_sql(expand(sql, start=start, end=end)).all()
+        rows = conn.exec_driver_sql(expand(sql, start=start, end=end, merchants=merchants)).all()
     assert rows, where
     assert any(value is not None for row in rows for value in row), where
+    if where.startswith("panel"):
+        for row in rows:
+            named = named_merchants(row)
+            assert len(named) == 1, (where, row)
+            assert named <= set(merchants), (where, row)
+
+
+@pytest.mark.parametrize("loaded", POSTGRES, indirect=True)
+def test_two_merchants_selected_show_side_by_side(loaded):
+    (sql,) = [sql for where, sql in panel_queries() if "'Currency split'" in where]
+    created = [record.created_at for record in dataset().records[MERCHANT]]
+    start, end = min(created), max(created) + timedelta(seconds=1)
+    expanded = expand(sql, start=start, end=end, merchants=SELECTIONS["two-merchants"])
+    with loaded.engine.connect() as conn:
+        rows = conn.exec_driver_sql(expanded).all()
+    assert {merchant for row in rows for merchant in named_merchants(row)} == {
+        MERCHANT,
+        HUGE_MERCHANT,
+    }

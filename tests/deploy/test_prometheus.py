@@ -1,4 +1,5 @@
-"""deploy/prometheus: promtool checks and unit-tests every alert; runbook and code agree."""
+"""deploy/prometheus: promtool checks and unit-tests every alert; runbook and code agree;
+every alert about a sync is per merchant."""
 
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ from deploy.deployfiles import (
 )
 
 from recordsync.core import errors
+from recordsync.metrics import MERCHANT_LABEL, MetricName
 
 ALERTS = PROMETHEUS / "alerts.yml"
 ALERT_TESTS = PROMETHEUS / "alerts.test.yml"
 # The issue's list: freshness too old, sync stalled, rebuild started, drift found, records
-# quarantined, authentication or clock-skew errors, instance down.
+# quarantined, authentication or clock-skew errors, instance down; and issue 17's merchant
+# that no replica holds.
 EXPECTED_ALERTS = {
     "RecordsyncFreshnessTooOld",
     "RecordsyncSyncStalled",
@@ -31,7 +34,10 @@ EXPECTED_ALERTS = {
     "RecordsyncAuthenticationFailed",
     "RecordsyncClockSkew",
     "RecordsyncDown",
+    "RecordsyncMerchantNotHeld",
 }
+# About the process, not a merchant's sync.
+PROCESS_ALERTS = {"RecordsyncDown"}
 
 
 def _rules() -> list[dict[str, Any]]:
@@ -86,6 +92,36 @@ def test_alerts_query_only_metrics_the_daemon_exports():
     assert all(promql_metric_names(expr) for expr in exprs)
 
 
+@pytest.mark.parametrize("alert", sorted(EXPECTED_ALERTS - PROCESS_ALERTS))
+def test_alert_is_per_merchant_and_names_it(alert):
+    (rule,) = [rule for rule in _rules() if rule["alert"] == alert]
+    # ``on (job)`` joins with ``up``, which has no merchant: only the aggregations count.
+    groupings = re.findall(r"\bby\s*\(([^)]*)\)", rule["expr"])
+    assert groupings, f"{alert}: aggregate by (job, merchant_id)"
+    for grouping in groupings:
+        assert MERCHANT_LABEL in re.split(r"\s*,\s*", grouping), f"{alert}: {grouping}"
+    assert "{{ $labels.merchant_id }}" in rule["annotations"]["summary"]
+
+
+@pytest.mark.parametrize("alert", sorted(EXPECTED_ALERTS - PROCESS_ALERTS))
+def test_alert_fires_per_merchant_in_its_unit_tests(alert):
+    fired = [
+        expected["exp_labels"]
+        for case in yaml_document(ALERT_TESTS)["tests"]
+        for check in case.get("alert_rule_test", [])
+        if check["alertname"] == alert
+        for expected in check["exp_alerts"]
+    ]
+    assert fired
+    assert all(MERCHANT_LABEL in labels for labels in fired), fired
+
+
+def test_a_merchant_nobody_holds_alerts_on_the_lease_gauges():
+    (rule,) = [rule for rule in _rules() if rule["alert"] == "RecordsyncMerchantNotHeld"]
+    assert rule["expr"] == "max by (job, merchant_id) (recordsync_lease_held) == 0"
+    assert rule["for"] == "5m"
+
+
 def test_error_kinds_in_alerts_are_exception_classes():
     # recordsync_errors_total{kind} carries the exception class name (sync/resilience.py).
     kinds = {kind for rule in _rules() for kind in re.findall(r'kind="(\w+)"', rule["expr"])}
@@ -107,3 +143,8 @@ def test_alert_has_severity_and_a_runbook_section(alert):
 
 def test_runbook_has_one_section_per_alert_and_no_other():
     assert sorted(_runbook_sections()) == sorted(EXPECTED_ALERTS)
+
+
+def test_operations_doc_lists_every_metric():
+    text = OPERATIONS.read_text(encoding="utf-8")
+    assert {name for name in MetricName if f"`{name}`" not in text} == set()

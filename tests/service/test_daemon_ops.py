@@ -68,6 +68,19 @@ def wait_for_log(log: Path, needle: str, timeout: float = 30.0) -> None:
     raise AssertionError(f"{needle!r} never appeared in {log}")
 
 
+def exported(
+    exposition: str, name: str, labels: str = "", *, merchant_id: str | None = MERCHANT
+) -> float:
+    """A sample's value; ``labels`` as the exposition writes them, ``merchant_id`` added."""
+    pairs = [*filter(None, labels.split(","))]
+    if merchant_id is not None:
+        pairs.append(f'merchant_id="{merchant_id}"')
+    selector = "{" + ",".join(sorted(pairs)) + "}" if pairs else ""
+    match = re.search(rf"^{re.escape(name + selector)} (\S+)$", exposition, re.MULTILINE)
+    assert match, f"{name}{selector} not exported"
+    return float(match.group(1))
+
+
 def test_metrics_health_and_logs_of_a_running_daemon(sim: Simulator, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'ops.db'}"
     port = free_port()
@@ -94,23 +107,23 @@ def test_metrics_health_and_logs_of_a_running_daemon(sim: Simulator, tmp_path: P
     assert seconds < 10
 
     def sample(name: str, labels: str = "") -> float:
-        match = re.search(rf"^{re.escape(name + labels)} (\S+)$", exposition, re.MULTILINE)
-        assert match, f"{name}{labels} not exported"
-        return float(match.group(1))
+        return exported(exposition, name, labels)
 
-    assert sample("recordsync_pages_committed_total", '{source="rebuild"}') > 0
-    assert sample("recordsync_pages_committed_total", '{source="tail"}') > 0
-    assert sample("recordsync_records_written_total", '{outcome="written"}') >= len(sim.truth())
-    assert sample("recordsync_snapshot_windows_done", '{kind="rebuild"}') == sample(
-        "recordsync_snapshot_windows", '{kind="rebuild"}'
+    assert sample("recordsync_pages_committed_total", 'source="rebuild"') > 0
+    assert sample("recordsync_pages_committed_total", 'source="tail"') > 0
+    assert sample("recordsync_records_written_total", 'outcome="written"') >= len(sim.truth())
+    assert sample("recordsync_snapshot_windows_done", 'kind="rebuild"') == sample(
+        "recordsync_snapshot_windows", 'kind="rebuild"'
     )
     assert sample("recordsync_rate_budget_requests") == 20
     assert sample("recordsync_tail_has_more") == 0
     assert sample("recordsync_tail_last_sequence") > 2**64
     assert 0 <= sample("recordsync_tail_freshness_seconds") < 30
     assert sample("recordsync_warehouse_write_duration_seconds_count") > 0
-    records_ok = '{code="none",endpoint="records",status="200"}'
+    records_ok = 'code="none",endpoint="records",status="200"'
     assert sample("recordsync_platform_requests_total", records_ok) > 0
+    assert sample("recordsync_lease_held") == 1
+    assert exported(exposition, "recordsync_merchants_held", merchant_id=None) == 1
     assert "recordsync_build_info{" in exposition
 
     # Every event is a JSON line with merchant_id and phase; no secret, no signature.

@@ -124,17 +124,38 @@ def test_readiness_check_follows_metrics_last_commit():
     metrics = Metrics(CollectorRegistry(), clock=clock)
     check = ReadinessCheck(
         ping=lambda: None,
-        last_commit_at=lambda: metrics.last_commit_at,
+        last_commit_at=lambda: metrics.last_commit_at("m-1"),
         poll_interval=POLL,
         startup_grace=0,
         clock=clock,
     )
     clock.now += 1
     assert not check().ready
-    SyncMetricsObserver(metrics).tail_page(
+    SyncMetricsObserver(metrics.merchant("m-1")).tail_page(
         0, has_more=False, projection_as_of=None, last_sequence=None
     )
     assert check().ready
+
+
+def test_readiness_is_per_merchant_another_merchants_commits_do_not_count():
+    clock = Clock()
+    metrics = Metrics(CollectorRegistry(), clock=clock)
+    checks = {
+        merchant_id: ReadinessCheck(
+            ping=lambda: None,
+            last_commit_at=lambda merchant_id=merchant_id: metrics.last_commit_at(merchant_id),
+            poll_interval=POLL,
+            startup_grace=0,
+            clock=clock,
+        )
+        for merchant_id in ("m-1", "m-2")
+    }
+    clock.now += 1
+    SyncMetricsObserver(metrics.merchant("m-2")).tail_page(
+        0, has_more=False, projection_as_of=None, last_sequence=None
+    )
+    assert checks["m-2"]().ready
+    assert not checks["m-1"]().ready
 
 
 # -- the server over loopback -------------------------------------------------------------------
@@ -203,13 +224,13 @@ def test_a_failing_readiness_check_is_not_ready_and_names_only_the_class(http, s
 
 def test_metrics_serves_the_registry_in_prometheus_text_format(http, registry):
     metrics = Metrics(registry)
-    ClientMetricsObserver(metrics).on_response("records", 200, None, 0.1, None)
+    ClientMetricsObserver(metrics.merchant("m-1")).on_response("records", 200, None, 0.1, None)
     response = http.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
     assert (
-        f'{MetricName.PLATFORM_REQUESTS}{{code="none",endpoint="records",status="200"}} 1.0'
-        in response.text
+        f'{MetricName.PLATFORM_REQUESTS}{{code="none",endpoint="records",merchant_id="m-1",'
+        f'status="200"}} 1.0' in response.text
     )
     openmetrics = http.get("/metrics", headers={"Accept": "application/openmetrics-text"})
     assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")

@@ -1,4 +1,5 @@
-"""Metrics: each adapter drives the right series, read back from a fresh registry per test."""
+"""Metrics: each adapter drives the right merchant's series, read back from a fresh registry
+per test; the lease and replica gauges; what ``forget_merchant`` leaves behind."""
 
 import random
 from datetime import UTC, datetime, timedelta
@@ -11,6 +12,8 @@ from recordsync import __version__
 from recordsync.core.secret import Secret
 from recordsync.core.state import Window, backfill_job
 from recordsync.metrics import (
+    MERCHANT_LABEL,
+    PROCESS_WIDE,
     MetricName,
     Metrics,
     WriteOutcome,
@@ -25,6 +28,8 @@ from recordsync.service.observers import ClientMetricsObserver, SyncMetricsObser
 from recordsync.sync.events import MultiObserver, SyncObserver
 
 START = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+MERCHANT = "m-1"
+OTHER = "m-2"
 WINDOW = Window(datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC))
 
 
@@ -54,15 +59,25 @@ def metrics(registry, clock):
     return Metrics(registry, clock=clock)
 
 
+@pytest.fixture
+def merchant(metrics):
+    """MERCHANT's view: what its observers feed."""
+    return metrics.merchant(MERCHANT)
+
+
 def value(registry, name, **labels):
+    """A sample of MERCHANT unless another ``merchant_id`` is given (None: no such label)."""
+    labels.setdefault(MERCHANT_LABEL, MERCHANT)
+    if labels[MERCHANT_LABEL] is None:
+        del labels[MERCHANT_LABEL]
     return registry.get_sample_value(name, labels)
 
 
 # -- the platform client ------------------------------------------------------------------------
 
 
-def test_client_observer_counts_requests_by_endpoint_status_and_code(metrics, registry):
-    observer = ClientMetricsObserver(metrics)
+def test_client_observer_counts_requests_by_endpoint_status_and_code(metrics, merchant, registry):
+    observer = ClientMetricsObserver(merchant)
     observer.on_response("records", 200, None, 0.2, "r-1")
     observer.on_response("records", 200, None, 0.3, "r-2")
     observer.on_response("record-changes", 429, "RATE_LIMITED", 0.01, "r-3")
@@ -80,8 +95,8 @@ def test_client_observer_counts_requests_by_endpoint_status_and_code(metrics, re
     assert value(registry, f"{duration}_bucket", endpoint="records", le="0.25") == 1
 
 
-def test_client_observer_counts_retries_by_reason_and_429s(metrics, registry):
-    observer = ClientMetricsObserver(metrics)
+def test_client_observer_counts_retries_by_reason_and_429s(metrics, merchant, registry):
+    observer = ClientMetricsObserver(merchant)
     observer.on_retry("records", "transport_error", 0.5)
     observer.on_retry("records", "transport_error", 1.0)
     observer.on_retry("records", "rate_limited", 2.0)
@@ -93,7 +108,7 @@ def test_client_observer_counts_retries_by_reason_and_429s(metrics, registry):
     assert value(registry, MetricName.PLATFORM_RATE_LIMITED, endpoint="records") == 1
 
 
-def test_a_real_client_reports_a_429_and_its_retry(metrics, registry, clock):
+def test_a_real_client_reports_a_429_and_its_retry(metrics, merchant, registry, clock):
     """The adapter satisfies the client's observer protocol, end to end over MockTransport."""
     answers = [
         httpx.Response(
@@ -113,7 +128,7 @@ def test_a_real_client_reports_a_429_and_its_retry(metrics, registry, clock):
         ),
     ]
     budget = RateBudget(2, 1.0, clock=clock, sleep=clock.sleep)
-    metrics.watch_budget(budget)
+    metrics.watch_budget(MERCHANT, budget)
     client = PlatformClient(
         base_url="https://platform.example",
         merchant_id="m-1",
@@ -124,7 +139,7 @@ def test_a_real_client_reports_a_429_and_its_retry(metrics, registry, clock):
         sleep=clock.sleep,
         retry=RetryPolicy(),
         rng=random.Random(1),
-        observer=ClientMetricsObserver(metrics),
+        observer=ClientMetricsObserver(merchant),
     )
     with client:
         client.changes(cursor="c-1", limit=10)
@@ -145,7 +160,7 @@ def test_a_real_client_reports_a_429_and_its_retry(metrics, registry, clock):
 def test_budget_size_and_wait_are_read_at_scrape_time(metrics, registry, clock):
     assert value(registry, MetricName.RATE_BUDGET_REQUESTS) is None  # nothing watched yet
     budget = RateBudget(2, 1.0, margin=0.0, clock=clock, sleep=clock.sleep)
-    metrics.watch_budget(budget)
+    metrics.watch_budget(MERCHANT, budget)
     for _ in range(3):  # the third waits a full window
         budget.acquire().stamp()
 
@@ -162,8 +177,8 @@ def test_budget_size_and_wait_are_read_at_scrape_time(metrics, registry, clock):
 # -- pages, records and the warehouse -----------------------------------------------------------
 
 
-def test_sync_observer_counts_pages_and_records_by_source(metrics, registry, clock):
-    observer = SyncMetricsObserver(metrics)
+def test_sync_observer_counts_pages_and_records_by_source(metrics, merchant, registry, clock):
+    observer = SyncMetricsObserver(merchant)
     assert isinstance(observer, SyncObserver)
     observer.window_page("rebuild", WINDOW, 1000, done=False)
     clock.now += 5
@@ -177,18 +192,18 @@ def test_sync_observer_counts_pages_and_records_by_source(metrics, registry, clo
     assert value(registry, MetricName.RECORDS_WRITTEN, outcome="written") == 1013
     assert value(registry, MetricName.CHANGES_APPLIED) == 3
     assert value(registry, MetricName.LAST_COMMIT) == START + 5
-    assert metrics.last_commit_at == START + 5
+    assert metrics.last_commit_at(MERCHANT) == START + 5
 
 
-def test_page_committed_records_the_outcome_split_and_write_duration(metrics, registry):
-    assert metrics.last_commit_at is None
-    metrics.page_committed(
+def test_page_committed_records_the_outcome_split_and_write_duration(metrics, merchant, registry):
+    assert metrics.last_commit_at(MERCHANT) is None
+    merchant.page_committed(
         "tail",
         10,
         0.04,
         outcomes={WriteOutcome.INSERTED: 6, WriteOutcome.UPDATED: 3, WriteOutcome.SKIPPED: 1},
     )
-    metrics.observe_write(0.2)
+    merchant.observe_write(0.2)
 
     written = MetricName.RECORDS_WRITTEN
     assert value(registry, written, outcome="inserted") == 6
@@ -198,11 +213,11 @@ def test_page_committed_records_the_outcome_split_and_write_duration(metrics, re
     duration = MetricName.WAREHOUSE_WRITE_DURATION
     assert value(registry, f"{duration}_count") == 2
     assert value(registry, f"{duration}_bucket", le="0.05") == 1
-    assert metrics.last_commit_at == START
+    assert metrics.last_commit_at(MERCHANT) == START
 
 
-def test_quarantine_rebuilds_and_errors_are_counted(metrics, registry):
-    observer = SyncMetricsObserver(metrics)
+def test_quarantine_rebuilds_and_errors_are_counted(metrics, merchant, registry):
+    observer = SyncMetricsObserver(merchant)
     observer.quarantined("tail", 2)
     observer.quarantined(backfill_job(WINDOW.start, WINDOW.end), 1)
     observer.rebuild_started("change cursor expired")
@@ -217,14 +232,14 @@ def test_quarantine_rebuilds_and_errors_are_counted(metrics, registry):
     assert value(registry, MetricName.ERRORS, kind="ProjectionLagError") == 1
 
 
-def test_observers_combine_through_multi_observer(metrics, registry):
+def test_observers_combine_through_multi_observer(metrics, merchant, registry):
     seen = []
 
     class Recorder(SyncObserver):
         def error(self, kind):
             seen.append(kind)
 
-    MultiObserver(SyncMetricsObserver(metrics), Recorder()).error("ServerError")
+    MultiObserver(SyncMetricsObserver(merchant), Recorder()).error("ServerError")
     assert seen == ["ServerError"]
     assert value(registry, MetricName.ERRORS, kind="ServerError") == 1
 
@@ -232,8 +247,10 @@ def test_observers_combine_through_multi_observer(metrics, registry):
 # -- snapshot progress --------------------------------------------------------------------------
 
 
-def test_snapshot_progress_and_remaining_time_follow_the_windows_done(metrics, registry, clock):
-    observer = SyncMetricsObserver(metrics)
+def test_snapshot_progress_and_remaining_time_follow_the_windows_done(
+    metrics, merchant, registry, clock
+):
+    observer = SyncMetricsObserver(merchant)
     observer.windows_planned("rebuild", 10, 2)  # resumed: 2 of 10 done before this start
     assert value(registry, MetricName.SNAPSHOT_WINDOWS_TOTAL, kind="rebuild") == 10
     assert value(registry, MetricName.SNAPSHOT_WINDOWS_DONE, kind="rebuild") == 2
@@ -253,8 +270,8 @@ def test_snapshot_progress_and_remaining_time_follow_the_windows_done(metrics, r
     assert value(registry, MetricName.SNAPSHOT_REMAINING, kind="rebuild") == pytest.approx(360)
 
 
-def test_backfill_progress_is_labelled_by_kind_not_by_range(metrics, registry):
-    observer = SyncMetricsObserver(metrics)
+def test_backfill_progress_is_labelled_by_kind_not_by_range(metrics, merchant, registry):
+    observer = SyncMetricsObserver(merchant)
     job = backfill_job(WINDOW.start, WINDOW.end + timedelta(days=1))
     observer.windows_planned(job, 2, 0)
     observer.window_page(job, WINDOW, 1, done=True)
@@ -288,8 +305,8 @@ def test_estimate_remaining_seconds(total, done, done_since_start, elapsed, expe
 # -- the tail -----------------------------------------------------------------------------------
 
 
-def test_tail_freshness_is_computed_at_scrape_time(metrics, registry, clock):
-    observer = SyncMetricsObserver(metrics)
+def test_tail_freshness_is_computed_at_scrape_time(metrics, merchant, registry, clock):
+    observer = SyncMetricsObserver(merchant)
     assert value(registry, MetricName.TAIL_FRESHNESS) is None
     as_of = datetime.fromtimestamp(START - 4, tz=UTC)
     observer.tail_page(5, has_more=True, projection_as_of=as_of, last_sequence="100")
@@ -334,18 +351,18 @@ def test_job_kind_is_a_bounded_label(job, kind):
 
 def test_build_info_carries_the_version(registry):
     Metrics(registry)
-    assert value(registry, MetricName.BUILD_INFO, version=__version__) == 1
+    assert value(registry, MetricName.BUILD_INFO, merchant_id=None, version=__version__) == 1
 
 
-def test_drift_check_reports_rows_behind(metrics, registry):
-    metrics.drift_checked(3)
+def test_drift_check_reports_rows_behind(metrics, merchant, registry):
+    merchant.drift_checked(3)
     assert value(registry, MetricName.DRIFT_CHECKS) == 1
     assert value(registry, MetricName.DRIFT_ROWS_BEHIND) == 3
 
 
-def test_every_named_metric_is_exposed_with_conventional_names(metrics, registry, clock):
-    metrics.watch_budget(RateBudget(2, 1.0, clock=clock, sleep=clock.sleep))
-    observer = SyncMetricsObserver(metrics)
+def test_every_named_metric_is_exposed_with_conventional_names(metrics, merchant, registry, clock):
+    metrics.watch_budget(MERCHANT, RateBudget(2, 1.0, clock=clock, sleep=clock.sleep))
+    observer = SyncMetricsObserver(merchant)
     observer.windows_planned("rebuild", 2, 1)
     clock.now += 1
     observer.window_page("rebuild", WINDOW, 1, done=True)
@@ -355,12 +372,14 @@ def test_every_named_metric_is_exposed_with_conventional_names(metrics, registry
     observer.quarantined("tail", 1)
     observer.rebuild_started("x")
     observer.error("ServerError")
-    client = ClientMetricsObserver(metrics)
+    client = ClientMetricsObserver(merchant)
     client.on_response("records", 200, None, 0.1, None)
     client.on_retry("records", "server_error", 0.1)
     client.on_rate_limited("records", 1.0)
-    metrics.observe_write(0.1)
-    metrics.drift_checked(0)
+    merchant.observe_write(0.1)
+    merchant.drift_checked(0)
+    metrics.set_lease_held(MERCHANT, held=True)
+    metrics.set_replicas_live(2)
 
     families = {family.name: family for family in registry.collect()}
     exposed = {sample.name for family in families.values() for sample in family.samples}
@@ -381,3 +400,228 @@ def test_metrics_use_a_fresh_registry_by_default_never_the_global_one():
     first, second = Metrics(), Metrics()  # would raise "Duplicated timeseries" if shared
     assert first.registry is not second.registry
     assert REGISTRY.get_sample_value(MetricName.BUILD_INFO, {"version": __version__}) is None
+
+
+# -- several merchants in one process -----------------------------------------------------------
+
+# Scraped at START + 70: MERCHANT was fed at START (its pages at START + 10), OTHER at START + 60
+# (its pages at START + 70), each quantity scaled by 1 for MERCHANT and 2 for OTHER.
+PER_MERCHANT = [
+    (MetricName.PLATFORM_REQUESTS, {"endpoint": "records", "status": "200", "code": "none"}, 1, 2),
+    (f"{MetricName.PLATFORM_REQUEST_DURATION}_count", {"endpoint": "records"}, 1, 2),
+    (MetricName.PLATFORM_RETRIES, {"endpoint": "records", "reason": "server_error"}, 1, 2),
+    (MetricName.PLATFORM_RATE_LIMITED, {"endpoint": "records"}, 1, 2),
+    (MetricName.RATE_BUDGET_WAIT, {}, 1.0, 2.0),
+    (MetricName.RATE_BUDGET_REQUESTS, {}, 2, 4),
+    (MetricName.RATE_BUDGET_WINDOW, {}, 1.0, 2.0),
+    (MetricName.RATE_BUDGET_WAITING, {}, 0, 0),
+    (MetricName.RECORDS_WRITTEN, {"outcome": "written"}, 107, 214),
+    (MetricName.CHANGES_APPLIED, {}, 7, 14),
+    (MetricName.PAGES_COMMITTED, {"source": "rebuild"}, 1, 2),
+    (MetricName.RECORDS_QUARANTINED, {"source": "tail"}, 1, 2),
+    (f"{MetricName.WAREHOUSE_WRITE_DURATION}_count", {}, 1, 2),
+    (MetricName.LAST_COMMIT, {}, START + 10, START + 70),
+    (MetricName.SNAPSHOT_WINDOWS_TOTAL, {"kind": "rebuild"}, 10, 15),
+    (MetricName.SNAPSHOT_WINDOWS_DONE, {"kind": "rebuild"}, 1, 2),
+    (MetricName.SNAPSHOT_PROGRESS, {"kind": "rebuild"}, 1 / 10, 2 / 15),
+    (MetricName.SNAPSHOT_REMAINING, {"kind": "rebuild"}, 9 * 70 / 1, 13 * 10 / 2),
+    (MetricName.TAIL_FRESHNESS, {}, 74, 78),
+    (MetricName.TAIL_HAS_MORE, {}, 0, 1),
+    (MetricName.TAIL_LAST_SEQUENCE, {}, 1000, 2000),
+    (MetricName.REBUILDS, {}, 1, 2),
+    (MetricName.ERRORS, {"kind": "ServerError"}, 1, 2),
+    (MetricName.DRIFT_CHECKS, {}, 1, 2),
+    (MetricName.DRIFT_ROWS_BEHIND, {}, 1, 2),
+    (MetricName.LEASE_HELD, {}, 1, 0),
+]
+# What a merchant handed to another replica leaves behind: its counters, and a lease of 0.
+GONE_WHEN_FORGOTTEN = frozenset(
+    {
+        MetricName.RATE_BUDGET_WAIT,
+        MetricName.RATE_BUDGET_REQUESTS,
+        MetricName.RATE_BUDGET_WINDOW,
+        MetricName.RATE_BUDGET_WAITING,
+        MetricName.LAST_COMMIT,
+        MetricName.SNAPSHOT_WINDOWS_TOTAL,
+        MetricName.SNAPSHOT_WINDOWS_DONE,
+        MetricName.SNAPSHOT_PROGRESS,
+        MetricName.SNAPSHOT_REMAINING,
+        MetricName.TAIL_FRESHNESS,
+        MetricName.TAIL_HAS_MORE,
+        MetricName.TAIL_LAST_SEQUENCE,
+        MetricName.DRIFT_ROWS_BEHIND,
+    }
+)
+
+
+def feed(metrics, merchant_id, n, clock):
+    """Everything a merchant's client and sync report, each quantity scaled by ``n``."""
+    view = metrics.merchant(merchant_id)
+    budget_clock = Clock()  # the budget's own waits must not move the metrics' clock
+    budget = RateBudget(2 * n, float(n), margin=0.0, clock=budget_clock, sleep=budget_clock.sleep)
+    metrics.watch_budget(merchant_id, budget)
+    for _ in range(2 * n + 1):  # the last one waits a full window: n seconds
+        budget.acquire().stamp()
+    client, sync = ClientMetricsObserver(view), SyncMetricsObserver(view)
+    sync.windows_planned("rebuild", 5 + 5 * n, 0)
+    clock.now += 10
+    for _ in range(n):
+        client.on_response("records", 200, None, 0.1, None)
+        client.on_retry("records", "server_error", 0.1)
+        client.on_rate_limited("records", 1.0)
+        sync.window_page("rebuild", WINDOW, 100, done=True)
+        sync.quarantined("tail", 1)
+        sync.page_written("tail", 0.01)
+        sync.rebuild_started("change cursor expired")
+        sync.error("ServerError")
+        sync.drift_checked(WINDOW, n)
+    sync.tail_page(
+        7 * n,
+        has_more=n > 1,
+        projection_as_of=datetime.fromtimestamp(START - 4 * n, UTC),
+        last_sequence=str(1000 * n),
+    )
+    metrics.set_lease_held(merchant_id, held=n == 1)
+
+
+@pytest.fixture
+def two_merchants(metrics, registry, clock):
+    feed(metrics, MERCHANT, 1, clock)
+    clock.now += 50
+    feed(metrics, OTHER, 2, clock)
+    return metrics
+
+
+@pytest.mark.parametrize(
+    ("name", "labels", "mine", "other"), PER_MERCHANT, ids=[str(row[0]) for row in PER_MERCHANT]
+)
+def test_each_merchant_has_its_own_series(two_merchants, name, labels, mine, other):
+    registry = two_merchants.registry
+    assert value(registry, name, **labels) == pytest.approx(mine)
+    assert value(registry, name, merchant_id=OTHER, **labels) == pytest.approx(other)
+
+
+def test_every_series_but_the_process_wide_ones_carries_merchant_id(two_merchants, registry):
+    two_merchants.set_replicas_live(2)
+    named = {str(row[0]).removesuffix("_count") for row in PER_MERCHANT}
+    assert named == {str(name) for name in MetricName} - PROCESS_WIDE
+    merchants = set()
+    for family in registry.collect():
+        for sample in family.samples:
+            if family.name in PROCESS_WIDE:
+                assert MERCHANT_LABEL not in sample.labels, sample
+            else:
+                merchants.add(sample.labels[MERCHANT_LABEL])
+    assert merchants == {MERCHANT, OTHER}
+
+
+def test_two_budgets_watched_at_once_are_read_each_on_its_own(metrics, registry):
+    clocks = {MERCHANT: Clock(), OTHER: Clock()}
+    budgets = {
+        merchant_id: RateBudget(2, 1.0, margin=0.0, clock=clock, sleep=clock.sleep)
+        for merchant_id, clock in clocks.items()
+    }
+    for merchant_id, budget in budgets.items():
+        metrics.watch_budget(merchant_id, budget)
+    for _ in range(3):  # MERCHANT's third request waits a full window; OTHER sends nothing
+        budgets[MERCHANT].acquire().stamp()
+    budgets[OTHER].resize(10, 2.0)  # OTHER's capabilities differ
+
+    assert value(registry, MetricName.RATE_BUDGET_WAIT) == pytest.approx(1.0)
+    assert value(registry, MetricName.RATE_BUDGET_WAIT, merchant_id=OTHER) == 0
+    assert value(registry, MetricName.RATE_BUDGET_REQUESTS) == 2
+    assert value(registry, MetricName.RATE_BUDGET_REQUESTS, merchant_id=OTHER) == 10
+    assert value(registry, MetricName.RATE_BUDGET_WINDOW, merchant_id=OTHER) == 2.0
+
+
+def test_forget_merchant_removes_its_gauges_keeps_its_counters_and_reads_its_lease_as_0(
+    two_merchants, registry
+):
+    two_merchants.forget_merchant(MERCHANT)
+
+    for name, labels, mine, other in PER_MERCHANT:
+        if name in GONE_WHEN_FORGOTTEN:
+            assert value(registry, name, **labels) is None, name
+        elif name == MetricName.LEASE_HELD:
+            assert value(registry, name, **labels) == 0
+        else:  # counters and histograms: what this process did
+            assert value(registry, name, **labels) == pytest.approx(mine), name
+        assert value(registry, name, merchant_id=OTHER, **labels) == pytest.approx(other), name
+    assert two_merchants.last_commit_at(MERCHANT) is None
+    assert value(registry, MetricName.MERCHANTS_HELD, merchant_id=None) == 0
+
+
+def test_a_report_after_forget_brings_the_merchants_gauges_back(metrics, merchant, registry):
+    merchant.drift_checked(3)
+    metrics.forget_merchant(MERCHANT)
+    merchant.page_committed("tail", 1)  # the same view: the merchant came back
+
+    assert value(registry, MetricName.LAST_COMMIT) == START
+    assert value(registry, MetricName.DRIFT_ROWS_BEHIND) is None  # not checked since
+    assert value(registry, MetricName.DRIFT_CHECKS) == 1
+
+
+def test_last_commit_at_is_per_merchant(metrics):
+    metrics.merchant(OTHER).page_committed("tail", 0)
+    assert metrics.last_commit_at(OTHER) == START
+    assert metrics.last_commit_at(MERCHANT) is None
+
+
+# -- leases and replicas ------------------------------------------------------------------------
+
+
+def test_lease_gauges_and_the_merchants_held_follow_set_lease_held(metrics, registry):
+    assert value(registry, MetricName.MERCHANTS_HELD, merchant_id=None) == 0
+    for merchant_id, held in (("m-a", True), ("m-b", True), ("m-c", False)):
+        metrics.set_lease_held(merchant_id, held=held)
+    leases = {
+        m: value(registry, MetricName.LEASE_HELD, merchant_id=m) for m in ("m-a", "m-b", "m-c")
+    }
+    assert leases == {"m-a": 1, "m-b": 1, "m-c": 0}
+    assert value(registry, MetricName.MERCHANTS_HELD, merchant_id=None) == 2
+
+    metrics.set_lease_held("m-b", held=False)  # released
+    metrics.forget_merchant("m-a")  # handed over
+    assert value(registry, MetricName.LEASE_HELD, merchant_id="m-a") == 0
+    assert value(registry, MetricName.LEASE_HELD, merchant_id="m-b") == 0
+    assert value(registry, MetricName.MERCHANTS_HELD, merchant_id=None) == 0
+
+
+def test_a_merchant_held_shows_last_commit_0_until_its_first_page(metrics, merchant, registry):
+    metrics.set_lease_held(MERCHANT, held=False)
+    assert value(registry, MetricName.LAST_COMMIT) is None  # a standby reports nothing
+    metrics.set_lease_held(MERCHANT, held=True)
+    assert value(registry, MetricName.LAST_COMMIT) == 0  # held, stuck before its first page?
+    merchant.page_committed("tail", 0)
+    assert value(registry, MetricName.LAST_COMMIT) == START
+
+
+def test_replicas_live_is_absent_until_the_fleet_reports(metrics, registry):
+    assert value(registry, MetricName.REPLICAS_LIVE, merchant_id=None) is None
+    metrics.set_replicas_live(3)
+    assert value(registry, MetricName.REPLICAS_LIVE, merchant_id=None) == 3
+    with pytest.raises(ValueError, match="negative"):
+        metrics.set_replicas_live(-1)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda metrics: metrics.merchant(""),
+        lambda metrics: metrics.watch_budget("", RateBudget(1, 1.0)),
+        lambda metrics: metrics.set_lease_held("", held=True),
+    ],
+    ids=["merchant", "watch_budget", "set_lease_held"],
+)
+def test_an_empty_merchant_id_is_refused(metrics, registry, call):
+    with pytest.raises(ValueError, match="merchant_id"):
+        call(metrics)
+    assert value(registry, MetricName.LEASE_HELD, merchant_id="") is None
+
+
+def test_a_merchants_counters_without_other_labels_start_at_0(metrics, registry):
+    metrics.merchant(MERCHANT)  # so increase() sees the first rebuild as one
+    for name in (MetricName.REBUILDS, MetricName.DRIFT_CHECKS, MetricName.CHANGES_APPLIED):
+        assert value(registry, name) == 0, name
+    assert value(registry, f"{MetricName.WAREHOUSE_WRITE_DURATION}_count") == 0
+    assert value(registry, MetricName.ERRORS, kind="ServerError") is None  # not known ahead
