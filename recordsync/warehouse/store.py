@@ -33,6 +33,7 @@ from recordsync.core.errors import ConfigurationError
 from recordsync.core.models import Record, RecordChange, RejectedItem
 from recordsync.core.state import REBUILD_JOB, SyncState, Window, WindowProgress
 from recordsync.warehouse import (
+    backfill_requests,
     fleet_locks,
     leases,
     locks,
@@ -54,6 +55,7 @@ from recordsync.warehouse.migrate import schema_state
 from recordsync.warehouse.migrate import upgrade as upgrade_schema
 from recordsync.warehouse.page_writer import PageWriter, page_writer_for
 from recordsync.warehouse.values import (
+    BackfillRequest,
     DailySummary,
     Freshness,
     QuarantinedRecord,
@@ -395,7 +397,7 @@ class Warehouse:
         """
         return locks.merchant_lock(self._engine.url, merchant_id, lease_seconds=lease_seconds)
 
-    # -- the fleet (fleet, leases) -----------------------------------------------------------
+    # -- the fleet (fleet, leases, backfill_requests) -----------------------------------------
 
     def fleet_session(
         self,
@@ -424,6 +426,34 @@ class Warehouse:
         """The merchant's current lease epoch; None when no replica ever held it."""
         with translate_errors("read lease epoch"), self._engine.begin() as conn:
             return leases.current_epoch(conn, merchant_id)
+
+    def request_backfill(self, merchant_id: str, start: datetime, end: datetime, job: str) -> int:
+        """Hand a backfill of ``[start, end)`` as ``job`` to the merchant's holder; its request
+        id (an unfinished request for the same job is followed rather than duplicated)."""
+        with translate_errors("request backfill"), self._writer.begin() as conn:
+            return backfill_requests.request(conn, merchant_id, start, end, job)
+
+    def pending_backfills(self, merchant_id: str) -> list[BackfillRequest]:
+        """The merchant's unfinished requests, oldest first: pending ones, and running ones a
+        previous holder did not finish (resume them: their job's windows keep the progress)."""
+        with translate_errors("read backfill requests"), self._engine.begin() as conn:
+            return backfill_requests.unfinished(conn, merchant_id)
+
+    def start_backfill_request(self, request_id: int, holder: str) -> None:
+        """Mark an unfinished request running under ``holder``; LookupError when there is none."""
+        with translate_errors("start backfill request"), self._writer.begin() as conn:
+            backfill_requests.start(conn, request_id, holder)
+
+    def finish_backfill_request(self, request_id: int, *, failed: str | None = None) -> None:
+        """Mark an unfinished request done, or failed with the reason (shown to the requester,
+        so never a secret); LookupError when there is none."""
+        with translate_errors("finish backfill request"), self._writer.begin() as conn:
+            backfill_requests.finish(conn, request_id, failed=failed)
+
+    def backfill_request(self, request_id: int) -> BackfillRequest | None:
+        """The request as it stands (the requester polls it)."""
+        with translate_errors("read backfill request"), self._engine.begin() as conn:
+            return backfill_requests.get(conn, request_id)
 
     # -- for tests and end-to-end checks -----------------------------------------------------
 
