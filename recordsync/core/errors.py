@@ -5,6 +5,7 @@
 - ``CursorExpiredError``: recover as the spec says (restart the window, or rebuild).
 - ``FatalPlatformError``: stop and tell a person; sending again will not help.
 - ``InvalidRecordError``: skip the record and quarantine it with the reason.
+- ``LeaseSupersededError``: another process holds the merchant now; stop syncing it.
 
 Every platform error carries the HTTP status, ``error.code``, ``retryable`` and ``request_id``
 so callers branch on the code, never on the message (spec: Errors).  Messages never contain the
@@ -33,6 +34,24 @@ class SchemaVersionError(ConfigurationError):
 
 class WarehouseUnavailableError(RecordSyncError):
     """The warehouse cannot be reached now; wait and try again."""
+
+
+class LeaseSupersededError(RecordSyncError):
+    """Another holder took the merchant over: this process must stop syncing that merchant.
+
+    Raised by a fenced warehouse write whose lease epoch (``expected``) is no longer the
+    merchant's (``found``; None when the merchant was never leased).  The write was rolled
+    back, nothing of it stored; retrying is wrong, since the new holder now writes the merchant.
+    """
+
+    def __init__(self, merchant_id: str, *, expected: int, found: int | None) -> None:
+        self.merchant_id = merchant_id
+        self.expected = expected
+        self.found = found
+        super().__init__(
+            f"lease of merchant {merchant_id!r} superseded: this holder's epoch is {expected}, "
+            f"the warehouse's is {found}; stop syncing the merchant"
+        )
 
 
 class PlatformError(RecordSyncError):

@@ -1,10 +1,15 @@
 """The warehouse: schema, migrations, the revision-guarded upsert, revision history, sync state,
-quarantine, the BI views, and the per-merchant lock behind the service's lease."""
+quarantine, the BI views, the per-merchant lock behind the service's lease, and the fleet:
+leases with epochs and fenced writes, replicas, backfill requests."""
 
 from recordsync.warehouse.connection import create_warehouse_engine
+from recordsync.warehouse.fenced import FencedWarehouse
+from recordsync.warehouse.fleet import FleetSession
 from recordsync.warehouse.locks import MerchantLock
 from recordsync.warehouse.store import Warehouse
 from recordsync.warehouse.values import (
+    BackfillRequest,
+    BackfillState,
     DailySummary,
     Freshness,
     JobStatus,
@@ -14,7 +19,11 @@ from recordsync.warehouse.values import (
 )
 
 __all__ = [
+    "BackfillRequest",
+    "BackfillState",
     "DailySummary",
+    "FencedWarehouse",
+    "FleetSession",
     "Freshness",
     "JobStatus",
     "MerchantLock",

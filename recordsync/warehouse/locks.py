@@ -12,8 +12,9 @@ never blocks its own restart:
 - SQLite: an exclusive ``flock`` on ``<database file>.<merchant hash>.lock`` beside the
   database.  An in-memory database lives in one process: no lock is needed.
 
-The database locks live on a dedicated connection (autocommit, outside any pool used for
-writes), built here from the warehouse engine's URL and kept open for the lock's life.  When
+The database locks live on a dedicated connection (``LockConnection``: autocommit, outside any
+pool used for writes), built here from the warehouse engine's URL and kept open for the lock's
+life; the fleet session (``fleet``) holds all of a process's merchant locks on one of them.  When
 that connection is lost (a database restart, a killed session, a network failure) the lock is
 gone with it, and ``verify`` says so.
 
@@ -30,8 +31,9 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 import structlog
 from sqlalchemy import Connection, Engine, create_engine, pool, text
@@ -43,6 +45,11 @@ from recordsync.warehouse.connection import sqlite_file, translate_errors
 
 MYSQL_LOCK_NAME_MAX: Final = 64
 _CONNECT_TIMEOUT_S: Final = 10
+_KEEPALIVE_COUNT: Final = 3
+_KEEPALIVE_IDLE_MAX_S: Final = 10
+_KEEPALIVE_INTERVAL_MAX_S: Final = 5
+
+_T = TypeVar("_T")
 
 _log = structlog.get_logger(__name__)
 
@@ -97,7 +104,7 @@ def merchant_lock(url: URL, merchant_id: str, *, lease_seconds: int) -> Merchant
         path = sqlite_file(url)
         if path is None:
             return _NoLock()
-        return _FileLock(lock_file_path(path, merchant_id))
+        return FileLock(lock_file_path(path, merchant_id))
     if backend == "postgresql":
         return _PostgresLock(url, lease_key(merchant_id), lease_seconds=lease_seconds)
     if backend in MYSQL_FAMILY:
@@ -121,12 +128,16 @@ class _NoLock:
         pass
 
 
-class _FileLock:
-    """``flock`` on a file beside the SQLite database; the kernel frees it when we die."""
+class FileLock:
+    """``flock`` on a file beside the SQLite database; the kernel frees it when we die.
 
-    def __init__(self, path: Path) -> None:
+    The file says who holds it: ``owner`` (the fleet's replica id), else the process id.
+    """
+
+    def __init__(self, path: Path, *, owner: str | None = None) -> None:
         self.path = path
         self.resource = f"file {path}"
+        self._owner = owner
         self._fd: int | None = None
         self._held = False
 
@@ -143,9 +154,9 @@ class _FileLock:
         except BlockingIOError:
             return False
         self._held = True
-        # For the person wondering who holds it; the lock, not the content, is what counts.
+        # Who holds it, for a person and for ``file_lock_owner``; the lock is what counts.
         os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+        os.pwrite(self._fd, f"{self._owner or os.getpid()}\n".encode(), 0)
         return True
 
     def verify(self) -> bool:
@@ -165,94 +176,199 @@ class _FileLock:
             os.close(fd)  # closing the last descriptor releases the flock
 
 
-class _ServerLock:
-    """A lock on a dedicated autocommit connection of its own (no pool: it lives long)."""
+def postgres_connect_args(lease_seconds: int) -> dict[str, object]:
+    """Our side of a PostgreSQL lock connection: a query on a dead network fails within
+    about ``lease_seconds`` instead of hanging (TCP keepalives, ``tcp_user_timeout``)."""
+    idle, interval = _keepalive_timing(lease_seconds)
+    return {
+        "keepalives": 1,
+        "keepalives_idle": idle,
+        "keepalives_interval": interval,
+        "keepalives_count": _KEEPALIVE_COUNT,
+        "tcp_user_timeout": lease_seconds * 1000,
+    }
 
-    resource: str
 
-    def __init__(self, url: URL, *, connect_args: dict[str, object]) -> None:
+def postgres_session_settings(lease_seconds: int) -> list[str]:
+    """The server's side: end the session of a holder that went silent (paused, partitioned),
+    which frees every lock it held, after about ``lease_seconds``."""
+    idle, interval = _keepalive_timing(lease_seconds)
+    return [
+        f"SET idle_session_timeout = '{lease_seconds}s'",
+        f"SET tcp_keepalives_idle = {idle}",
+        f"SET tcp_keepalives_interval = {interval}",
+        f"SET tcp_keepalives_count = {_KEEPALIVE_COUNT}",
+        f"SET tcp_user_timeout = {lease_seconds * 1000}",
+        "SET statement_timeout = '10s'",
+    ]
+
+
+def mariadb_connect_args(lease_seconds: int) -> dict[str, object]:
+    """Our side of a MariaDB lock connection: a query on a dead network fails in time."""
+    return {"read_timeout": lease_seconds, "write_timeout": lease_seconds}
+
+
+def mariadb_session_settings(lease_seconds: int) -> list[str]:
+    """The server's side: end the session of a holder that went silent, freeing its locks."""
+    return [f"SET SESSION wait_timeout = {lease_seconds}"]
+
+
+def _keepalive_timing(lease_seconds: int) -> tuple[int, int]:
+    """Keepalive idle and interval seconds: three probes fit in about ``lease_seconds``, and
+    never slower than 10 s idle and 5 s apart (the values of a 60 s lease)."""
+    idle = min(_KEEPALIVE_IDLE_MAX_S, max(1, lease_seconds // 2))
+    interval = min(_KEEPALIVE_INTERVAL_MAX_S, max(1, lease_seconds // 6))
+    return idle, interval
+
+
+class LockConnection:
+    """A dedicated autocommit connection that locks live on (no pool: it lives long).
+
+    Built from the warehouse engine's URL with the silent-holder settings above.  When it is
+    lost every lock on it is gone with it: ``WarehouseUnavailableError`` is raised, the
+    connection is closed, and the next call connects afresh (holding nothing).  ``on_connect``
+    runs on each new connection (the fleet session LISTENs there).
+    """
+
+    def __init__(
+        self,
+        url: URL,
+        *,
+        lease_seconds: int,
+        on_connect: Callable[[Connection], None] | None = None,
+    ) -> None:
+        backend = url.get_backend_name()
+        if backend == "postgresql":
+            connect_args = postgres_connect_args(lease_seconds)
+            self._settings = postgres_session_settings(lease_seconds)
+        elif backend in MYSQL_FAMILY:
+            connect_args = mariadb_connect_args(lease_seconds)
+            self._settings = mariadb_session_settings(lease_seconds)
+        else:
+            raise ConfigurationError(f"no lock connection on a {backend!r} warehouse")
         self._engine: Engine = create_engine(
             url,
             poolclass=pool.NullPool,
             isolation_level="AUTOCOMMIT",
             connect_args={"connect_timeout": _CONNECT_TIMEOUT_S, **connect_args},
         )
+        self._on_connect = on_connect
         self._conn: Connection | None = None
-        self._held = False
 
-    def _session_settings(self, conn: Connection) -> None:
-        """Per-session settings; each may be unknown to an old server, which is fine."""
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is open (its locks may still be held); no I/O."""
+        return self._conn is not None
 
-    def _connection(self) -> Connection:
+    def connection(self) -> Connection:
+        """The open connection, connecting first when there is none."""
         if self._conn is None:
-            with translate_errors("lease connect"):
+            with translate_errors("lock connect"):
                 conn = self._engine.connect()
-            self._session_settings(conn)
+            for setting in self._settings:
+                _try_setting(conn, setting)
             self._conn = conn
+            if self._on_connect is not None:
+                self.run(self._on_connect, "lock connect")
         return self._conn
 
-    def _scalar(self, sql: str, action: str, **params: object) -> object:
-        conn = self._connection()
+    def scalar(self, sql: str, action: str, **params: object) -> object:
+        return self.run(lambda conn: conn.execute(text(sql), params).scalar(), action)
+
+    def rows(self, sql: str, action: str, **params: object) -> list[tuple[Any, ...]]:
+        return self.run(
+            lambda conn: [tuple(row) for row in conn.execute(text(sql), params)], action
+        )
+
+    def run(self, work: Callable[[Connection], _T], action: str) -> _T:
+        """``work(connection)``; a lost connection is closed and raised as unavailable."""
+        conn = self.connection()
         try:
             with translate_errors(action):
-                return conn.execute(text(sql), params).scalar()
+                return work(conn)
         except WarehouseUnavailableError:
-            self._close()  # reconnect on the next try
+            self.close()  # every lock went with it; reconnect on the next call
             raise
 
-    def _try_setting(self, conn: Connection, sql: str) -> None:
-        try:
-            conn.execute(text(sql))
-        except Exception:  # noqa: BLE001 - an older server without this setting
-            _log.debug("lease_session_setting_skipped", setting=sql.split("=", maxsplit=1)[0])
-
-    def _close(self) -> None:
-        conn, self._conn, self._held = self._conn, None, False
+    def close(self) -> None:
+        """Close the connection, which frees every lock on it; safe twice."""
+        conn, self._conn = self._conn, None
         if conn is not None:
             try:
                 conn.close()
             except Exception:  # noqa: BLE001 - already broken: closing is all we wanted
                 conn.invalidate()
 
+    def dispose(self) -> None:
+        """Close, and release the engine; safe twice."""
+        self.close()
+        self._engine.dispose()
+
+
+def _try_setting(conn: Connection, sql: str) -> None:
+    """A per-session setting that an older server may not know, which is fine."""
+    try:
+        conn.execute(text(sql))
+    except Exception:  # noqa: BLE001 - an older server without this setting
+        _log.debug("lease_session_setting_skipped", setting=sql.split("=", maxsplit=1)[0])
+
+
+def file_lock_owner(path: Path) -> str | None:
+    """What the holder of the lock file at ``path`` wrote there; None when nobody holds it.
+
+    Probes with a shared lock taken and dropped at once (on a descriptor of its own, so a
+    lock this process holds through another descriptor counts as held).  A holder trying to
+    lock at that very instant fails once and tries again on its next poll.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.pread(fd, 1024, 0).decode(errors="replace").strip() or None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+class _ServerLock:
+    """One merchant's lock on a ``LockConnection`` of its own."""
+
+    resource: str
+
+    def __init__(self, url: URL, *, lease_seconds: int) -> None:
+        self._conn = LockConnection(url, lease_seconds=lease_seconds)
+        self._held = False
+
+    def _scalar(self, sql: str, action: str, **params: object) -> object:
+        try:
+            return self._conn.scalar(sql, action, **params)
+        except WarehouseUnavailableError:
+            self._held = False
+            raise
+
     def _unlock(self) -> None:
         raise NotImplementedError
 
     def release(self) -> None:
-        if self._held and self._conn is not None:
+        if self._held and self._conn.connected:
             try:
                 self._unlock()
             except Exception:  # noqa: BLE001 - closing the session releases it anyway
                 _log.debug("lease_unlock_failed", lease=self.resource)
-        self._close()
-        self._engine.dispose()
+        self._held = False
+        self._conn.dispose()
 
 
 class _PostgresLock(_ServerLock):
     def __init__(self, url: URL, key: int, *, lease_seconds: int) -> None:
-        super().__init__(
-            url,
-            connect_args={
-                # Our side: a heartbeat on a dead network fails instead of hanging.
-                "keepalives": 1,
-                "keepalives_idle": 10,
-                "keepalives_interval": 5,
-                "keepalives_count": 3,
-                "tcp_user_timeout": lease_seconds * 1000,
-            },
-        )
+        super().__init__(url, lease_seconds=lease_seconds)
         self._key = key
-        self._lease_seconds = lease_seconds
         self.resource = f"postgresql advisory lock {key} on {url.database}"
-
-    def _session_settings(self, conn: Connection) -> None:
-        # The server's side: end the session of a holder that went silent, freeing the lock.
-        seconds = self._lease_seconds
-        self._try_setting(conn, f"SET idle_session_timeout = '{seconds}s'")
-        self._try_setting(conn, "SET tcp_keepalives_idle = 10")
-        self._try_setting(conn, "SET tcp_keepalives_interval = 5")
-        self._try_setting(conn, "SET tcp_keepalives_count = 3")
-        self._try_setting(conn, f"SET tcp_user_timeout = {seconds * 1000}")
-        self._try_setting(conn, "SET statement_timeout = '10s'")
 
     def try_acquire(self) -> bool:
         got = self._scalar("SELECT pg_try_advisory_lock(:key)", "lease", key=self._key)
@@ -279,18 +395,9 @@ class _PostgresLock(_ServerLock):
 
 class _MariaDbLock(_ServerLock):
     def __init__(self, url: URL, name: str, *, lease_seconds: int) -> None:
-        super().__init__(
-            url,
-            # Our side: a heartbeat on a dead network fails instead of hanging.
-            connect_args={"read_timeout": lease_seconds, "write_timeout": lease_seconds},
-        )
+        super().__init__(url, lease_seconds=lease_seconds)
         self._name = name
-        self._lease_seconds = lease_seconds
         self.resource = f"mariadb lock {name!r}"
-
-    def _session_settings(self, conn: Connection) -> None:
-        # The server's side: end the session of a holder that went silent, freeing the lock.
-        self._try_setting(conn, f"SET SESSION wait_timeout = {self._lease_seconds}")
 
     def try_acquire(self) -> bool:
         got = self._scalar("SELECT GET_LOCK(:name, 0)", "lease", name=self._name)

@@ -12,7 +12,9 @@ as an integer number of 10**-4 so that SQLite can sum money exactly (see ``types
 The migrations spell the column types out per dialect instead of importing this module, so
 that each stays a fixed record of its revision when this module changes; a test compares the
 migrated schema with these tables on every backend.  The BI views (revision 0003) are read
-through ``recordsync.warehouse.summaries``.
+through ``recordsync.warehouse.summaries``.  ``merchant_leases``, ``replicas`` and
+``backfill_requests`` (revision 0004) are the fleet's: which holder's writes count, who is
+alive, and backfills handed to a merchant's holder.
 """
 
 from __future__ import annotations
@@ -155,6 +157,52 @@ quarantined_records = Table(
     Column("raw_json", large_text(), nullable=False),
     Column("quarantined_at", utc_datetime(), nullable=False),
     Index("ix_quarantined_records_merchant", "merchant_id", "id"),
+)
+
+# Revision 0004, the fleet (several replicas sharing the merchants; see ``fleet``).
+# ``merchant_leases``: one row per merchant ever held; ``epoch`` rises by one with every new
+# holder, and every fenced page commit checks it in its own transaction (``leases``).  The lock
+# itself is the database's (``locks``); the row only says which holder's writes still count.
+merchant_leases = Table(
+    "merchant_leases",
+    metadata,
+    Column("merchant_id", String(ID_LENGTH), primary_key=True),
+    Column("epoch", BigInteger, nullable=False),
+    Column("holder", String(ID_LENGTH), nullable=False),
+    Column("acquired_at", utc_datetime(), nullable=False),
+    Column("released_at", utc_datetime(), nullable=True),
+)
+
+# One row per live replica (a process sharing the merchants), its heartbeat stamped by the
+# database's clock; rows of dead replicas age out (``replicas``).
+replicas = Table(
+    "replicas",
+    metadata,
+    Column("replica_id", String(ID_LENGTH), primary_key=True),
+    Column("hostname", String(ID_LENGTH), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("started_at", utc_datetime(), nullable=False),
+    Column("heartbeat_at", utc_datetime(), nullable=False),
+    Column("merchants_held", Integer, nullable=False),
+)
+
+# A one-shot backfill handed to the merchant's holder, which runs it inside the merchant's
+# rate budget (``backfill_requests``); ``state`` is a ``values.BackfillState``.
+backfill_requests = Table(
+    "backfill_requests",
+    metadata,
+    Column("id", big_id(), primary_key=True, autoincrement=True),
+    Column("merchant_id", String(ID_LENGTH), nullable=False),
+    Column("created_from", utc_datetime(), nullable=False),
+    Column("created_to", utc_datetime(), nullable=False),
+    Column("job", String(ID_LENGTH), nullable=False),
+    Column("state", String(PHASE_LENGTH), nullable=False),
+    Column("requested_at", utc_datetime(), nullable=False),
+    Column("started_at", utc_datetime(), nullable=True),
+    Column("finished_at", utc_datetime(), nullable=True),
+    Column("holder", String(ID_LENGTH), nullable=True),
+    Column("error", Text, nullable=True),
+    Index("ix_backfill_requests_merchant_state", "merchant_id", "state", "id"),
 )
 
 # Alembic's bookkeeping table, named for us so it cannot clash with a warehouse that already

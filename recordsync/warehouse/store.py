@@ -3,9 +3,15 @@
 Each read or write runs in ONE transaction, opened here and handed to the module that does
 the work: ``sync_state`` (where the sync stands), ``page_commits`` (a page's rows with its
 cursor; it says why they must commit together), ``reads`` and ``summaries`` (what was
-stored).  ``locks`` builds the merchant's lock, which lives on a connection of its own.
+stored).  ``locks`` builds the merchant's lock, which lives on a connection of its own;
+``fleet`` the session of a process sharing the merchants with others.
 Any "server gone" error is raised as ``WarehouseUnavailableError`` (see ``connection``) after
 the transaction has rolled back; the caller waits and tries again with the same page.
+
+Fenced writes.  Every write the sync makes takes an optional lease ``epoch`` (given by
+``FleetSession.try_hold``; ``fenced`` passes it for the sync).  With one, the FIRST statement
+of the write's transaction checks it against the merchant's (``leases.check_epoch``), and a
+superseded holder's write raises ``LeaseSupersededError`` with nothing of it stored.
 
 The warehouse never calls the platform and never decides what to read next: it stores what
 the sync hands it and answers what was stored.
@@ -13,7 +19,9 @@ the sync hands it and answers what was stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+import time
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -24,18 +32,30 @@ from recordsync.core.database_url import SUPPORTED_BACKENDS, check_driver
 from recordsync.core.errors import ConfigurationError
 from recordsync.core.models import Record, RecordChange, RejectedItem
 from recordsync.core.state import REBUILD_JOB, SyncState, Window, WindowProgress
-from recordsync.warehouse import locks, page_commits, reads, summaries, sync_state
+from recordsync.warehouse import (
+    backfill_requests,
+    fleet_locks,
+    leases,
+    locks,
+    page_commits,
+    reads,
+    summaries,
+    sync_state,
+)
 from recordsync.warehouse.connection import (
     WRITE_OPTION,
     create_warehouse_engine,
     sqlite_file,
     translate_errors,
 )
+from recordsync.warehouse.fenced import FencedWarehouse
+from recordsync.warehouse.fleet import FleetSession
 from recordsync.warehouse.locks import MerchantLock
 from recordsync.warehouse.migrate import schema_state
 from recordsync.warehouse.migrate import upgrade as upgrade_schema
 from recordsync.warehouse.page_writer import PageWriter, page_writer_for
 from recordsync.warehouse.values import (
+    BackfillRequest,
     DailySummary,
     Freshness,
     QuarantinedRecord,
@@ -181,6 +201,7 @@ class Warehouse:
         history_from: datetime,
         snapshot_to: datetime,
         windows: Sequence[Window],
+        epoch: int | None = None,
     ) -> SyncState:
         """Anchor a (re)build: new tail cursor and a fresh set of rebuild windows, atomically.
 
@@ -191,7 +212,7 @@ class Warehouse:
         """
         sync_state.check_windows(windows)
         now = self._clock()
-        with translate_errors("start rebuild"), self._writer.begin() as conn:
+        with self._write("start rebuild", merchant_id, epoch) as conn:
             return sync_state.start_rebuild(
                 conn,
                 merchant_id,
@@ -204,7 +225,12 @@ class Warehouse:
             )
 
     def ensure_job(
-        self, merchant_id: str, job: str, windows: Sequence[Window]
+        self,
+        merchant_id: str,
+        job: str,
+        windows: Sequence[Window],
+        *,
+        epoch: int | None = None,
     ) -> list[WindowProgress]:
         """Register a one-shot backfill's windows once; later calls return its progress.
 
@@ -213,16 +239,18 @@ class Warehouse:
         if job == REBUILD_JOB:
             raise ValueError("the rebuild job's windows are set by start_rebuild()")
         sync_state.check_windows(windows)
-        with translate_errors("ensure job"), self._writer.begin() as conn:
+        with self._write("ensure job", merchant_id, epoch) as conn:
             return sync_state.ensure_job(conn, merchant_id, job, windows, now=self._clock())
 
-    def restart_window(self, merchant_id: str, job: str, window: Window) -> None:
+    def restart_window(
+        self, merchant_id: str, job: str, window: Window, *, epoch: int | None = None
+    ) -> None:
         """Forget a window's cursor after 410 CURSOR_EXPIRED, so its chain starts over.
 
         Its record count restarts too: the new chain reads the window from its beginning.
         Rows already stored stay; the new chain rewrites them only with higher revisions.
         """
-        with translate_errors("restart window"), self._writer.begin() as conn:
+        with self._write("restart window", merchant_id, epoch) as conn:
             sync_state.restart_window(conn, merchant_id, job, window, now=self._clock())
 
     # -- pages (page_commits) ----------------------------------------------------------------
@@ -239,6 +267,7 @@ class Warehouse:
         cursor_issued_at: datetime | None,
         done: bool,
         position: str,
+        epoch: int | None = None,
     ) -> WriteResult:
         """Store one snapshot page and move its window's cursor, in one transaction.
 
@@ -246,7 +275,7 @@ class Warehouse:
         same transaction.
         """
         now = self._clock()
-        with translate_errors("commit window page"), self._writer.begin() as conn:
+        with self._write("commit window page", merchant_id, epoch) as conn:
             return page_commits.commit_window_page(
                 conn,
                 self._writer_for(conn),
@@ -274,6 +303,7 @@ class Warehouse:
         projection_as_of: datetime | None,
         position: str,
         changes: Sequence[RecordChange] = (),
+        epoch: int | None = None,
     ) -> WriteResult:
         """Store one change page and move the change cursor, in one transaction.
 
@@ -284,7 +314,7 @@ class Warehouse:
         Without them the history gets ``records`` with no sequence.
         """
         now = self._clock()
-        with translate_errors("commit tail page"), self._writer.begin() as conn:
+        with self._write("commit tail page", merchant_id, epoch) as conn:
             return page_commits.commit_tail_page(
                 conn,
                 self._writer_for(conn),
@@ -299,6 +329,14 @@ class Warehouse:
                 keep_revisions=self._keep_revisions,
                 now=now,
             )
+
+    @contextmanager
+    def _write(self, action: str, merchant_id: str, epoch: int | None) -> Iterator[Connection]:
+        """One write transaction; with an ``epoch``, fenced by its first statement."""
+        with translate_errors(action), self._writer.begin() as conn:
+            if epoch is not None:
+                leases.check_epoch(conn, merchant_id, epoch, action=action)
+            yield conn
 
     def _writer_for(self, conn: Connection) -> PageWriter:
         """Compiled against the connected dialect: MariaDB's syntax depends on the server."""
@@ -358,6 +396,64 @@ class Warehouse:
         URL and the connection stay inside the warehouse package.
         """
         return locks.merchant_lock(self._engine.url, merchant_id, lease_seconds=lease_seconds)
+
+    # -- the fleet (fleet, leases, backfill_requests) -----------------------------------------
+
+    def fleet_session(
+        self,
+        replica_id: str,
+        *,
+        lease_seconds: int = 10,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> FleetSession:
+        """This process's session in the fleet sharing the merchants, as ``replica_id``.
+
+        Its locks live on ONE connection of its own, built from this engine's URL (a file lock
+        on SQLite).  ``lease_seconds`` bounds how long the server lets a silent holder (paused,
+        partitioned) keep its locks; the caller's heartbeat, every ~2 s, keeps a live one's.
+        ``sleep`` is what ``wait_for_change`` does where the database cannot notify.
+        """
+        merchant_locks = fleet_locks.merchant_locks(
+            self._engine.url, owner=replica_id, lease_seconds=lease_seconds
+        )
+        return FleetSession(self._engine, merchant_locks, replica_id, sleep=sleep)
+
+    def fenced(self, merchant_id: str, epoch: int) -> FencedWarehouse:
+        """The sync's store for ``merchant_id`` held at ``epoch``: every write is fenced."""
+        return FencedWarehouse(self, merchant_id, epoch)
+
+    def lease_epoch(self, merchant_id: str) -> int | None:
+        """The merchant's current lease epoch; None when no replica ever held it."""
+        with translate_errors("read lease epoch"), self._engine.begin() as conn:
+            return leases.current_epoch(conn, merchant_id)
+
+    def request_backfill(self, merchant_id: str, start: datetime, end: datetime, job: str) -> int:
+        """Hand a backfill of ``[start, end)`` as ``job`` to the merchant's holder; its request
+        id (an unfinished request for the same job is followed rather than duplicated)."""
+        with translate_errors("request backfill"), self._writer.begin() as conn:
+            return backfill_requests.request(conn, merchant_id, start, end, job)
+
+    def pending_backfills(self, merchant_id: str) -> list[BackfillRequest]:
+        """The merchant's unfinished requests, oldest first: pending ones, and running ones a
+        previous holder did not finish (resume them: their job's windows keep the progress)."""
+        with translate_errors("read backfill requests"), self._engine.begin() as conn:
+            return backfill_requests.unfinished(conn, merchant_id)
+
+    def start_backfill_request(self, request_id: int, holder: str) -> None:
+        """Mark an unfinished request running under ``holder``; LookupError when there is none."""
+        with translate_errors("start backfill request"), self._writer.begin() as conn:
+            backfill_requests.start(conn, request_id, holder)
+
+    def finish_backfill_request(self, request_id: int, *, failed: str | None = None) -> None:
+        """Mark an unfinished request done, or failed with the reason (shown to the requester,
+        so never a secret); LookupError when there is none."""
+        with translate_errors("finish backfill request"), self._writer.begin() as conn:
+            backfill_requests.finish(conn, request_id, failed=failed)
+
+    def backfill_request(self, request_id: int) -> BackfillRequest | None:
+        """The request as it stands (the requester polls it)."""
+        with translate_errors("read backfill request"), self._engine.begin() as conn:
+            return backfill_requests.get(conn, request_id)
 
     # -- for tests and end-to-end checks -----------------------------------------------------
 

@@ -1,10 +1,12 @@
-"""Plain values the warehouse hands back: what a commit wrote, quarantine, status, BI rows."""
+"""Plain values the warehouse hands back: what a commit wrote, quarantine, status, BI rows,
+backfill requests."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
+from enum import StrEnum
 
 from recordsync.core.state import Phase, SyncState
 
@@ -94,3 +96,38 @@ class Freshness:
     last_commit_at: datetime | None
     staleness_seconds: int | None
     seconds_since_commit: int | None
+
+
+class BackfillState(StrEnum):
+    """Where a backfill request stands; stored as its value in ``backfill_requests.state``."""
+
+    PENDING = "pending"  # asked for; no holder has started it yet
+    RUNNING = "running"  # a holder runs it (a new holder resumes it after a takeover)
+    DONE = "done"
+    FAILED = "failed"  # ``error`` says why
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillRequest:
+    """A backfill of ``[created_from, created_to)`` handed to the merchant's holder.
+
+    The holder runs ``job`` (its windows are the job's ``snapshot_windows``, which keep its
+    progress) within the merchant's rate budget; the requester follows the row until finished.
+    Times are the database's.
+    """
+
+    id: int
+    merchant_id: str
+    created_from: datetime
+    created_to: datetime
+    job: str
+    state: BackfillState
+    requested_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    holder: str | None  # the replica that started it last
+    error: str | None  # why it failed
+
+    @property
+    def finished(self) -> bool:
+        return self.state in {BackfillState.DONE, BackfillState.FAILED}

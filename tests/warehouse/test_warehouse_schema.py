@@ -15,6 +15,7 @@ from recordsync.warehouse import Warehouse
 from recordsync.warehouse.migrate import _config, current_revision, head_revision, script_location
 from recordsync.warehouse.schema import VERSION_TABLE, metadata
 
+FLEET_TABLES = {"merchant_leases", "replicas", "backfill_requests"}
 TABLES = {
     "records",
     "record_revisions",
@@ -22,6 +23,7 @@ TABLES = {
     "snapshot_windows",
     "quarantined_records",
     VERSION_TABLE,
+    *FLEET_TABLES,
 }
 VIEWS = {"daily_game_summary", "daily_player_summary", "sync_freshness"}
 RECORD_INDEXES = {
@@ -52,7 +54,7 @@ def test_migrations_build_the_schema_on_an_empty_database_and_are_idempotent(war
         store.close()
     assert tables == TABLES
     assert views == VIEWS
-    assert revision == head_revision() == "0003"
+    assert revision == head_revision() == "0004"
 
 
 def test_migrated_schema_matches_the_tables_the_code_uses(warehouse):
@@ -96,7 +98,12 @@ def test_revisions_are_keyed_by_merchant_record_and_revision(warehouse):
 
 def test_scripts_are_found_from_the_source_checkout():
     versions = script_location() / "versions"
-    for name in ("0001_initial_schema.py", "0002_record_revisions.py", "0003_bi_views.py"):
+    for name in (
+        "0001_initial_schema.py",
+        "0002_record_revisions.py",
+        "0003_bi_views.py",
+        "0004_fleet.py",
+    ):
         assert (versions / name).is_file()
 
 
@@ -143,7 +150,7 @@ def test_the_bi_revisions_downgrade_to_0001_and_upgrade_again(warehouse):
         config.attributes["connection"] = conn
         command.downgrade(config, "0001")
     inspector = inspect(warehouse.engine)
-    assert set(inspector.get_table_names()) == TABLES - {"record_revisions"}
+    assert set(inspector.get_table_names()) == TABLES - {"record_revisions", *FLEET_TABLES}
     assert inspector.get_view_names() == []
     assert not any(c["name"].endswith("_units") for c in inspector.get_columns("records"))
     warehouse.migrate()

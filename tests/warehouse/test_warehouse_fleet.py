@@ -1,0 +1,427 @@
+"""The fleet session: merchants shared by replicas, one holder at a time, epochs, heartbeats,
+announcements, and backfill requests handed to a holder.
+
+Each replica is a ``Warehouse`` of its own on the same database, as separate processes are;
+a dead replica is a closed session, or a server session killed from an admin connection.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from dbfixtures import SERVER_PARAMS
+from sqlalchemy import create_engine, pool, select, text, update
+from sqlalchemy.engine import make_url
+from warehouse.warehouse_samples import T0
+
+from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
+from recordsync.warehouse import BackfillState, Warehouse
+from recordsync.warehouse.database_clock import read_database_now
+from recordsync.warehouse.locks import lease_key, mysql_lock_name
+from recordsync.warehouse.schema import merchant_leases, replicas
+
+M1, M2 = "merchant-1", "merchant-2"
+SQLITE_ONLY = [pytest.param("sqlite", id="sqlite")]
+POSTGRES_ONLY = [param for param in SERVER_PARAMS if param.id == "postgres"]
+NO_NOTIFY = [pytest.param("sqlite", id="sqlite"), *(p for p in SERVER_PARAMS if p.id == "mariadb")]
+
+
+@pytest.fixture
+def fleet(warehouse_url, warehouse):
+    """``fleet(replica_id, **options)``: a session on a Warehouse of its own, closed after."""
+    made = []
+
+    def join(replica_id, *, clock=None, **options):
+        extra = {} if clock is None else {"clock": clock}
+        store = Warehouse.connect(warehouse_url, **extra)
+        session = store.fleet_session(replica_id, **options)
+        made.append((store, session))
+        return session
+
+    yield join
+    for store, session in made:
+        session.close()
+        store.close()
+
+
+def lease_row(warehouse, merchant_id):
+    with warehouse.engine.connect() as conn:
+        return conn.execute(
+            select(merchant_leases).where(merchant_leases.c.merchant_id == merchant_id)
+        ).one()
+
+
+def kill_lock_session(warehouse_url, merchant_id):
+    """End, from an admin connection, the server session holding ``merchant_id``'s lock."""
+    admin = create_engine(warehouse_url, poolclass=pool.NullPool, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            if admin.dialect.name == "postgresql":
+                key = lease_key(merchant_id)
+                killed = conn.execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_locks"
+                        " WHERE locktype = 'advisory' AND granted"
+                        " AND classid::bigint = :high AND objid::bigint = :low"
+                    ),
+                    {"high": (key >> 32) & 0xFFFFFFFF, "low": key & 0xFFFFFFFF},
+                ).all()
+                assert killed == [(True,)]
+            else:
+                name = mysql_lock_name(make_url(warehouse_url).database, merchant_id)
+                holder = conn.execute(text("SELECT IS_USED_LOCK(:n)"), {"n": name}).scalar()
+                conn.execute(text(f"KILL CONNECTION {int(holder)}"))
+    finally:
+        admin.dispose()
+
+
+# -- holding -------------------------------------------------------------------------------
+
+
+def test_each_new_holder_raises_the_epoch_by_exactly_one(warehouse, fleet):
+    first = fleet("replica-a")
+    assert first.try_hold(M1) == 1
+    first.close()
+    second = fleet("replica-b")
+    assert second.try_hold(M1) == 2
+    assert second.try_hold(M1) == 2  # held already: the same epoch, not raised again
+    row = lease_row(warehouse, M1)
+    assert (row.epoch, row.holder, row.released_at) == (2, "replica-b", None)
+    second.leave()
+    assert lease_row(warehouse, M1).released_at is not None
+    third = fleet("replica-c")
+    assert third.try_hold(M1) == 3
+    assert third.try_hold(M2) == 1
+    assert (warehouse.lease_epoch(M1), warehouse.lease_epoch(M2)) == (3, 1)
+    assert warehouse.lease_epoch("merchant-never-held") is None
+
+
+def test_two_sessions_never_hold_one_merchant_at_once(warehouse, fleet):
+    first, second = fleet("replica-a"), fleet("replica-b")
+    assert first.try_hold(M1) == 1
+    assert second.try_hold(M1) is None
+    assert warehouse.lease_epoch(M1) == 1  # a failed attempt raises nothing
+    assert first.still_held() == {M1}
+    assert second.still_held() == frozenset()
+    assert second.held() == {}
+
+
+@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
+def test_sessions_racing_for_the_same_merchants_split_them(fleet):
+    merchants = [f"merchant-{i}" for i in range(30)]
+    sessions = [fleet("replica-a"), fleet("replica-b")]
+    won: dict[str, list[str]] = {"replica-a": [], "replica-b": []}
+
+    def grab(session, order):
+        for merchant_id in order:
+            if session.try_hold(merchant_id) is not None:
+                won[session.replica_id].append(merchant_id)
+
+    threads = [
+        threading.Thread(target=grab, args=[sessions[0], merchants]),
+        threading.Thread(target=grab, args=[sessions[1], merchants[::-1]]),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not set(won["replica-a"]) & set(won["replica-b"])
+    assert sorted(won["replica-a"] + won["replica-b"]) == sorted(merchants)
+    assert sessions[0].still_held() == set(won["replica-a"])
+
+
+def test_a_closed_sessions_merchants_are_free_at_once(fleet):
+    first, second = fleet("replica-a"), fleet("replica-b")
+    assert (first.try_hold(M1), first.try_hold(M2)) == (1, 1)
+    first.close()
+    first.close()  # safe twice
+    assert first.held() == {}
+    assert (second.try_hold(M1), second.try_hold(M2)) == (2, 2)
+
+
+@pytest.mark.parametrize("warehouse_url", SQLITE_ONLY, indirect=True)
+def test_on_sqlite_a_second_session_holds_nothing_until_the_first_is_gone(fleet):
+    first, second = fleet("replica-a"), fleet("replica-b")
+    assert first.try_hold(M1) == 1
+    first.release(M1)  # one file lock covers every merchant: the first keeps them all
+    assert second.try_hold(M1) is None
+    assert second.try_hold(M2) is None
+    assert second.still_held() == frozenset()
+    assert first.try_hold(M2) == 1
+    first.close()
+    assert (second.try_hold(M1), second.try_hold(M2)) == (2, 2)
+    assert second.still_held() == {M1, M2}
+
+
+@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
+def test_a_killed_sessions_merchants_are_free_at_once_and_it_learns_so(warehouse_url, fleet):
+    first, second = fleet("replica-a"), fleet("replica-b")
+    assert (first.try_hold(M1), first.try_hold(M2)) == (1, 1)
+    kill_lock_session(warehouse_url, M1)
+    assert second.try_hold(M1) == 2
+    with pytest.raises(WarehouseUnavailableError):
+        first.still_held()
+    assert first.held() == {}
+    assert first.still_held() == frozenset()
+    assert first.try_hold(M2) == 2  # a new connection, which holds only what it takes again
+    assert first.still_held() == {M2}
+
+
+@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
+def test_the_server_frees_a_silent_sessions_locks_but_not_a_beating_ones(fleet):
+    """``lease_seconds`` reaches the server: a session that stops talking (paused,
+    partitioned) loses its locks after about that long; one that heartbeats keeps them."""
+    silent, beating = fleet("replica-a", lease_seconds=1), fleet("replica-b", lease_seconds=2)
+    taker = fleet("replica-c")
+    assert (silent.try_hold(M1), beating.try_hold(M2)) == (1, 1)
+    started = time.monotonic()
+    taken = None
+    while taken is None and time.monotonic() - started < 6:
+        beating.heartbeat(1)
+        time.sleep(0.25)
+        taken = taker.try_hold(M1)
+    assert taken == 2
+    while time.monotonic() - started < 3:  # past the beating one's lease_seconds too
+        beating.heartbeat(1)
+        time.sleep(0.25)
+    assert taker.try_hold(M2) is None
+    assert beating.still_held() == {M2}
+
+
+# -- heartbeats and who is alive --------------------------------------------------------------
+
+
+def test_heartbeats_are_stamped_and_aged_by_the_database_clock(warehouse, fleet):
+    wrong_clock = lambda: datetime(2001, 1, 1, tzinfo=UTC)  # noqa: E731 - a local clock far off
+    first = fleet("replica-a", clock=wrong_clock)
+    second = fleet("replica-b", clock=wrong_clock)
+    first.heartbeat(3)
+    second.heartbeat(0)
+    with warehouse.engine.begin() as conn:
+        now = read_database_now(conn)
+        row = conn.execute(select(replicas).where(replicas.c.replica_id == "replica-a")).one()
+    assert abs(row.heartbeat_at - now) < timedelta(minutes=1)
+    assert row.merchants_held == 3
+    assert row.pid > 0
+    assert row.hostname
+    assert first.live_replicas(30) == ["replica-a", "replica-b"]
+
+    with warehouse.engine.begin() as conn:  # replica-a last beat a minute ago
+        conn.execute(
+            update(replicas)
+            .where(replicas.c.replica_id == "replica-a")
+            .values(heartbeat_at=row.heartbeat_at - timedelta(seconds=60))
+        )
+    assert second.live_replicas(30) == ["replica-b"]
+    assert second.live_replicas(120) == ["replica-a", "replica-b"]
+    first.heartbeat(3)
+    assert second.live_replicas(30) == ["replica-a", "replica-b"]
+
+
+@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
+def test_replicas_joining_side_by_side_all_get_a_row(fleet):
+    """Their first heartbeats insert rows next to one another at the same moment."""
+    sessions = [fleet(f"replica-{i}") for i in range(8)]
+    start = threading.Barrier(len(sessions))
+    failures = []
+
+    def join(session):
+        start.wait(10)
+        try:
+            session.heartbeat(0)
+            session.try_hold(f"merchant-of-{session.replica_id}")
+        except Exception as error:  # noqa: BLE001 - reported by the assertion below
+            failures.append(error)
+
+    threads = [threading.Thread(target=join, args=[session]) for session in sessions]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert failures == []
+    assert sessions[0].live_replicas(60) == sorted(s.replica_id for s in sessions)
+
+
+def test_a_replica_silent_for_a_day_is_forgotten_when_another_joins(warehouse, fleet):
+    fleet("replica-a").heartbeat(0)
+    with warehouse.engine.begin() as conn:
+        day_ago = read_database_now(conn) - timedelta(days=1, minutes=1)
+        conn.execute(update(replicas).values(heartbeat_at=day_ago))
+    fleet("replica-b").heartbeat(0)
+    with warehouse.engine.connect() as conn:
+        assert list(conn.execute(select(replicas.c.replica_id)).scalars()) == ["replica-b"]
+
+
+def test_leaving_frees_every_merchant_and_the_replica_row_at_once(warehouse, fleet):
+    leaving, staying = fleet("replica-a"), fleet("replica-b")
+    assert (leaving.try_hold(M1), leaving.try_hold(M2)) == (1, 1)
+    leaving.heartbeat(2)
+    staying.heartbeat(0)
+    leaving.leave()
+    assert leaving.held() == {}
+    assert staying.live_replicas(60) == ["replica-b"]
+    assert staying.try_hold(M1) == 2
+    assert lease_row(warehouse, M2).released_at is not None
+
+
+@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
+def test_holders_are_the_replicas_holding_each_merchant_now(fleet):
+    first, second = fleet("replica-a"), fleet("replica-b")
+    assert (first.try_hold(M1), second.try_hold(M2)) == (1, 1)
+    expected = {M1: "replica-a", M2: "replica-b"}
+    assert first.holders() == expected
+    assert second.holders() == expected
+    first.close()  # died: its lease row still names it, but its lock is gone
+    assert second.holders() == {M2: "replica-b"}
+    second.release(M2)
+    assert second.holders() == {}
+
+
+@pytest.mark.parametrize("warehouse_url", SQLITE_ONLY, indirect=True)
+def test_on_sqlite_holders_are_the_file_lock_holders_merchants(fleet):
+    first, second = fleet("replica-a"), fleet("replica-b")
+    assert (first.try_hold(M1), first.try_hold(M2)) == (1, 1)
+    assert second.holders() == {M1: "replica-a", M2: "replica-a"}
+    first.close()
+    assert second.holders() == {}
+    assert second.try_hold(M1) == 2
+    assert second.holders() == {M1: "replica-b"}
+
+
+# -- announcements ------------------------------------------------------------------------------
+
+
+def release_m1(giver, _fleet):
+    giver.release(M1)
+
+
+def leave(giver, _fleet):
+    giver.leave()
+
+
+def join(_giver, fleet):
+    fleet("replica-c").heartbeat(0)
+
+
+@pytest.mark.parametrize("warehouse_url", POSTGRES_ONLY, indirect=True)
+@pytest.mark.parametrize("change", [release_m1, leave, join], ids=["release", "leave", "join"])
+def test_waiting_for_a_change_returns_as_soon_as_another_replica_announces_one(fleet, change):
+    giver, waiter = fleet("replica-a"), fleet("replica-b")
+    giver.heartbeat(1)
+    assert giver.try_hold(M1) == 1
+    assert waiter.try_hold(M1) is None  # connected, listening
+    timer = threading.Timer(0.2, change, args=[giver, fleet])
+    started = time.monotonic()
+    timer.start()
+    try:
+        assert waiter.wait_for_change(10) is True
+    finally:
+        timer.join()
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("warehouse_url", POSTGRES_ONLY, indirect=True)
+def test_a_replicas_own_announcements_and_later_heartbeats_do_not_wake_it(fleet):
+    first, other = fleet("replica-a"), fleet("replica-b")
+    first.heartbeat(0)
+    assert first.try_hold(M1) == 1
+    first.release(M1)
+    assert first.wait_for_change(0.2) is False
+    other.heartbeat(0)
+    assert first.wait_for_change(0.2) is True  # the other one joined
+    other.heartbeat(0)
+    assert first.wait_for_change(0.2) is False
+
+
+@pytest.mark.parametrize("warehouse_url", NO_NOTIFY, indirect=True)
+def test_waiting_for_a_change_sleeps_where_the_database_cannot_notify(fleet):
+    slept = []
+    session = fleet("replica-a", sleep=slept.append)
+    assert session.wait_for_change(2.5) is False
+    assert slept == [2.5]
+
+
+@pytest.mark.parametrize(
+    ("replica_id", "lease_seconds"),
+    [("", 10), ("r" * 256, 10), ("replica-a", 0)],
+    ids=["empty-id", "id-too-long", "no-lease-time"],
+)
+def test_a_bad_replica_id_or_lease_time_is_a_configuration_error(
+    warehouse, replica_id, lease_seconds
+):
+    with pytest.raises(ConfigurationError):
+        warehouse.fleet_session(replica_id, lease_seconds=lease_seconds).close()
+
+
+# -- backfill requests --------------------------------------------------------------------------
+
+START, END = T0 - timedelta(days=7), T0
+JOB = "backfill:2024-02-23/2024-03-01"
+
+
+def test_a_backfill_request_goes_pending_running_done(warehouse):
+    request_id = warehouse.request_backfill(M1, START, END, JOB)
+    assert warehouse.request_backfill(M1, START, END, JOB) == request_id  # followed, not doubled
+    pending = warehouse.backfill_request(request_id)
+    assert (pending.merchant_id, pending.created_from, pending.created_to, pending.job) == (
+        M1,
+        START,
+        END,
+        JOB,
+    )
+    assert (pending.state, pending.holder, pending.started_at) == (
+        BackfillState.PENDING,
+        None,
+        None,
+    )
+    assert warehouse.pending_backfills(M1) == [pending]
+    assert warehouse.pending_backfills(M2) == []
+
+    warehouse.start_backfill_request(request_id, "replica-a")
+    running = warehouse.backfill_request(request_id)
+    assert (running.state, running.holder) == (BackfillState.RUNNING, "replica-a")
+    assert warehouse.pending_backfills(M1) == [running]  # a new holder resumes it
+    warehouse.start_backfill_request(request_id, "replica-b")  # taken over
+    assert warehouse.backfill_request(request_id).holder == "replica-b"
+
+    warehouse.finish_backfill_request(request_id)
+    done = warehouse.backfill_request(request_id)
+    assert (done.state, done.finished, done.error) == (BackfillState.DONE, True, None)
+    assert done.requested_at <= done.started_at <= done.finished_at
+    assert warehouse.pending_backfills(M1) == []
+    with pytest.raises(LookupError):
+        warehouse.finish_backfill_request(request_id)
+    with pytest.raises(LookupError):
+        warehouse.start_backfill_request(request_id, "replica-a")
+    assert warehouse.request_backfill(M1, START, END, JOB) != request_id  # asked anew
+
+
+def test_a_failed_backfill_request_keeps_the_reason(warehouse):
+    request_id = warehouse.request_backfill(M1, START, END, JOB)
+    warehouse.start_backfill_request(request_id, "replica-a")
+    warehouse.finish_backfill_request(request_id, failed="platform said 403 FORBIDDEN")
+    failed = warehouse.backfill_request(request_id)
+    assert (failed.state, failed.finished, failed.error) == (
+        BackfillState.FAILED,
+        True,
+        "platform said 403 FORBIDDEN",
+    )
+
+
+def test_backfill_requests_are_listed_oldest_first_per_merchant(warehouse):
+    first = warehouse.request_backfill(M1, START, END, JOB)
+    other = warehouse.request_backfill(M2, START, END, JOB)
+    second = warehouse.request_backfill(M1, START - timedelta(days=7), START, "backfill:older")
+    assert [request.id for request in warehouse.pending_backfills(M1)] == [first, second]
+    assert [request.id for request in warehouse.pending_backfills(M2)] == [other]
+
+
+def test_unknown_or_empty_backfill_requests_are_refused(warehouse):
+    assert warehouse.backfill_request(12345) is None
+    with pytest.raises(LookupError):
+        warehouse.start_backfill_request(12345, "replica-a")
+    with pytest.raises(ValueError, match="empty"):
+        warehouse.request_backfill(M1, END, START, JOB)
