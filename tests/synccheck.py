@@ -102,6 +102,16 @@ def start_daemon(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen
         )
 
 
+def wait_for_log(log: Path, needle: str, timeout: float = 30.0) -> None:
+    """Wait until ``needle`` appears in a daemon's log file."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists() and needle in log.read_text():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{needle!r} never appeared in {log}")
+
+
 def wait_for_truth(sim: Simulator, url: str, timeout: float) -> list[str]:
     warehouse = Warehouse.connect(url)
     try:

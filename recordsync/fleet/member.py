@@ -10,6 +10,7 @@ back: a hand-over never has two writers.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection
 from typing import Final, Protocol
 
@@ -22,12 +23,20 @@ from recordsync.fleet.share import plan_moves
 DEFAULT_TICK: Final = 2.0
 # A replica whose heartbeat is older than this (by the database's clock) no longer counts.
 DEFAULT_STALE_AFTER: Final = 6.0
+STANDBY_LOG_EVERY: Final = 60.0
+# How long a starting replica waits after announcing itself, for others starting with it.
+ANNOUNCE_WAIT: Final = 1.0
 
 log = structlog.get_logger("recordsync.fleet")
 
 
 class FleetSession(Protocol):
     """What the loop needs of the warehouse's fleet session (``Warehouse.fleet_session``)."""
+
+    @property
+    def exclusive(self) -> bool:
+        """One lock for every merchant (SQLite): the holder takes all, others stand by."""
+        ...
 
     def try_hold(self, merchant_id: str) -> int | None: ...
 
@@ -74,6 +83,7 @@ class Member:
         tick: float = DEFAULT_TICK,
         stale_after: float = DEFAULT_STALE_AFTER,
         on_change: Callable[[frozenset[str], int], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.session = session
         self.syncs = syncs
@@ -86,11 +96,13 @@ class Member:
         self.held: set[str] = set()
         self.live: list[str] = []
         self._log = log.bind(replica_id=replica_id)
+        self._clock = clock
+        self._next_waiting_log: float | None = None
 
     def run(self) -> None:
         """Tick until stopped, then hand every merchant over at once and leave.
 
-        The first tick only announces this replica and waits one tick: replicas started
+        The first tick only announces this replica and waits a second: replicas started
         together then see one another before taking merchants, instead of the first one
         taking them all and handing most of them over a moment later.
         """
@@ -107,7 +119,7 @@ class Member:
             self.session.heartbeat(0)
         except WarehouseUnavailableError as exc:
             self._log.warning("fleet_unavailable", error=str(exc), held=[])
-        self.session.wait_for_change(self.tick)
+        self.session.wait_for_change(min(self.tick, ANNOUNCE_WAIT))
 
     def step(self) -> None:
         """One tick: heartbeat, drop what was lost, then take and give toward the share."""
@@ -142,11 +154,13 @@ class Member:
             self.held.discard(merchant_id)
             self._log.warning("merchant_sync_ended", merchant_id=merchant_id, action="released")
         self.live = self.session.live_replicas(self.stale_after)
+        # With one lock for everything, sharing would leave merchants nobody can take.
+        share_among = [self.replica_id] if self.session.exclusive else self.live
         holders = self.session.holders()
         for merchant_id in self.held:
             holders[merchant_id] = self.replica_id
         moves = plan_moves(
-            self.replica_id, merchants=self.merchants, live=self.live, holders=holders
+            self.replica_id, merchants=self.merchants, live=share_among, holders=holders
         )
         for merchant_id in moves.release:
             if self.stopper.stopped:
@@ -163,7 +177,21 @@ class Member:
                 continue  # another replica was quicker
             self.held.add(merchant_id)
             self.syncs.start(merchant_id, epoch)
-            self._log.info("merchant_taken", merchant_id=merchant_id, epoch=epoch)
+            self._log.info("lease_acquired", merchant_id=merchant_id, epoch=epoch)
+        self._say_if_standby(holders)
+
+    def _say_if_standby(self, holders: dict[str, str]) -> None:
+        """A replica that holds nothing while others hold everything stands by: say so at
+        once, then once a minute, not every tick."""
+        if self.held or not holders:
+            self._next_waiting_log = None
+            return
+        now = self._clock()
+        if self._next_waiting_log is None or now >= self._next_waiting_log:
+            self._log.info(
+                "lease_waiting", role="standby", held_elsewhere=len(holders), live=len(self.live)
+            )
+            self._next_waiting_log = now + STANDBY_LOG_EVERY
 
     def _drop(self, merchants: set[str], *, reason: str) -> None:
         for merchant_id in sorted(merchants):

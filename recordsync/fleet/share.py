@@ -4,14 +4,15 @@ Pure: the membership loop (``member``) feeds it what the warehouse says (the liv
 by the database's clock, who holds what) and carries out the moves.  Every replica computes
 the same targets from the same facts, so they agree without talking to each other:
 
-- with N merchants and K live replicas, the replicas sorted by id take ``N // K`` each and
-  the first ``N % K`` one more: between floor(N/K) and ceil(N/K), summing to N;
-- a replica below its target takes free merchants (held by nobody) up to its target; a
-  replica that died stops counting once its heartbeat is older than the staleness limit
-  (a few heartbeats, by the database's clock), and the others' targets then cover its
-  merchants, which its dead session no longer locks;
-- a replica above its target gives merchants back only while another live replica is below
-  its own, so nothing is released into the void;
+- with N merchants and K live replicas each should hold between floor(N/K) and ceil(N/K);
+  nothing moves while that holds (a newcomer to one merchant and one holder changes nothing);
+- a replica takes free merchants (held by nobody) up to floor(N/K), and up to ceil(N/K)
+  with what the others short of floor(N/K) do not need (so a start needs no hand-over);
+  one that died stops counting once its heartbeat is older than the staleness limit (a few
+  heartbeats, by the database's clock), and the others' shares then cover its merchants,
+  which its dead session no longer locks;
+- a replica above ceil(N/K) gives the excess back, and one at ceil gives one back while
+  another live replica is below floor(N/K), so nothing is released into the void;
 - which merchants: each replica ranks them by a rendezvous hash of (merchant, replica), takes
   its most preferred free ones and gives back its least preferred, so a join or a departure
   moves few merchants and the same ones each time.
@@ -58,7 +59,8 @@ def plan_moves(
     sees to.  Merchants not configured here (another configuration) are left alone.
     """
     live_set = set(live) | {me}
-    share = targets(len(merchants), sorted(live_set))
+    floor, extra = divmod(len(merchants), len(live_set))
+    ceiling = floor + (1 if extra else 0)
     mine = sorted(
         (merchant for merchant in merchants if holders.get(merchant) == me),
         key=lambda merchant: preference(merchant, me),
@@ -72,10 +74,16 @@ def plan_moves(
         holder = holders.get(merchant)
         if holder in counts:
             counts[holder] += 1
-    target = share[me]
-    acquire = tuple(free[: max(target - len(mine), 0)])
-    deficit = sum(max(share[replica] - counts[replica], 0) for replica in live_set if replica != me)
-    surplus = max(len(mine) - target, 0)
-    give = min(surplus, deficit) if not free else 0
+    # Up to floor(N/K) for itself; beyond, only what the others short of floor do not need.
+    short_of_floor = max(floor - len(mine), 0)
+    others_short = sum(max(floor - count, 0) for replica, count in counts.items() if replica != me)
+    spare = max(len(free) - others_short - short_of_floor, 0)
+    acquire = tuple(free[: min(max(ceiling - len(mine), 0), short_of_floor + spare)])
+    give = 0
+    if not free:  # free merchants go to whoever is short first; nothing to give meanwhile
+        give = max(len(mine) - ceiling, 0)
+        short = any(count < floor for replica, count in counts.items() if replica != me)
+        if not give and short and len(mine) > floor:
+            give = 1
     release = tuple(mine[len(mine) - give :]) if give else ()
     return Moves(acquire=acquire, release=release)

@@ -1,99 +1,131 @@
-"""``recordsync run``: the daemon.  Metrics and health on the HTTP port, then one lease term
-after another until a signal stops it.  The secret keeper's watcher runs alongside, so a
-rotated secret signs the next request without a restart.
+"""``recordsync run``: the daemon.  Metrics and health on the HTTP port; the replica joins the
+fleet of processes that share the configured merchants through the warehouse, syncs the
+merchants it holds, and hands them over at once when it stops.
+
+One code path for one merchant and for many, one replica and many: a lone replica simply
+holds every merchant (and, on SQLite, a second process waits as a standby).  The secret
+keeper's watcher runs alongside, so a rotated secret signs the next request without a
+restart.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import secrets as random_tokens
+import socket
+import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import structlog
 from prometheus_client import CollectorRegistry
 
-from recordsync.core.errors import ConfigurationError, ShutdownRequestedError
+from recordsync.core.errors import ShutdownRequestedError
 from recordsync.core.settings import Settings
 from recordsync.core.stopping import Stopper
+from recordsync.fleet.member import Member
 from recordsync.logs import process_context
 from recordsync.metrics import Metrics
-from recordsync.service.app import App, open_app
-from recordsync.service.health import HealthServer, ReadinessCheck
-from recordsync.service.lease import acquire_lease
+from recordsync.service.health import FleetReadinessCheck, HealthServer
 from recordsync.service.log_context import ProcessLogContext
-from recordsync.service.observers import ClientMetricsObserver, SyncMetricsObserver
+from recordsync.service.merchant_syncs import MerchantSyncs
 from recordsync.service.secrets import SecretKeeper
 from recordsync.service.signals import stop_on_signals
-from recordsync.sync.events import MultiObserver
+from recordsync.sync.events import SyncObserver
+from recordsync.sync.jobs import JobHost
+from recordsync.sync.resilience import StepRunner
 from recordsync.warehouse import Warehouse
 
 log = structlog.get_logger("recordsync")
 
+# Seconds a silent replica keeps its merchants' locks before the database frees them (a
+# paused or partitioned process); a dead one loses them at once.  Failover: this, or the
+# staleness of its heartbeat (fleet.member), plus a tick.
+LEASE_SECONDS = 10
+
+
+def replica_id() -> str:
+    """Unique per process, readable in status and logs: host, pid and a random suffix."""
+    host = socket.gethostname().split(".")[0][:40] or "host"
+    return f"{host}-{os.getpid()}-{random_tokens.token_hex(2)}"
+
 
 def run_daemon(settings: Settings, *, registry: CollectorRegistry | None = None) -> int:
-    """The daemon: metrics and health on the HTTP port, one lease term after another."""
-    if len(settings.merchants) > 1:
-        raise ConfigurationError("several merchants: the multi-merchant daemon is not built yet")
-    merchant = settings.merchant()
+    """The daemon: join the fleet, sync what it holds, hand everything over on a stop."""
     stopper = Stopper()
     metrics = Metrics(registry or CollectorRegistry())
-    merchant_metrics = metrics.merchant(merchant.merchant_id)
-    metrics.set_lease_held(merchant.merchant_id, held=False)  # a standby shows 0, not nothing
-    process_context.update(merchant_id=merchant.merchant_id, phase="starting")
-    secrets = SecretKeeper.from_settings(settings)
+    merchant_ids = [merchant.merchant_id for merchant in settings.merchants]
+    for merchant_id in merchant_ids:
+        metrics.set_lease_held(merchant_id, held=False)  # a standby shows 0, not nothing
+    me = replica_id()
+    single = merchant_ids[0] if len(merchant_ids) == 1 else None
+    process_context.update(replica_id=me, phase="starting")
+    if single is not None:
+        process_context.update(merchant_id=single)
+    keeper = SecretKeeper.from_settings(settings)
+    warehouse = Warehouse.connect(settings.database_url, keep_revisions=settings.keep_revisions)
+    host = JobHost(worker_threads=max(settings.snapshot_concurrency * 4, 8))
     try:
-        with (
-            stop_on_signals(stopper),
-            secrets,  # the watcher: refreshes every secret file until the daemon stops
-            open_app(
+        with stop_on_signals(stopper), keeper:
+            # A warehouse that is down at start-up is waited for, like one that goes down later.
+            StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=False).run(
+                warehouse.migrate, what="migrate"
+            )
+            syncs = MerchantSyncs(
                 settings,
-                secrets=secrets,
+                warehouse=warehouse,
+                secrets=keeper,
+                metrics=metrics,
+                host=host,
                 stopper=stopper,
-                observer=MultiObserver(
-                    SyncMetricsObserver(merchant_metrics),
-                    ProcessLogContext(merchant.merchant_id),
+                extra_observer=lambda merchant_id: (
+                    ProcessLogContext(merchant_id) if merchant_id == single else None
                 ),
-                client_observer=ClientMetricsObserver(merchant_metrics),
-            ) as app,
-            _health_server(settings, metrics, app.warehouse),
-        ):
-            log.info("daemon_started")
-            while not stopper.stopped:
-                _one_lease_term(app, stopper, metrics)
+            )
+            session = warehouse.fleet_session(me, lease_seconds=LEASE_SECONDS)
+            try:
+                member = Member(
+                    session,
+                    syncs,
+                    replica_id=me,
+                    merchants=merchant_ids,
+                    stopper=stopper,
+                    on_change=lambda _held, live: metrics.set_replicas_live(live),
+                )
+                with _health_server(settings, metrics, warehouse, syncs):
+                    log.info("daemon_started", merchants=len(merchant_ids), lease=session.resource)
+                    member.run()
+            finally:
+                session.close()
     except ShutdownRequestedError:
-        pass  # stopped while starting up or waiting as a standby: nothing was in hand
+        pass  # stopped while starting up: nothing was in hand
+    finally:
+        host.shutdown()
+        warehouse.close()
     log.info("daemon_stopped")
     return 0
 
 
-def _one_lease_term(app: App, stopper: Stopper, metrics: Metrics) -> None:
-    """Hold the merchant's lease and sync; a lost lease ends the term, the next one waits."""
-    merchant_id = app.merchant.merchant_id
-    term = Stopper(parent=stopper)
-    process_context.update(phase="standby")
-    lease = acquire_lease(app.warehouse, merchant_id, sleep=stopper.sleep, on_lost=term.stop)
-    with lease:  # acquire_lease logs lease_acquired itself
-        metrics.set_lease_held(merchant_id, held=True)
-        metrics.watch_budget(merchant_id, app.client.budget)
-        try:
-            app.engine_for(term).run()
-        finally:
-            # The merchant's gauges are the next holder's to report (lease 0 here).
-            metrics.forget_merchant(merchant_id)
-    if not stopper.stopped:
-        log.error("lease_lost", action="stopped taking pages; waiting to hold the lease again")
+def _held(metrics: Metrics, syncs: MerchantSyncs) -> Mapping[str, tuple[float, float | None]]:
+    return {
+        merchant_id: (since, metrics.last_commit_at(merchant_id))
+        for merchant_id, since in syncs.held_since().items()
+    }
 
 
 @contextmanager
-def _health_server(settings: Settings, metrics: Metrics, warehouse: Warehouse) -> Iterator[None]:
+def _health_server(
+    settings: Settings, metrics: Metrics, warehouse: Warehouse, syncs: MerchantSyncs
+) -> Iterator[None]:
     if not settings.http_port:
         yield
         return
-    merchant_id = settings.merchant().merchant_id
-    readiness = ReadinessCheck(
+    readiness = FleetReadinessCheck(
         ping=warehouse.ping,
-        last_commit_at=lambda: metrics.last_commit_at(merchant_id),
+        held=lambda: _held(metrics, syncs),
         poll_interval=settings.poll_interval,
         multiple=settings.ready_multiple,
+        clock=time.time,
     )
     with HealthServer(settings.http_port, registry=metrics.registry, readiness=readiness):
         log.info("http_listening", port=settings.http_port, paths="/metrics /healthz /readyz")

@@ -19,7 +19,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -121,6 +121,77 @@ class ReadinessCheck:
             now=self._clock(),
             started_at=self.started_at,
             last_commit_at=self._last_commit_at(),
+            warehouse_error=warehouse_error,
+            poll_interval=self._poll_interval,
+            multiple=self._multiple,
+            startup_grace=self._startup_grace,
+        )
+
+
+def assess_merchants(
+    *,
+    now: float,
+    held: Mapping[str, tuple[float, float | None]],
+    warehouse_error: str | None,
+    poll_interval: float,
+    multiple: float = DEFAULT_READY_MULTIPLE,
+    startup_grace: float = DEFAULT_STARTUP_GRACE,
+) -> Readiness:
+    """``assess_readiness`` for every merchant this process holds (merchant -> when it was
+    taken, its last commit): ready when each one is.  Holding none is ready: the other
+    replicas hold them all (an unheld merchant is an alert, RecordsyncMerchantNotHeld)."""
+    if warehouse_error is not None:
+        return Readiness(ready=False, reason=f"warehouse unavailable: {warehouse_error}")
+    if not held:
+        return Readiness(ready=True, reason="holds no merchant (the other replicas hold them)")
+    verdicts = {
+        merchant_id: assess_readiness(
+            now=now,
+            started_at=since,
+            last_commit_at=last_commit,
+            warehouse_error=None,
+            poll_interval=poll_interval,
+            multiple=multiple,
+            startup_grace=startup_grace,
+        )
+        for merchant_id, (since, last_commit) in sorted(held.items())
+    }
+    lagging = [f"{merchant}: {v.reason}" for merchant, v in verdicts.items() if not v.ready]
+    if lagging:
+        return Readiness(ready=False, reason="; ".join(lagging))
+    return Readiness(ready=True, reason=f"{len(verdicts)} merchants committing recently")
+
+
+class FleetReadinessCheck:
+    """``assess_merchants`` over live sources: a warehouse ping and the held merchants."""
+
+    def __init__(
+        self,
+        *,
+        ping: Callable[[], object],
+        held: Callable[[], Mapping[str, tuple[float, float | None]]],
+        poll_interval: float,
+        multiple: float = DEFAULT_READY_MULTIPLE,
+        startup_grace: float = DEFAULT_STARTUP_GRACE,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._ping = ping
+        self._held = held
+        self._poll_interval = poll_interval
+        self._multiple = multiple
+        self._startup_grace = startup_grace
+        self._clock = clock
+
+    def __call__(self) -> Readiness:
+        try:
+            self._ping()
+        except Exception as exc:  # noqa: BLE001 - any failure to answer means "not ready"
+            warehouse_error: str | None = type(exc).__name__
+        else:
+            warehouse_error = None
+        return assess_merchants(
+            now=self._clock(),
+            held=self._held(),
             warehouse_error=warehouse_error,
             poll_interval=self._poll_interval,
             multiple=self._multiple,

@@ -85,6 +85,11 @@ class FleetSession:
         return self._replica_id
 
     @property
+    def exclusive(self) -> bool:
+        """One lock covers every merchant (SQLite): share nothing, hold all or stand by."""
+        return self._locks.exclusive
+
+    @property
     def resource(self) -> str:
         """What the locks are, for logs (never a password)."""
         return self._locks.resource

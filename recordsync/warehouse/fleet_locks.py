@@ -62,6 +62,8 @@ class MerchantLocks(Protocol):
     """One process's merchant locks.  ``merchants`` arguments name the locks asked about."""
 
     resource: str  # what is locked, for logs (never a password)
+    # One lock for every merchant (SQLite): the holder syncs them all, the others stand by.
+    exclusive: bool
     listens: bool  # whether ``wait`` can be woken by a notification
 
     def try_lock(self, merchant_id: str) -> bool:
@@ -118,6 +120,7 @@ def merchant_locks(url: URL, *, owner: str, lease_seconds: int) -> MerchantLocks
 
 
 class _PostgresLocks:
+    exclusive = False
     listens = True
 
     def __init__(self, url: URL, *, lease_seconds: int) -> None:
@@ -198,6 +201,7 @@ def _signed64(value: int) -> int:
 
 
 class _MariaDbLocks:
+    exclusive = False
     listens = False
 
     def __init__(self, url: URL, *, lease_seconds: int) -> None:
@@ -257,6 +261,8 @@ class _MariaDbLocks:
 class _FileLocks:
     """SQLite: one file lock for every merchant; unlocking one merchant keeps it."""
 
+    exclusive = True
+
     listens = False
 
     def __init__(self, path: Path, *, owner: str) -> None:
@@ -296,6 +302,8 @@ class _FileLocks:
 
 class _InMemoryLocks:
     """In-memory SQLite: one process, one connection pool, nobody to lock out."""
+
+    exclusive = True
 
     listens = False
     resource = "in-memory sqlite (no lock needed)"

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from synccheck import environment_for, start_daemon, stop_gracefully, wait_for_truth
+from synccheck import environment_for, start_daemon, stop_gracefully, wait_for_log, wait_for_truth
 
 from recordsync.sim import FaultRates, SimConfig, Simulator
 from recordsync.warehouse import Warehouse
@@ -98,6 +98,7 @@ def test_sigterm_mid_snapshot_exits_zero_quickly_and_a_restart_resumes(
     log = tmp_path / "daemon.log"
     env = environment_for(sim, url, RECORDSYNC_PAGE_SIZE="20")
     daemon = start_daemon(env, log)
+    wait_for_log(log, '"lease_acquired"')
     time.sleep(2.5)
     code, seconds = stop_gracefully(daemon)
     assert code == 0, log.read_text()[-2000:]

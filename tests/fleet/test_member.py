@@ -28,6 +28,8 @@ class FakeDatabase:
 
 
 class FakeSession:
+    exclusive = False
+
     def __init__(self, db: FakeDatabase, replica: str) -> None:
         self.db, self.replica = db, replica
         self.down = False
@@ -227,3 +229,29 @@ def test_replicas_started_together_see_each_other_before_taking_merchants():
     tick(db, members, rounds=2)
     assert_settled(db, members)
     assert all(epoch == 1 for epoch in db.epochs.values())  # nothing was handed over twice
+
+
+class ExclusiveSession(FakeSession):
+    """SQLite: one lock for every merchant; whoever holds one holds the file."""
+
+    exclusive = True
+
+    def try_hold(self, merchant_id):
+        if any(holder != self.replica for holder in self.db.locks.values()):
+            return None
+        return super().try_hold(merchant_id)
+
+
+def test_with_one_lock_for_everything_the_holder_keeps_all_and_the_other_stands_by():
+    db = FakeDatabase()
+    members = []
+    for replica in ("r0", "r1"):
+        one = member(db, replica)
+        one.session = ExclusiveSession(db, replica)
+        members.append(one)
+    tick(db, members, rounds=5)
+    assert len(members[0].held) == len(MERCHANTS)
+    assert members[1].held == set()
+    members[0].leave()
+    tick(db, members[1:], rounds=1)
+    assert len(members[1].held) == len(MERCHANTS)

@@ -111,3 +111,11 @@ def test_nothing_is_released_while_nobody_else_needs_it():
     assert moves.release == ()
     moves = plan_moves("r0", merchants=names, live=["r0", "r1"], holders=holders)
     assert len(moves.release) == 1
+
+
+def test_a_second_replica_for_one_merchant_changes_nothing():
+    holders = {"m0": "r1"}
+    for me in ("r0", "r1"):
+        moves = plan_moves(me, merchants=["m0"], live=["r0", "r1"], holders=holders)
+        assert moves.acquire == ()
+        assert moves.release == ()

@@ -19,7 +19,14 @@ import httpx
 import pytest
 from sqlalchemy import update
 from structlog.testing import capture_logs
-from synccheck import environment_for, settings_for, start_daemon, stop_gracefully, wait_for_truth
+from synccheck import (
+    environment_for,
+    settings_for,
+    start_daemon,
+    stop_gracefully,
+    wait_for_log,
+    wait_for_truth,
+)
 
 from recordsync.core.stopping import Stopper
 from recordsync.service.app import open_app
@@ -57,15 +64,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def wait_for_log(log: Path, needle: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if log.exists() and needle in log.read_text():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{needle!r} never appeared in {log}")
 
 
 def exported(
@@ -156,7 +154,7 @@ def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
         log = tmp_path / "daemon.log"
         env = environment_for(slow, f"sqlite:///{tmp_path / 'x.db'}", RECORDSYNC_HTTP_TIMEOUT="30")
         daemon = start_daemon(env, log)
-        wait_for_log(log, '"daemon_started"')
+        wait_for_log(log, '"merchant_sync_started"')  # the replica took the merchant
         time.sleep(1.5)  # a request is in flight for 8 s
         daemon.send_signal(signal.SIGTERM)
         time.sleep(0.5)
