@@ -9,11 +9,8 @@ from pathlib import Path
 
 from recordsync import __version__
 from recordsync.core import early_signals
-from recordsync.core.database_url import parse_database_url
 from recordsync.core.errors import ConfigurationError, RecordSyncError
-from recordsync.core.settings import load_settings
 from recordsync.core.times import parse_time
-from recordsync.logs import configure_logging
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -30,6 +27,8 @@ def _time_arg(value: str) -> object:
 
 
 def _database_arg(value: str) -> str:
+    from recordsync.core.database_url import parse_database_url  # noqa: PLC0415 - see main()
+
     try:
         parse_database_url(value)
     except ConfigurationError as exc:
@@ -112,8 +111,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    # Imported here so `recordsync --help` stays fast and `sim` needs no database driver.
+    # Imported here, after main() remembered early signals: `recordsync --help` stays fast,
+    # `sim` needs no database driver, and a SIGTERM during these imports is not lost.
     from recordsync import service  # noqa: PLC0415
+    from recordsync.core.settings import load_settings  # noqa: PLC0415
+    from recordsync.logs import configure_logging  # noqa: PLC0415
 
     if args.command == "demo":
         return service.run_demo(

@@ -40,7 +40,6 @@ from recordsync.core.models import (
     RejectedItem,
 )
 from recordsync.core.secret import Secret, SecretProvider, SecretSource
-from recordsync.core.settings import MerchantSettings, Settings, load_settings
 from recordsync.core.state import (
     REBUILD_JOB,
     Phase,
@@ -64,7 +63,6 @@ __all__ = [
     "InvalidRecordError",
     "LeaseSupersededError",
     "Limits",
-    "MerchantSettings",
     "Phase",
     "PlatformError",
     "ProjectionLagError",
@@ -81,7 +79,6 @@ __all__ = [
     "SecretProvider",
     "SecretSource",
     "ServerError",
-    "Settings",
     "ShutdownRequestedError",
     "Stopper",
     "SyncState",
@@ -90,5 +87,4 @@ __all__ = [
     "WarehouseUnavailableError",
     "Window",
     "WindowProgress",
-    "load_settings",
 ]

@@ -1,0 +1,190 @@
+"""Several replicas, several merchants, one PostgreSQL or MariaDB warehouse: real processes.
+
+Three daemons with the same configuration share five merchants of the simulator (each with
+its own secret, history and rate limit).  Replicas are killed (kill -9) at random moments and
+started again; the test measures how long the survivors take to hold every merchant again
+and checks that the shares settle within one, that no merchant ever had two writers (from
+each process's own log of when it started and stopped syncing it, a killed process's
+interval ending at the kill), that no merchant's rate limit was exceeded, and that every
+merchant ends equal to the simulator's truth.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import signal
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from dbfixtures import SERVER_PARAMS
+from synccheck import differences, start_daemon, stop_gracefully
+
+from recordsync.sim import SimConfig, Simulator
+from recordsync.warehouse import Warehouse
+
+pytestmark = pytest.mark.slow
+
+MERCHANTS = 5
+REPLICAS = 3
+FAILOVER_LIMIT = 15.0
+JOIN_LIMIT = 60.0
+
+
+def write_config(sim: Simulator, url: str, path: Path) -> Path:
+    history_from = sim.now() - timedelta(days=sim.config.history_days + 1)
+    lines = [
+        f'base_url = "{sim.base_url}"',
+        f'database_url = "{url}"',
+        f'history_from = "{history_from.isoformat()}"',
+        "http_port = 0",
+        "page_size = 100",
+        "poll_interval = 0.2",
+        "snapshot_concurrency = 2",
+        "drift_check_interval = 0",
+        "http_timeout = 5",
+        'log_format = "json"',
+    ]
+    for profile in sim.config.profiles:
+        lines += ["[[merchants]]", f'merchant_id = "{profile.merchant_id}"']
+        lines += [f'secret = "{profile.secret}"']
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class Replica:
+    def __init__(self, config: Path, log: Path) -> None:
+        self.log = log
+        self.process = start_daemon({}, log, "--config", str(config), "run")
+        self.killed_at: float | None = None
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+        self.killed_at = time.time()
+
+    def intervals(self) -> list[tuple[str, float, float]]:
+        """(merchant, start, end) of every stretch this process synced a merchant."""
+        opened: dict[str, float] = {}
+        spans: list[tuple[str, float, float]] = []
+        for line in self.log.read_text().splitlines():
+            if not line.startswith("{"):
+                continue
+            event = json.loads(line)
+            merchant = event.get("merchant_id")
+            at = datetime.fromisoformat(event["timestamp"]).timestamp()
+            if event["event"] == "merchant_sync_started" and merchant:
+                opened[merchant] = at
+            elif event["event"] == "merchant_sync_stopped" and merchant in opened:
+                spans.append((merchant, opened.pop(merchant), at))
+        end = self.killed_at if self.killed_at is not None else float("inf")
+        spans += [(merchant, start, end) for merchant, start in opened.items()]
+        return spans
+
+
+def holders(warehouse: Warehouse) -> dict[str, str]:
+    session = warehouse.fleet_session("test-observer")
+    try:
+        return session.holders()
+    finally:
+        session.close()
+
+
+def wait_until_all_held(warehouse: Warehouse, merchants: list[str], timeout: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if set(holders(warehouse)) >= set(merchants):
+            return time.monotonic() - started
+        time.sleep(0.25)
+    raise AssertionError(f"not every merchant held within {timeout} s: {holders(warehouse)}")
+
+
+def wait_until_balanced(warehouse: Warehouse, merchants: list[str], live: int, timeout: float):
+    started = time.monotonic()
+    low, high = len(merchants) // live, -(-len(merchants) // live)
+    counts: list[int] = []
+    while time.monotonic() - started < timeout:
+        held = holders(warehouse)
+        counts = sorted(list(held.values()).count(r) for r in set(held.values()))
+        counts = [0] * (live - len(counts)) + counts
+        if (
+            set(held) >= set(merchants)
+            and len(counts) == live
+            and low <= counts[0] <= counts[-1] <= high
+        ):
+            return time.monotonic() - started, counts
+        time.sleep(0.25)
+    raise AssertionError(f"not balanced within {timeout} s: {counts}")
+
+
+@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
+def test_replicas_share_merchants_fail_over_and_rebalance(warehouse_url: str, tmp_path: Path):
+    rng = random.Random(17)
+    base = SimConfig(
+        merchant_id="fleet",
+        secret="fleet-secret-0123456789abcdefghijklmnopqrs",
+        seed=41,
+        history_days=1.0,
+        rounds_per_day=300,
+        live_rate=10.0,
+        record_requests=10,
+    )
+    sim = Simulator(base.with_merchants(MERCHANTS))
+    sim.start()
+    merchants = list(sim.merchant_ids)
+    config = write_config(sim, warehouse_url, tmp_path / "fleet.toml")
+    warehouse = Warehouse.connect(warehouse_url)
+    warehouse.migrate()  # the observer's reads need the tables before the first replica
+    replicas: list[Replica] = []
+    figures: dict[str, object] = {}
+    try:
+        sim.start_live()
+        replicas = [Replica(config, tmp_path / f"r{n}.log") for n in range(REPLICAS)]
+        settle, counts = wait_until_balanced(warehouse, merchants, REPLICAS, JOIN_LIMIT)
+        figures["first balance"] = (round(settle, 1), counts)
+        failovers, joins = [], []
+        for round_number in range(2):
+            time.sleep(rng.uniform(1.0, 4.0))
+            alive = [replica for replica in replicas if replica.process.poll() is None]
+            victim = rng.choice(alive)
+            victim.kill()
+            failovers.append(round(wait_until_all_held(warehouse, merchants, FAILOVER_LIMIT), 1))
+            wait_until_balanced(warehouse, merchants, REPLICAS - 1, JOIN_LIMIT)
+            replicas.append(Replica(config, tmp_path / f"r{REPLICAS + round_number}.log"))
+            joined, counts = wait_until_balanced(warehouse, merchants, REPLICAS, JOIN_LIMIT)
+            joins.append((round(joined, 1), counts))
+        figures["failover seconds"] = failovers
+        figures["rebalance after a join"] = joins
+        sim.stop_live()
+        deadline = time.monotonic() + 120
+        problems = {merchant: ["not checked"] for merchant in merchants}
+        while problems and time.monotonic() < deadline:
+            truth = {merchant: sim.truth(merchant) for merchant in problems}
+            problems = {
+                merchant: found
+                for merchant in problems
+                if (found := differences(warehouse, merchant, truth[merchant]))
+            }
+            time.sleep(0.5)
+        assert problems == {}, {m: p[:3] for m, p in problems.items()}
+    finally:
+        for replica in replicas:
+            if replica.process.poll() is None:
+                code, _seconds = stop_gracefully(replica.process)
+                assert code == 0
+        sim.stop()
+        warehouse.close()
+    print(f"\nfleet figures ({warehouse.engine.dialect.name}): {figures}")  # noqa: T201
+    spans = [span for replica in replicas for span in replica.intervals()]
+    for merchant in merchants:
+        mine = sorted((start, end) for name, start, end in spans if name == merchant)
+        assert mine, f"{merchant} was never synced"
+        for (_start, end), (next_start, _next_end) in itertools.pairwise(mine):
+            assert end <= next_start, f"{merchant}: two writers at once"
+    for merchant in merchants:
+        stats = sim.stats(merchant)
+        assert stats.rate_limit_violations == 0, merchant
+        assert stats.auth_failures == 0, merchant
