@@ -120,6 +120,20 @@ def wait_until_balanced(warehouse: Warehouse, merchants: list[str], live: int, t
     raise AssertionError(f"not balanced within {timeout} s: {counts}")
 
 
+def assert_truth(warehouse: Warehouse, sim: Simulator, merchants: list[str]) -> None:
+    """Every merchant equals the simulator's truth (waiting up to two minutes for the tails)."""
+    deadline = time.monotonic() + 120
+    problems = {merchant: ["not checked"] for merchant in merchants}
+    while problems and time.monotonic() < deadline:
+        problems = {
+            merchant: found
+            for merchant in problems
+            if (found := differences(warehouse, merchant, sim.truth(merchant)))
+        }
+        time.sleep(0.5)
+    assert problems == {}, {m: p[:3] for m, p in problems.items()}
+
+
 @pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
 def test_replicas_share_merchants_fail_over_and_rebalance(warehouse_url: str, tmp_path: Path):
     rng = random.Random(17)
@@ -159,17 +173,7 @@ def test_replicas_share_merchants_fail_over_and_rebalance(warehouse_url: str, tm
         figures["failover seconds"] = failovers
         figures["rebalance after a join"] = joins
         sim.stop_live()
-        deadline = time.monotonic() + 120
-        problems = {merchant: ["not checked"] for merchant in merchants}
-        while problems and time.monotonic() < deadline:
-            truth = {merchant: sim.truth(merchant) for merchant in problems}
-            problems = {
-                merchant: found
-                for merchant in problems
-                if (found := differences(warehouse, merchant, truth[merchant]))
-            }
-            time.sleep(0.5)
-        assert problems == {}, {m: p[:3] for m, p in problems.items()}
+        assert_truth(warehouse, sim, merchants)
     finally:
         for replica in replicas:
             if replica.process.poll() is None:
@@ -188,3 +192,72 @@ def test_replicas_share_merchants_fail_over_and_rebalance(warehouse_url: str, tm
         stats = sim.stats(merchant)
         assert stats.rate_limit_violations == 0, merchant
         assert stats.auth_failures == 0, merchant
+
+
+def _events(log: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+
+
+@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
+def test_a_paused_holder_resumed_after_a_takeover_is_fenced_off(warehouse_url: str, tmp_path: Path):
+    """SIGSTOP the holder (a long GC, a frozen VM): the database ends its silent session and
+    frees its lock, the other replica takes the merchant under a new epoch; SIGCONT: every
+    commit the old holder attempts is refused inside its transaction, it stops syncing the
+    merchant, and the warehouse ends equal to the truth."""
+    sim = Simulator(
+        SimConfig(
+            merchant_id="paused",
+            secret="paused-secret-0123456789abcdefghijklmnopqr",
+            seed=43,
+            history_days=1.0,
+            rounds_per_day=300,
+            live_rate=10.0,
+            record_requests=10,
+        ).with_merchants(1)
+    )
+    sim.start()
+    (merchant,) = sim.merchant_ids
+    config = write_config(sim, warehouse_url, tmp_path / "paused.toml")
+    warehouse = Warehouse.connect(warehouse_url)
+    warehouse.migrate()
+    replicas: list[Replica] = []
+    try:
+        sim.start_live()
+        first = Replica(config, tmp_path / "first.log")
+        replicas.append(first)
+        wait_until_all_held(warehouse, [merchant], 30)
+        second = Replica(config, tmp_path / "second.log")
+        replicas.append(second)
+        time.sleep(3.0)  # the second stands by; the first is syncing (a commit every 0.2 s)
+        epoch_before = warehouse.lease_epoch(merchant)
+        first.process.send_signal(signal.SIGSTOP)
+        paused_at = time.monotonic()
+        deadline = paused_at + 40
+        while warehouse.lease_epoch(merchant) == epoch_before:
+            assert time.monotonic() < deadline, "nobody took the paused holder's merchant"
+            time.sleep(0.25)
+        takeover = time.monotonic() - paused_at
+        time.sleep(2.0)  # the new holder commits under the new epoch
+        first.process.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while not any(event["event"] == "merchant_sync_stopped" for event in _events(first.log)):
+            assert time.monotonic() < deadline, "the resumed holder never stopped syncing"
+            time.sleep(0.25)
+        sim.stop_live()
+        assert_truth(warehouse, sim, [merchant])
+    finally:
+        for replica in replicas:
+            if replica.process.poll() is None:
+                replica.process.send_signal(signal.SIGCONT)
+                stop_gracefully(replica.process)
+        sim.stop()
+        warehouse.close()
+    backend = warehouse_url.split(":", maxsplit=1)[0]
+    print(f"takeover of a paused holder ({backend}): {takeover:.1f} s")  # noqa: T201
+    first_events = [event["event"] for event in _events(first.log)]
+    shown = [e for e in first_events if e.startswith(("fenced", "lease", "merchant"))]
+    print(f"resumed holder: {shown}")  # noqa: T201
+    assert "fenced_write_refused" in first_events  # a commit was tried, and refused
+    refused = [e for e in _events(first.log) if e["event"] == "fenced_write_refused"]
+    assert all(e.get("merchant_id") == merchant for e in refused)
+    assert sim.stats(merchant).rate_limit_violations == 0
