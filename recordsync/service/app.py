@@ -41,11 +41,17 @@ class App:
     options: SyncOptions
     observer: SyncObserver | None
 
-    def engine_for(self, stopper: Stopper) -> SyncEngine:
-        """A fresh engine stopped by ``stopper`` (one lease term of the daemon, say)."""
+    def engine_for(self, stopper: Stopper, *, epoch: int | None = None) -> SyncEngine:
+        """A fresh engine stopped by ``stopper``; with ``epoch``, every commit is fenced by
+        the merchant's lease epoch (the lease was taken by this process)."""
+        store = (
+            self.warehouse
+            if epoch is None
+            else self.warehouse.fenced(self.merchant.merchant_id, epoch)
+        )
         return SyncEngine(
             client=self.client,
-            warehouse=self.warehouse,
+            warehouse=store,
             options=self.options,
             stopper=stopper,
             observer=self.observer,

@@ -1,22 +1,44 @@
-"""``recordsync backfill``: a one-shot snapshot of a creation range, resumable, beside the tail."""
+"""``recordsync backfill``: a one-shot snapshot of a creation range, resumable, beside the tail.
+
+A merchant's rate limit is spent by one process at a time.  So the backfill first tries to
+take the merchant's lease: when no daemon holds the merchant, it runs here, fenced by its own
+epoch, and a daemon starting meanwhile waits for it.  When a daemon holds it, the job is
+handed to that holder through the warehouse (a ``backfill_requests`` row the holder runs
+inside its own budget, beside its tail) and this command follows the job's windows until the
+holder says it is done; a new holder resumes it should the holder change.
+"""
 
 from __future__ import annotations
 
+import os
+import secrets as random_tokens
 import sys
 from contextlib import nullcontext
 from datetime import datetime
 
 import structlog
 
-from recordsync.core.errors import ShutdownRequestedError
+from recordsync.core.errors import (
+    ConfigurationError,
+    RecordSyncError,
+    ShutdownRequestedError,
+)
 from recordsync.core.settings import Settings
+from recordsync.core.state import backfill_job
 from recordsync.core.stopping import Stopper
 from recordsync.logs import process_context
-from recordsync.service.app import open_app
+from recordsync.service.app import App, open_app
 from recordsync.service.progress import RichProgress
 from recordsync.service.signals import stop_on_signals
+from recordsync.sync.events import SyncObserver
+from recordsync.sync.plan import plan_windows
+from recordsync.sync.resilience import StepRunner
+from recordsync.warehouse import BackfillState
 
 log = structlog.get_logger("recordsync")
+
+LEASE_SECONDS = 10
+FOLLOW_EVERY = 1.0
 
 
 def run_backfill(
@@ -36,7 +58,19 @@ def run_backfill(
             ) as app,
             progress or nullcontext(),
         ):
-            result = app.engine.backfill(start, end)
+            if not start < end:
+                raise ConfigurationError("backfill: --from must be earlier than --to")
+            session = app.warehouse.fleet_session(
+                f"backfill-{os.getpid()}-{random_tokens.token_hex(2)}",
+                lease_seconds=LEASE_SECONDS,
+            )
+            try:
+                epoch = session.try_hold(merchant.merchant_id)
+                if epoch is None:
+                    return _follow_the_holder(app, start, end, stopper, progress)
+                result = app.engine_for(stopper, epoch=epoch).backfill(start, end)
+            finally:
+                session.close()
     except ShutdownRequestedError:
         log.info("backfill_interrupted", action="run the same command again to resume")
         return 0
@@ -50,3 +84,45 @@ def run_backfill(
         return 0
     log.info("backfill_finished", job=result.job, windows=result.windows, records=result.records)
     return 0
+
+
+def _follow_the_holder(
+    app: App, start: datetime, end: datetime, stopper: Stopper, progress: SyncObserver | None
+) -> int:
+    """Hand the job to the daemon that holds the merchant and follow it to its end."""
+    merchant_id = app.merchant.merchant_id
+    job = backfill_job(start, end)
+    runner = StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=True)
+    request_id = runner.run(
+        lambda: app.warehouse.request_backfill(merchant_id, start, end, job),
+        what="request backfill",
+    )
+    total = len(plan_windows(start, end))
+    log.info("backfill_handed_over", request_id=request_id, job=job, windows=total)
+    if progress is not None:
+        progress.windows_planned(job, total, 0)
+    done_before = 0
+    while True:
+        request = runner.run(lambda: app.warehouse.backfill_request(request_id), what="follow")
+        windows = runner.run(
+            lambda: app.warehouse.load_windows(merchant_id, job), what="follow backfill"
+        )
+        done = sum(1 for window in windows if window.done)
+        if progress is not None:
+            for window in windows[done_before:done]:
+                progress.window_page(job, window.window, 0, done=True)
+        done_before = max(done_before, done)
+        if request is None or request.state is BackfillState.FAILED:
+            reason = "the request disappeared" if request is None else request.error
+            raise RecordSyncError(f"backfill {job} failed at its holder: {reason}")
+        if request.state is BackfillState.DONE:
+            records = sum(window.records for window in windows)
+            log.info(
+                "backfill_finished",
+                job=job,
+                windows=len(windows),
+                records=records,
+                holder=request.holder,
+            )
+            return 0
+        stopper.sleep(FOLLOW_EVERY)

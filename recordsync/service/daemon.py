@@ -78,6 +78,7 @@ def run_daemon(settings: Settings, *, registry: CollectorRegistry | None = None)
                 metrics=metrics,
                 host=host,
                 stopper=stopper,
+                replica_id=me,
                 extra_observer=lambda merchant_id: (
                     ProcessLogContext(merchant_id) if merchant_id == single else None
                 ),

@@ -12,6 +12,7 @@ answers fail retries on its own, slowly, and never holds the others back.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +21,12 @@ from typing import Any
 
 import structlog
 
-from recordsync.core.errors import FatalPlatformError, LeaseSupersededError
+from recordsync.core.errors import (
+    FatalPlatformError,
+    LeaseSupersededError,
+    RecordSyncError,
+    ShutdownRequestedError,
+)
 from recordsync.core.models import DEFAULT_LIMITS, Limits
 from recordsync.core.settings import Settings
 from recordsync.core.stopping import Stopper
@@ -32,9 +38,12 @@ from recordsync.service.secrets import SecretKeeper
 from recordsync.sync.engine import SyncEngine, SyncOptions
 from recordsync.sync.events import MultiObserver, SyncObserver
 from recordsync.sync.jobs import JobHost
-from recordsync.warehouse import Warehouse
+from recordsync.sync.resilience import StepRunner
+from recordsync.warehouse import BackfillRequest, Warehouse
 
 log = structlog.get_logger("recordsync")
+
+BACKFILL_POLL = 2.0  # seconds between looks for backfills handed over to this holder
 
 
 @dataclass(eq=False)
@@ -45,6 +54,10 @@ class _Run:
     started_at: float
     thread: threading.Thread | None = None
     engine: SyncEngine | None = field(default=None)
+    # What a requested backfill reuses: the same client (so the same budget) and options.
+    client: PlatformClient | None = None
+    options: SyncOptions | None = None
+    backfills: set[int] = field(default_factory=set)  # request ids running here
 
 
 class MerchantSyncs:
@@ -57,8 +70,10 @@ class MerchantSyncs:
         metrics: Metrics,
         host: JobHost,
         stopper: Stopper,
+        replica_id: str = "",
         extra_observer: Callable[[str], SyncObserver | None] = lambda _merchant: None,
         clock: Callable[[], float] = time.time,
+        backfill_poll: float = BACKFILL_POLL,
     ) -> None:
         self._settings = settings
         self._warehouse = warehouse
@@ -70,6 +85,8 @@ class MerchantSyncs:
         self._clock = clock
         self._runs: dict[str, _Run] = {}
         self._lock = threading.Lock()
+        self._replica_id = replica_id
+        self._backfill_poll = backfill_poll
 
     # -- fleet.Syncs ----------------------------------------------------------------------------
 
@@ -164,7 +181,15 @@ class MerchantSyncs:
                 observer=MultiObserver(*observers),
                 host=self._host,
             )
+            run.client, run.options = client, options
             bound.info("merchant_sync_started")
+            watcher = threading.Thread(
+                target=self._watch_backfills,
+                args=(run,),
+                name=f"backfills-{run.merchant_id}",
+                daemon=True,
+            )
+            watcher.start()
             run.engine.run()
         except LeaseSupersededError as exc:
             bound.error(
@@ -175,8 +200,67 @@ class MerchantSyncs:
         except Exception:  # noqa: BLE001 - a bug in one merchant must not end the others
             bound.exception("merchant_sync_failed", action="released; the fleet retries it")
         finally:
+            run.stopper.stop()  # ends this merchant's backfill watcher and requested backfills
             client.close()
             bound.info("merchant_sync_stopped")
+
+    # -- backfills handed over by `recordsync backfill` -----------------------------------------
+
+    def _watch_backfills(self, run: _Run) -> None:
+        """Run the backfills requested for this merchant, inside its budget, beside its tail."""
+        runner = StepRunner(stopper=run.stopper, observer=SyncObserver(), fatal_is_final=False)
+        try:
+            while not run.stopper.stopped:
+                pending = runner.run(
+                    lambda: self._warehouse.pending_backfills(run.merchant_id),
+                    what="read backfill requests",
+                )
+                for request in pending:
+                    if request.id not in run.backfills:
+                        run.backfills.add(request.id)
+                        threading.Thread(
+                            target=self._backfill,
+                            args=(run, request),
+                            name=f"backfill-{request.id}",
+                            daemon=True,
+                        ).start()
+                run.stopper.sleep(self._backfill_poll)
+        except ShutdownRequestedError:
+            return
+
+    def _backfill(self, run: _Run, request: BackfillRequest) -> None:
+        assert run.client is not None
+        assert run.options is not None
+        bound = log.bind(merchant_id=run.merchant_id, request_id=request.id, job=request.job)
+        runner = StepRunner(stopper=run.stopper, observer=SyncObserver(), fatal_is_final=False)
+        engine = SyncEngine(
+            client=run.client,
+            warehouse=self._warehouse.fenced(run.merchant_id, run.epoch),
+            options=run.options,
+            stopper=Stopper(parent=run.stopper),
+            observer=SyncMetricsObserver(self._metrics.merchant(run.merchant_id)),
+            host=self._host,
+        )
+        try:
+            runner.run(
+                lambda: self._warehouse.start_backfill_request(request.id, self._replica_id),
+                what="start backfill request",
+            )
+            bound.info("requested_backfill_started")
+            result = engine.backfill(request.created_from, request.created_to)
+            if run.stopper.stopped:
+                return  # handed over or stopping: the next holder resumes the request
+            runner.run(
+                lambda: self._warehouse.finish_backfill_request(request.id),
+                what="finish backfill request",
+            )
+            bound.info("requested_backfill_finished", records=result.records)
+        except (ShutdownRequestedError, LeaseSupersededError):
+            return  # left running: the next holder resumes it
+        except RecordSyncError as exc:
+            bound.error("requested_backfill_failed", error=str(exc))
+            with contextlib.suppress(RecordSyncError):
+                self._warehouse.finish_backfill_request(request.id, failed=str(exc))
 
     def _capabilities(self, client: PlatformClient, bound: Any) -> Limits:
         try:

@@ -261,3 +261,80 @@ def test_a_paused_holder_resumed_after_a_takeover_is_fenced_off(warehouse_url: s
     refused = [e for e in _events(first.log) if e["event"] == "fenced_write_refused"]
     assert all(e.get("merchant_id") == merchant for e in refused)
     assert sim.stats(merchant).rate_limit_violations == 0
+
+
+@pytest.mark.parametrize("warehouse_url", ["sqlite", "postgres"], indirect=True)
+def test_a_backfill_of_a_held_merchant_is_run_by_its_holder(warehouse_url: str, tmp_path: Path):
+    """The merchant's rate limit is spent once: the command hands the job to the daemon that
+    holds the merchant, follows it, and exits when the holder says it is done."""
+    sim = Simulator(
+        SimConfig(
+            merchant_id="handed",
+            secret="handed-secret-0123456789abcdefghijklmnopqr",
+            seed=47,
+            history_days=3.0,
+            rounds_per_day=300,
+            live_rate=0.0,
+            record_requests=10,
+        ).with_merchants(1)
+    )
+    sim.start()
+    (merchant,) = sim.merchant_ids
+    config = write_config(sim, warehouse_url, tmp_path / "handed.toml")
+    # The daemon's own history starts a day ago; the backfill reaches further back.
+    daemon_config = tmp_path / "daemon.toml"
+    recent = (sim.now() - timedelta(days=1)).isoformat()
+    daemon_config.write_text(
+        "\n".join(
+            f'history_from = "{recent}"' if line.startswith("history_from") else line
+            for line in config.read_text().splitlines()
+        )
+        + "\n"
+    )
+    warehouse = Warehouse.connect(warehouse_url)
+    warehouse.migrate()
+    daemon = Replica(daemon_config, tmp_path / "daemon.log")
+    try:
+        wait_until_all_held(warehouse, [merchant], 30)
+        start = (sim.now() - timedelta(days=4)).replace(hour=0, minute=0, second=0, microsecond=0)
+        end = start + timedelta(days=2)
+        command_log = tmp_path / "backfill.log"
+        command = start_daemon(
+            {},
+            command_log,
+            "--config",
+            str(config),
+            "backfill",
+            "--merchant",
+            merchant,
+            "--from",
+            start.isoformat(),
+            "--to",
+            end.isoformat(),
+        )
+        assert command.wait(timeout=120) == 0, command_log.read_text()[-2000:]
+        events = [event["event"] for event in _events(command_log)]
+        assert "backfill_handed_over" in events
+        assert "backfill_finished" in events
+        assert "snapshot_started" not in events  # it read nothing itself
+        holder_events = [event["event"] for event in _events(daemon.log)]
+        assert "requested_backfill_finished" in holder_events
+        windows = warehouse.load_windows(
+            merchant, f"backfill:{start.isoformat()}/{end.isoformat()}"
+        )
+        assert windows
+        assert all(window.done for window in windows)
+        truth = sim.truth(merchant)
+        stored = warehouse.fetch_records(merchant)
+        wanted = [
+            record_id
+            for record_id, record in truth.items()
+            if start.isoformat() <= record["created_at"] < end.isoformat()
+        ]
+        assert wanted
+        assert all(record_id in stored for record_id in wanted)
+    finally:
+        stop_gracefully(daemon.process)
+        sim.stop()
+        warehouse.close()
+    assert sim.stats(merchant).rate_limit_violations == 0
