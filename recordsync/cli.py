@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--database", type=_database_arg, default="sqlite:///recordsync-demo.db")
     demo.add_argument("--history-days", type=int, default=3)
     demo.add_argument("--rounds-per-day", type=int, default=2000)
+    demo.add_argument(
+        "--merchants", type=int, default=1, help="merchants synced side by side (default 1)"
+    )
     return parser
 
 
@@ -122,6 +125,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             database_url=args.database,
             history_days=args.history_days,
             rounds_per_day=args.rounds_per_day,
+            merchants=args.merchants,
         )
     if args.command == "migrate":
         settings = load_settings(config_path=args.config, need_platform=False, need_merchant=False)

@@ -5,6 +5,7 @@ file, synced until caught up, then checked against the simulator's truth.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -20,43 +21,50 @@ from recordsync.service.progress import RichProgress
 from recordsync.service.signals import stop_on_signals
 
 
-def run_demo(*, database_url: str, history_days: int, rounds_per_day: int) -> int:
-    """The README's first command: the simulator and a local SQLite file, synced until caught up."""
+def run_demo(
+    *, database_url: str, history_days: int, rounds_per_day: int, merchants: int = 1
+) -> int:
+    """The README's first command: the simulator and a local SQLite file, synced until caught
+    up; with ``merchants`` > 1, that many merchants side by side in one process."""
     from recordsync.sim import DEMO_MERCHANT_ID, DEMO_SECRET, SimConfig, Simulator  # noqa: PLC0415
 
     console = Console()
     configure_logging(level="warning", log_format=None, stream=sys.stderr)
-    sim = Simulator(
-        SimConfig(history_days=history_days, rounds_per_day=rounds_per_day, live_rate=20.0)
-    )
+    config = SimConfig(history_days=history_days, rounds_per_day=rounds_per_day, live_rate=20.0)
+    if merchants > 1:
+        config = config.with_merchants(merchants)
+    sim = Simulator(config)
     sim.start(host="127.0.0.1", port=0)
+    ids = ", ".join(sim.merchant_ids) if merchants > 1 else DEMO_MERCHANT_ID
     console.print(
-        f"simulator: {sim.base_url} (merchant {DEMO_MERCHANT_ID}, {history_days} days, "
-        f"{rounds_per_day:,} rounds a day, live traffic on)"
+        f"simulator: {sim.base_url} (merchants {ids}, {history_days} days, "
+        f"{rounds_per_day:,} rounds a day each, live traffic on)"
     )
-    merchant = MerchantSettings(
-        merchant_id=DEMO_MERCHANT_ID,
-        secret=SecretSource.given(Secret(DEMO_SECRET)),
-        base_url=sim.base_url,
-        # The operator's choice of how much history to copy: everything the simulator has,
-        # read off the platform's (the simulator's) clock.
-        history_from=sim.now() - timedelta(days=history_days + 1),
-    )
-    settings = Settings(merchants=(merchant,), database_url=database_url)
+    # The operator's choice of how much history to copy: everything the simulator has,
+    # read off the platform's (the simulator's) clock.
+    history_from = sim.now() - timedelta(days=history_days + 1)
+    profiles = [
+        MerchantSettings(
+            merchant_id=profile.merchant_id,
+            secret=SecretSource.given(Secret(DEMO_SECRET if merchants == 1 else profile.secret)),
+            base_url=sim.base_url,
+            history_from=history_from,
+        )
+        for profile in config.profiles
+    ]
+    settings = Settings(merchants=tuple(profiles), database_url=database_url)
     started = time.monotonic()
     try:
         sim.start_live()
         stopper = Stopper()
-        with (
-            stop_on_signals(stopper),
-            RichProgress(console) as progress,
-            open_app(settings, stopper=stopper, observer=progress, stop_when_caught_up=True) as app,
-        ):
-            progress.show_budget(app.client.budget.requests, app.client.budget.seconds)
-            caught_up = app.engine.run()
+        with stop_on_signals(stopper), RichProgress(console) as progress:
+            caught_up = _sync_side_by_side(settings, stopper, progress)
         sim.stop_live()
         if caught_up:
-            _demo_summary(console, settings, sim.truth(), time.monotonic() - started)
+            truths = {
+                merchant.merchant_id: sim.truth(merchant.merchant_id) for merchant in profiles
+            }
+            _demo_summary(console, settings, truths, time.monotonic() - started)
     finally:
         sim.stop()
     path = database_url.removeprefix("sqlite:///")
@@ -64,27 +72,62 @@ def run_demo(*, database_url: str, history_days: int, rounds_per_day: int) -> in
     return 0
 
 
+def _sync_side_by_side(settings: Settings, stopper: Stopper, progress: RichProgress) -> bool:
+    """Every merchant synced until caught up, each in its own thread, in one display."""
+    results: dict[str, bool] = {}
+
+    def one(merchant_id: str) -> None:
+        observer = progress if len(settings.merchants) == 1 else progress.for_merchant(merchant_id)
+        with open_app(
+            settings,
+            merchant_id=merchant_id,
+            stopper=Stopper(parent=stopper),
+            observer=observer,
+            stop_when_caught_up=True,
+        ) as app:
+            if len(settings.merchants) == 1:
+                progress.show_budget(app.client.budget.requests, app.client.budget.seconds)
+            results[merchant_id] = app.engine.run()
+
+    threads = [
+        threading.Thread(target=one, args=(merchant.merchant_id,), name=merchant.merchant_id)
+        for merchant in settings.merchants
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return bool(results) and all(results.values()) and len(results) == len(threads)
+
+
 def _demo_summary(
-    console: Console, settings: Settings, truth: dict[str, dict[str, Any]], seconds: float
+    console: Console,
+    settings: Settings,
+    truths: dict[str, dict[str, dict[str, Any]]],
+    seconds: float,
 ) -> None:
     """One more pass with the live traffic stopped, then compare with the truth exactly."""
-    with open_app(settings, stop_when_caught_up=True) as app:
-        app.engine.run()
-        rows = app.warehouse.fetch_records(app.merchant.merchant_id)
-        quarantined = app.warehouse.status(app.merchant.merchant_id).quarantined
-    behind = [
-        record_id
-        for record_id, record in truth.items()
-        if record_id not in rows or rows[record_id]["revision"] != record["revision"]
-    ]
+    synced = differ = quarantined = 0
+    for merchant_id, truth in truths.items():
+        with open_app(settings, merchant_id=merchant_id, stop_when_caught_up=True) as app:
+            app.engine.run()
+            rows = app.warehouse.fetch_records(merchant_id)
+            quarantined += app.warehouse.status(merchant_id).quarantined
+        synced += len(rows)
+        differ += len(rows.keys() ^ truth.keys()) + sum(
+            1
+            for record_id, record in truth.items()
+            if record_id in rows and rows[record_id]["revision"] != record["revision"]
+        )
     verdict = (
         "[green]equals the simulator's truth[/]"
-        if not behind and len(rows) == len(truth)
-        else f"[red]differs from the simulator's truth in {len(behind)} records[/]"
+        if not differ
+        else f"[red]differs from the simulator's truth in {differ} records[/]"
     )
+    merchants = f" of {len(truths)} merchants" if len(truths) > 1 else ""
     console.print(
-        f"\n[bold]synced {len(rows):,} records in {seconds:.1f} s[/]; the warehouse {verdict}; "
-        f"{quarantined} quarantined."
+        f"\n[bold]synced {synced:,} records{merchants} in {seconds:.1f} s[/]; the warehouse "
+        f"{verdict}; {quarantined} quarantined."
     )
 
 

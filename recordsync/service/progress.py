@@ -59,8 +59,6 @@ class RichProgress(SyncObserver):
         self._tasks: dict[str, TaskID] = {}
         self._records: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._tail: TaskID | None = None
-        self._changes = 0
         self._pages: deque[tuple[float, int]] = deque()  # (when, records) of recent pages
         self._projection_as_of: datetime | None = None
         self._budget: tuple[int, float] | None = None
@@ -82,19 +80,10 @@ class RichProgress(SyncObserver):
         self._budget = (requests, seconds)
 
     def windows_planned(self, job: str, total: int, done: int) -> None:
-        with self._lock:
-            if job not in self._tasks:
-                label = "snapshot" if job == "rebuild" else "backfill"
-                self._tasks[job] = self.progress.add_task(label, total=total, records=0)
-            self.progress.update(self._tasks[job], total=total, completed=done)
+        self.planned(job, "snapshot" if job == "rebuild" else "backfill", total, done)
 
     def window_page(self, job: str, window: Window, records: int, *, done: bool) -> None:
-        with self._lock:
-            task = self._tasks.get(job)
-            if task is not None:
-                self._records[job] = self._records.get(job, 0) + records
-                self.progress.update(task, advance=1 if done else 0, records=self._records[job])
-            self._page(records)
+        self.page(job, records, done=done)
 
     def tail_page(
         self,
@@ -104,13 +93,39 @@ class RichProgress(SyncObserver):
         projection_as_of: datetime | None,
         last_sequence: str | None,
     ) -> None:
+        self.tail(None, changes, projection_as_of)
+
+    def for_merchant(self, merchant_id: str) -> SyncObserver:
+        """An observer of one merchant's sync, its bars labelled with the merchant (several
+        merchants side by side in one display)."""
+        return _MerchantProgress(self, merchant_id)
+
+    def planned(self, key: str, label: str, total: int, done: int) -> None:
         with self._lock:
-            self._changes += changes
+            if key not in self._tasks:
+                self._tasks[key] = self.progress.add_task(label, total=total, records=0)
+            self.progress.update(self._tasks[key], total=total, completed=done)
+
+    def page(self, key: str, records: int, *, done: bool) -> None:
+        with self._lock:
+            task = self._tasks.get(key)
+            if task is not None:
+                self._records[key] = self._records.get(key, 0) + records
+                self.progress.update(task, advance=1 if done else 0, records=self._records[key])
+            self._page(records)
+
+    def tail(
+        self, merchant_id: str | None, changes: int, projection_as_of: datetime | None
+    ) -> None:
+        key = f"tail:{merchant_id}"
+        with self._lock:
+            self._records[key] = self._records.get(key, 0) + changes
             if projection_as_of is not None:
                 self._projection_as_of = projection_as_of
-            if self._tail is None:
-                self._tail = self.progress.add_task("tail", total=None, records=0)
-            self.progress.update(self._tail, records=self._changes)
+            if key not in self._tasks:
+                label = "tail" if merchant_id is None else f"{merchant_id} tail"
+                self._tasks[key] = self.progress.add_task(label, total=None, records=0)
+            self.progress.update(self._tasks[key], records=self._records[key])
             self._page(changes)
 
     def _page(self, records: int) -> None:
@@ -132,3 +147,29 @@ class RichProgress(SyncObserver):
             behind = (self._wall_clock() - self._projection_as_of).total_seconds()
             parts.append(f"tail {max(behind, 0.0):.1f}s behind")
         return " · ".join(parts)
+
+
+class _MerchantProgress(SyncObserver):
+    """One merchant's view of a shared ``RichProgress``."""
+
+    def __init__(self, display: RichProgress, merchant_id: str) -> None:
+        self._display = display
+        self._merchant_id = merchant_id
+
+    def windows_planned(self, job: str, total: int, done: int) -> None:
+        kind = "snapshot" if job == "rebuild" else "backfill"
+        label = f"{self._merchant_id} {kind}"
+        self._display.planned(f"{self._merchant_id}:{job}", label, total, done)
+
+    def window_page(self, job: str, window: Window, records: int, *, done: bool) -> None:
+        self._display.page(f"{self._merchant_id}:{job}", records, done=done)
+
+    def tail_page(
+        self,
+        changes: int,
+        *,
+        has_more: bool,
+        projection_as_of: datetime | None,
+        last_sequence: str | None,
+    ) -> None:
+        self._display.tail(self._merchant_id, changes, projection_as_of)
