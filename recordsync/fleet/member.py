@@ -110,7 +110,7 @@ class Member:
             self._announce()
             while not self.stopper.stopped:
                 self.step()
-                self.session.wait_for_change(self.tick)
+                self._wait(self.tick)
         finally:
             self.leave()
 
@@ -118,8 +118,15 @@ class Member:
         try:
             self.session.heartbeat(0)
         except WarehouseUnavailableError as exc:
-            self._log.warning("fleet_unavailable", error=str(exc), held=[])
-        self.session.wait_for_change(min(self.tick, ANNOUNCE_WAIT))
+            self._log.warning("fleet_unavailable", error=str(exc), kind=type(exc).__name__, held=[])
+        self._wait(min(self.tick, ANNOUNCE_WAIT))
+
+    def _wait(self, seconds: float) -> None:
+        """Until the next tick, or earlier when the fleet changes; an outage only waits."""
+        try:
+            self.session.wait_for_change(seconds)
+        except WarehouseUnavailableError:
+            self.stopper.wait(seconds)
 
     def step(self) -> None:
         """One tick: heartbeat, drop what was lost, then take and give toward the share."""
@@ -128,7 +135,9 @@ class Member:
         except WarehouseUnavailableError as exc:
             # The session's connection is gone, and with it every lock: another replica may
             # take these merchants at once, so stop syncing them now (commits are fenced too).
-            self._log.warning("fleet_unavailable", error=str(exc), held=sorted(self.held))
+            self._log.warning(
+                "fleet_unavailable", error=str(exc), kind=type(exc).__name__, held=sorted(self.held)
+            )
             self._drop(set(self.held), reason="warehouse unavailable")
         self._report()
 

@@ -3,6 +3,8 @@ a newcomer with never two writers, a lost lease, a graceful leave, a lost connec
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from recordsync.core.errors import WarehouseUnavailableError
@@ -68,6 +70,7 @@ class FakeSession:
         return dict(self.db.locks)
 
     def wait_for_change(self, timeout):
+        self._check()
         return False
 
     def leave(self):
@@ -255,3 +258,13 @@ def test_with_one_lock_for_everything_the_holder_keeps_all_and_the_other_stands_
     members[0].leave()
     tick(db, members[1:], rounds=1)
     assert len(members[1].held) == len(MERCHANTS)
+
+
+def test_an_outage_while_waiting_for_the_next_tick_is_waited_out():
+    db = FakeDatabase()
+    alone = member(db, "r0")
+    alone.tick = 0.01
+    alone.session.down = True
+    threading.Timer(0.2, alone.stopper.stop).start()
+    alone.run()  # would raise WarehouseUnavailableError from wait_for_change
+    assert alone.held == set()

@@ -86,9 +86,8 @@ def test_backfill_syncs_the_merchant_named_with_its_secret_file(sim, tmp_path, c
     [
         (["backfill"], "several merchants are configured (brand-a, brand-b): name one"),
         (["backfill", "--merchant", "brand-z"], "'brand-z' is not configured; configured: "),
-        (["run"], "several merchants: the multi-merchant daemon is not built yet"),
     ],
-    ids=["backfill-ambiguous", "backfill-unknown", "run-several"],
+    ids=["backfill-ambiguous", "backfill-unknown"],
 )
 def test_a_command_for_one_merchant_names_the_choices_with_exit_2(tmp_path, capsys, argv, expected):
     config = fleet_config(
