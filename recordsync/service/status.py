@@ -1,13 +1,20 @@
 """``recordsync status``: where the sync stands, for people (a table), scripts (``--json``) and
 probes (``--check``, the readiness rule applied to the committed state).
+
+Each merchant also shows who syncs it now: the replica holding its lock, asked of the
+warehouse through a fleet session of this command's own (``status-<pid>``, never a replica:
+it joins nothing, never heartbeats, takes no lock and writes no row, so read-only accounts
+work), the lease epoch the holder writes under, and how fresh its data is (``sync_freshness``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -18,40 +25,83 @@ from rich.table import Table
 from recordsync.core.errors import RecordSyncError
 from recordsync.core.settings import Settings
 from recordsync.service.health import assess_readiness
-from recordsync.warehouse import QuarantinedRecord, Warehouse, WarehouseStatus
+from recordsync.warehouse import Freshness, QuarantinedRecord, Warehouse, WarehouseStatus
+
+
+@dataclass(frozen=True, slots=True)
+class MerchantView:
+    """One merchant as ``status`` shows it."""
+
+    report: WarehouseStatus
+    quarantined: Sequence[QuarantinedRecord]
+    holder: str | None = None  # the replica holding the merchant's lock now; None: nobody
+    epoch: int | None = None  # its lease epoch; None: never held by a replica
+    freshness: Freshness | None = None  # its ``sync_freshness`` row; None before a build
 
 
 def show_status(settings: Settings, *, as_json: bool, check: bool = False) -> int:
     """Every configured merchant's status: a block each for people, one document for scripts
-    (``{"merchants": [{"merchant_id", "status", "quarantined"}, ...]}``)."""
+    (``{"merchants": [{"merchant_id", "status", "quarantined", "holder", "epoch",
+    "freshness"}, ...]}``)."""
     merchant_ids = _merchant_ids(settings)
     if check:
         return _check(settings, merchant_ids)
     warehouse = Warehouse.for_reading(settings.database_url)
     try:
+        holders = current_holders(warehouse)
         views = [
-            (warehouse.status(merchant_id), warehouse.quarantined(merchant_id, limit=10))
+            MerchantView(
+                report=warehouse.status(merchant_id),
+                quarantined=warehouse.quarantined(merchant_id, limit=10),
+                holder=holders.get(merchant_id),
+                epoch=warehouse.lease_epoch(merchant_id),
+                freshness=warehouse.freshness(merchant_id),
+            )
             for merchant_id in merchant_ids
         ]
     finally:
         warehouse.close()
     if as_json:
-        payload = {
-            "merchants": [
-                {
-                    "merchant_id": report.merchant_id,
-                    "status": _plain(dataclasses.asdict(report)),
-                    "quarantined": [_plain(dataclasses.asdict(row)) for row in quarantined],
-                }
-                for report, quarantined in views
-            ]
-        }
+        payload = {"merchants": [_json_view(view) for view in views]}
         sys.stdout.write(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
     console = Console()
-    for report, quarantined in views:
-        render_status(console, report, quarantined)
+    for view in views:
+        render_status(console, view)
     return 0
+
+
+def current_holders(warehouse: Warehouse) -> dict[str, str]:
+    """merchant -> the replica whose lock holds it right now.
+
+    Asked through a session of this process's own, as ``status-<pid>``: a replica id is
+    ``host-pid-suffix`` (``service.daemon.replica_id``), so it is never mistaken for one.
+    Opening the session and ``holders()`` only read (the leases not released, then which
+    locks are granted; on SQLite who holds the fleet's file lock), so nothing is written and
+    no lock is taken; the session is closed at once, never heartbeating.
+    """
+    session = warehouse.fleet_session(f"status-{os.getpid()}")
+    try:
+        return session.holders()
+    finally:
+        session.close()
+
+
+def _json_view(view: MerchantView) -> dict[str, Any]:
+    freshness = view.freshness
+    return {
+        "merchant_id": view.report.merchant_id,
+        "status": _plain(dataclasses.asdict(view.report)),
+        "quarantined": [_plain(dataclasses.asdict(row)) for row in view.quarantined],
+        "holder": view.holder,
+        "epoch": view.epoch,
+        "freshness": None
+        if freshness is None
+        else {
+            "staleness_seconds": freshness.staleness_seconds,
+            "seconds_since_commit": freshness.seconds_since_commit,
+        },
+    }
 
 
 def _merchant_ids(settings: Settings) -> list[str]:
@@ -61,13 +111,12 @@ def _merchant_ids(settings: Settings) -> list[str]:
     return [merchant.merchant_id for merchant in settings.merchants]
 
 
-def render_status(
-    console: Console, report: WarehouseStatus, quarantined: Sequence[QuarantinedRecord]
-) -> None:
+def render_status(console: Console, view: MerchantView) -> None:
     """The status for people: the state as one value per line, the jobs and the quarantine
     as small tables.  ``--json`` keeps the full structure for scripts."""
+    report, quarantined = view.report, view.quarantined
     facts = Table(title=f"recordsync status: {report.merchant_id}", show_header=False)
-    for label, value in _state_lines(report):
+    for label, value in [*_holder_lines(view), *_state_lines(report), *_freshness_lines(view)]:
         facts.add_row(label, value)
     console.print(facts)
     if report.jobs:
@@ -112,6 +161,27 @@ def _state_lines(report: WarehouseStatus) -> list[tuple[str, str]]:
         ("rebuilds", str(state.rebuilds)),
         *lines,
     ]
+
+
+def _holder_lines(view: MerchantView) -> list[tuple[str, str]]:
+    holder = view.holder or "nobody: no replica syncs it now"
+    epoch = "never held by a replica" if view.epoch is None else str(view.epoch)
+    return [("held by", holder), ("lease epoch", epoch)]
+
+
+def _freshness_lines(view: MerchantView) -> list[tuple[str, str]]:
+    """The ages of ``sync_freshness``, by the database's clock (docs/bi.md)."""
+    freshness = view.freshness
+    if freshness is None:
+        return []
+    return [
+        ("data age (platform time)", _seconds(freshness.staleness_seconds)),
+        ("since last commit", _seconds(freshness.seconds_since_commit)),
+    ]
+
+
+def _seconds(value: int | None) -> str:
+    return "none yet (no change page since the (re)build)" if value is None else f"{value:,} s"
 
 
 def _when(value: datetime | None) -> str:

@@ -28,7 +28,7 @@ from deploy.deployfiles import (
 from prometheus_client import CollectorRegistry
 
 from recordsync.cli import build_parser
-from recordsync.core.settings import DEFAULT_HTTP_PORT, PREFIX, load_settings
+from recordsync.core.settings import DEFAULT_HTTP_PORT, PREFIX, Settings, load_settings
 from recordsync.service.health import HealthServer, Readiness
 
 KUSTOMIZATION = KUBERNETES / "kustomization.yaml"
@@ -90,6 +90,7 @@ def test_kustomization_applies_every_manifest_but_the_on_demand_job(resources):
     assert set(resources) == {
         "ConfigMap",
         "Deployment",
+        "PodDisruptionBudget",
         "Service",
         "ServiceMonitor",
         "PrometheusRule",
@@ -106,13 +107,46 @@ def test_kustomize_renders_the_resources_with_the_configured_image(rendered, res
         assert document["metadata"]["labels"]["app.kubernetes.io/name"] == "recordsync"
 
 
-def test_deployment_runs_one_replica_recreated(resources):
+def test_deployment_runs_several_replicas_rolled_without_ever_running_fewer(resources):
+    """The lease decides who syncs what, so pods may overlap: a rollout starts the new pod
+    first (maxSurge 1) and stops an old one only once it is ready (maxUnavailable 0)."""
     spec = resources["Deployment"]["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] >= 2
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
+    assert spec["minReadySeconds"] > 0
     assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
     (container,) = _containers(resources["Deployment"])
     assert build_parser().parse_args(container["args"]).command == "run"
+
+
+def test_disruption_budget_keeps_one_daemon_pod_and_lets_a_drain_evict_another(resources):
+    budget = resources["PodDisruptionBudget"]
+    assert budget["apiVersion"] == "policy/v1"
+    spec = budget["spec"]
+    deployment = resources["Deployment"]["spec"]
+    assert spec["minAvailable"] == 1
+    assert spec["minAvailable"] < deployment["replicas"]  # else no node could ever be drained
+    assert spec["selector"]["matchLabels"] == deployment["selector"]["matchLabels"]
+
+
+def test_daemon_pods_prefer_different_nodes_without_requiring_them(resources):
+    pod = resources["Deployment"]["spec"]["template"]
+    (spread,) = pod["spec"]["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["whenUnsatisfiable"] == "ScheduleAnyway"  # a one-node cluster runs them all
+    assert spread["labelSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+
+
+def test_daemon_grace_period_covers_a_request_in_flight_and_the_hand_over(resources):
+    """SIGTERM waits for a platform request in flight (up to the HTTP timeout), commits its
+    page and hands the merchants over; only then may Kubernetes send SIGKILL."""
+    pod = resources["Deployment"]["spec"]["template"]["spec"]
+    configured = resources["ConfigMap"]["data"].get(f"{PREFIX}HTTP_TIMEOUT")
+    http_timeout = Settings().http_timeout if configured is None else float(configured)
+    assert pod["terminationGracePeriodSeconds"] >= http_timeout + 2 * GRACEFUL_SHUTDOWN_S
 
 
 def test_backfill_job_runs_a_range_backfill_beside_the_daemon():

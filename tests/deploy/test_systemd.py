@@ -123,6 +123,23 @@ def test_stop_timeout_leaves_room_for_the_graceful_shutdown(path):
     assert seconds(service["TimeoutStopSec"][-1]) >= 2 * GRACEFUL_SHUTDOWN_S
 
 
+# Measured with one daemon holding 1 to 80 merchants (docs/operations.md, "Sizing per
+# merchant"): about 27 threads plus one per merchant held; about 85 MiB plus 2-3 per merchant.
+BASE_THREADS = 27
+BASE_RSS_MIB = 85
+LEAST_RSS_PER_MERCHANT_MIB = 2
+
+
+def test_task_limit_lets_a_host_hold_every_merchant_its_memory_allows():
+    """A host may hold every merchant while the others are down: the memory limit, not the
+    thread limit, must be what bounds it (a thread that cannot start stops the daemon)."""
+    service = unit_file(DAEMON)["Service"]
+    memory_max = service["MemoryMax"][-1]
+    assert memory_max.endswith("M")
+    merchants = (int(memory_max.removesuffix("M")) - BASE_RSS_MIB) // LEAST_RSS_PER_MERCHANT_MIB
+    assert int(service["TasksMax"][-1]) >= BASE_THREADS + merchants
+
+
 def test_daemon_restarts_with_backoff_but_not_on_configuration_errors():
     unit = unit_file(DAEMON)
     assert unit["Service"]["Restart"] == ["on-failure"]

@@ -177,16 +177,29 @@ def _read_only_url(url):
     return ro, drop
 
 
+HOLDER = "host-ro-4242-cafe"
+# What each read command shows: status also names the replica holding the merchant.
+SHOWN = [[MERCHANT, HOLDER], [MERCHANT, f'"holder": "{HOLDER}"'], [MERCHANT]]
+READ_CASES = list(zip(READ_COMMANDS, SHOWN, strict=True))
+
+
 @pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
-@pytest.mark.parametrize("argv", READ_COMMANDS, ids=READ_IDS)
-def test_read_commands_work_with_a_read_only_account(warehouse_url, tmp_path, capsys, argv):
+@pytest.mark.parametrize(("argv", "shown"), READ_CASES, ids=READ_IDS)
+def test_read_commands_work_with_a_read_only_account(warehouse_url, tmp_path, capsys, argv, shown):
     fill(warehouse_url)
     ro_url, drop = _read_only_url(warehouse_url)
+    store = Warehouse.connect(warehouse_url)
+    holder = store.fleet_session(HOLDER)  # a replica holding the merchant meanwhile
     try:
+        assert holder.try_hold(MERCHANT) == 1
         config = write_config(tmp_path, ro_url)
         assert cli.main(["--config", config, *argv]) == 0, capsys.readouterr().err
-        assert MERCHANT in capsys.readouterr().out
+        out = capsys.readouterr().out
+        for text_shown in shown:
+            assert text_shown in out
     finally:
+        holder.close()
+        store.close()
         admin = create_engine(warehouse_url, poolclass=pool.NullPool, isolation_level="AUTOCOMMIT")
         with admin.connect() as conn:
             for statement in drop:

@@ -1,17 +1,25 @@
 """``recordsync status``: each value once, the jobs and the quarantine as tables; ``--json``
-keeps the whole structure for scripts."""
+keeps the whole structure for scripts; every merchant names the replica holding it."""
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
+import time
 from datetime import UTC, datetime, timedelta
 
 import orjson
 import pytest
+from sqlalchemy import select
+from synccheck import environment_for, start_daemon
 
 from recordsync import cli
 from recordsync.core.models import RejectedItem
 from recordsync.core.state import REBUILD_JOB, Window
-from recordsync.warehouse import Warehouse
+from recordsync.sim import SimConfig, running_simulator
+from recordsync.warehouse import Warehouse, schema
 
 MERCHANT = "m-status"
 T0 = datetime(2026, 3, 2, tzinfo=UTC)
@@ -128,3 +136,127 @@ def test_status_check_is_ready_only_when_every_merchant_is(fleet, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(": ")[0] for line in lines] == [MERCHANT, "m-new"]
     assert lines[1].startswith("m-new: not ready")
+
+
+# -- who holds each merchant ---------------------------------------------------------------------
+
+
+def _value(out, label):
+    """The value beside ``label`` in the facts table of ``status``."""
+    line = next(line for line in out.splitlines() if f"│ {label} " in line)
+    return line.split("│")[2].strip()
+
+
+def test_status_names_the_holder_its_epoch_and_the_freshness(config, tmp_path, capsys):
+    store = Warehouse.connect(f"sqlite:///{tmp_path / 'status.db'}")
+    session = store.fleet_session("host-a-1234-beef")
+    try:
+        assert session.try_hold(MERCHANT) == 1
+        assert cli.main(["--config", str(config), "status"]) == 0
+        out = capsys.readouterr().out
+        assert _value(out, "held by") == "host-a-1234-beef"
+        assert _value(out, "lease epoch") == "1"
+        assert _value(out, "data age (platform time)").startswith("none yet")
+        assert _value(out, "since last commit").endswith(" s")
+        assert cli.main(["--config", str(config), "status", "--json"]) == 0
+        (report,) = orjson.loads(capsys.readouterr().out)["merchants"]
+        assert report["holder"] == "host-a-1234-beef"
+        assert report["epoch"] == 1
+        assert report["freshness"]["staleness_seconds"] is None  # no change page yet
+        assert report["freshness"]["seconds_since_commit"] >= 0
+    finally:
+        session.close()
+        store.close()
+
+
+def test_a_merchant_never_held_or_built_has_null_holder_epoch_and_freshness(config, capsys):
+    other = config.parent / "never.toml"
+    other.write_text(config.read_text().replace(MERCHANT, "m-never"))
+    assert cli.main(["--config", str(other), "status", "--json"]) == 0
+    (report,) = orjson.loads(capsys.readouterr().out)["merchants"]
+    assert (report["holder"], report["epoch"], report["freshness"]) == (None, None, None)
+    assert cli.main(["--config", str(other), "status"]) == 0
+    out = capsys.readouterr().out
+    assert _value(out, "held by").startswith("nobody")
+    assert _value(out, "lease epoch") == "never held by a replica"
+
+
+def _fleet_rows(url):
+    """Every row of the fleet's tables (leases and replicas)."""
+    store = Warehouse.connect(url)
+    try:
+        with store.engine.connect() as conn:
+            return [
+                sorted(tuple(row) for row in conn.execute(select(table)))
+                for table in (schema.merchant_leases, schema.replicas)
+            ]
+    finally:
+        store.close()
+
+
+def _status_json(config):
+    """``status --json`` in a process of its own, as an operator runs it beside the daemon."""
+    done = subprocess.run(  # noqa: S603 - our own CLI
+        [sys.executable, "-m", "recordsync", "--config", str(config), "status", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (report,) = orjson.loads(done.stdout)["merchants"]
+    return report
+
+
+def _lease_acquired(log):
+    """The replica id and epoch of the daemon's ``lease_acquired`` event, once logged."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for line in log.read_text().splitlines() if log.exists() else []:
+            event = json.loads(line) if line.startswith("{") else {}
+            if event.get("event") == "lease_acquired":
+                return event["replica_id"], event["epoch"]
+        time.sleep(0.1)
+    raise AssertionError(f"the daemon never took the merchant: {log.read_text()[-2000:]}")
+
+
+# A small platform: the daemon takes the merchant within a second or two.
+HELD = SimConfig(
+    merchant_id="m-held",
+    secret="held-secret-0123456789abcdefghijklmnopqrst",
+    seed=5,
+    history_days=0.2,
+    rounds_per_day=200,
+    record_requests=50,
+)
+
+
+@pytest.mark.slow
+def test_a_running_daemon_is_named_as_holder_and_null_once_killed(warehouse_url, tmp_path):
+    """A real daemon on each backend: ``status --json`` names it; after kill -9 (its lease row
+    never released) nobody holds the merchant, since the lock went with the process.  A
+    status run writes nothing to the fleet's tables."""
+    config = tmp_path / "status.toml"
+    config.write_text(f'merchant_id = "{HELD.merchant_id}"\ndatabase_url = "{warehouse_url}"\n')
+    log = tmp_path / "daemon.log"
+    with running_simulator(HELD) as sim:
+        daemon = start_daemon(environment_for(sim, warehouse_url), log)
+        try:
+            replica, epoch = _lease_acquired(log)
+            report = _status_json(config)
+            assert (report["holder"], report["epoch"]) == (replica, epoch)
+            daemon.send_signal(signal.SIGKILL)
+            daemon.wait(timeout=10)
+            deadline = time.monotonic() + 10
+            while (report := _status_json(config))["holder"] is not None:
+                assert time.monotonic() < deadline, f"still held after kill -9: {report['holder']}"
+                time.sleep(0.2)
+            assert report["epoch"] == epoch  # nobody took it since
+            rows = _fleet_rows(warehouse_url)
+            assert [lease[:2] for lease in rows[0]] == [(HELD.merchant_id, epoch)]
+            _status_json(config)
+            assert _fleet_rows(warehouse_url) == rows
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+                daemon.wait()
