@@ -296,8 +296,10 @@ def test_a_backfill_of_a_held_merchant_is_run_by_its_holder(warehouse_url: str, 
     daemon = Replica(daemon_config, tmp_path / "daemon.log")
     try:
         wait_until_all_held(warehouse, [merchant], 30)
-        start = (sim.now() - timedelta(days=4)).replace(hour=0, minute=0, second=0, microsecond=0)
-        end = start + timedelta(days=2)
+        # A whole UTC day inside the simulator's three days of history, wherever "now" falls in
+        # its own day, and before the daemon's history (the last day) begins.
+        start = (sim.now() - timedelta(days=2)).replace(hour=0, minute=0, second=0, microsecond=0)
+        end = start + timedelta(days=1)
         command_log = tmp_path / "backfill.log"
         command = start_daemon(
             {},
