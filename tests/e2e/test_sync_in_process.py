@@ -258,7 +258,10 @@ def test_clock_skew_is_reported_plainly_by_a_backfill(sim: Simulator, tmp_path) 
 @pytest.mark.sim(live_rate=0.0)
 def test_backfill_reads_its_range_without_touching_the_tail(sim: Simulator, tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'backfill.db'}"
-    end = sim.now()
+    # 30 hours across exactly one midnight at any time of day (from "now" back 30 h would
+    # cross two between 00:00 and 06:00), inside the 2.5 days of history.
+    midnight = sim.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    end = midnight - timedelta(hours=6)
     start = end - timedelta(hours=30)
     with open_app(settings_for(sim, url)) as app:
         result = app.engine.backfill(start, end)
