@@ -31,6 +31,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
 
 from recordsync.warehouse.types import (
@@ -47,6 +48,8 @@ ID_LENGTH: Final = 255
 # Currency codes are at most 16 characters; statuses are short words, kept as received.
 CODE_LENGTH: Final = 64
 PHASE_LENGTH: Final = 16
+# An event id equals its Idempotency-Key: 1-128 characters (spec: Authentication, Headers).
+EVENT_ID_LENGTH: Final = 128
 
 # Primary keys named as revision 0001 names them.
 metadata = MetaData(naming_convention={"pk": "pk_%(table_name)s"})
@@ -81,6 +84,8 @@ records = Table(
     Index("ix_records_merchant_updated", "merchant_id", "updated_at"),
     Index("ix_records_merchant_player", "merchant_id", "player_id", "created_at"),
     Index("ix_records_merchant_game", "merchant_id", "game_id", "created_at"),
+    # Revision 0005: the cross-check of round-end notifications looks rounds up by id.
+    Index("ix_records_merchant_round", "merchant_id", "round_id"),
 )
 
 # Revision 0002: one row per revision recordsync has seen, written in the transaction that
@@ -203,6 +208,29 @@ backfill_requests = Table(
     Column("holder", String(ID_LENGTH), nullable=True),
     Column("error", Text, nullable=True),
     Index("ix_backfill_requests_merchant_state", "merchant_id", "state", "id"),
+)
+
+# Revision 0005: every round-end notification accepted from the platform (spec: Events, "Round
+# end"), ``event_id`` unique.  ``received_by`` is the replica that answered it (the others wake
+# the merchant's holder from it where there is no NOTIFY); ``found_at`` is set once the
+# cross-check saw the round in ``records`` (``round_events``).
+round_events = Table(
+    "round_events",
+    metadata,
+    Column("id", big_id(), primary_key=True, autoincrement=True),
+    Column("event_id", String(EVENT_ID_LENGTH), nullable=False),
+    Column("merchant_id", String(ID_LENGTH), nullable=False),
+    Column("round_id", String(ID_LENGTH), nullable=False),
+    Column("parent_round_id", String(ID_LENGTH), nullable=True),
+    Column("external_player_id", String(ID_LENGTH), nullable=False),
+    Column("currency", String(CODE_LENGTH), nullable=False),
+    Column("type", String(CODE_LENGTH), nullable=False),
+    Column("occurred_at", utc_datetime(), nullable=False),
+    Column("received_at", utc_datetime(), nullable=False),
+    Column("received_by", String(ID_LENGTH), nullable=False),
+    Column("found_at", utc_datetime(), nullable=True),
+    UniqueConstraint("event_id", name="uq_round_events_event_id"),
+    Index("ix_round_events_merchant_found", "merchant_id", "found_at", "received_at"),
 )
 
 # Alembic's bookkeeping table, named for us so it cannot clash with a warehouse that already

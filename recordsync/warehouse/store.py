@@ -22,15 +22,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import IntegrityError
 
 from recordsync.core.database_url import SUPPORTED_BACKENDS, check_driver
 from recordsync.core.errors import ConfigurationError
 from recordsync.core.models import Record, RecordChange, RejectedItem
+from recordsync.core.round_events import RoundEvent, RoundEventReceipt
 from recordsync.core.state import REBUILD_JOB, SyncState, Window, WindowProgress
 from recordsync.warehouse import (
     backfill_requests,
@@ -39,6 +41,7 @@ from recordsync.warehouse import (
     locks,
     page_commits,
     reads,
+    round_events,
     summaries,
     sync_state,
 )
@@ -454,6 +457,46 @@ class Warehouse:
         """The request as it stands (the requester polls it)."""
         with translate_errors("read backfill request"), self._engine.begin() as conn:
             return backfill_requests.get(conn, request_id)
+
+    # -- round-end notifications (round_events) -----------------------------------------------
+
+    def record_round_event(self, event: RoundEvent, *, received_by: str) -> RoundEventReceipt:
+        """Store a verified notification once; a repeated ``event_id`` gets the first one's
+        receipt and changes nothing.  ``received_at`` is this warehouse's clock."""
+        try:
+            with translate_errors("record round event"), self._writer.begin() as conn:
+                return round_events.record(
+                    conn, event, received_at=self._clock(), received_by=received_by
+                )
+        except IntegrityError:
+            # Another replica stored the same event a moment ago: answer with its receipt.
+            with translate_errors("record round event"), self._engine.begin() as conn:
+                known = round_events.find(conn, event.event_id)
+            if known is None:
+                raise
+            return known
+
+    def rounds_announced_missing(self, merchant_id: str, grace_seconds: float) -> list[str]:
+        """Round ids announced more than ``grace_seconds`` ago (by this warehouse's clock)
+        that ``records`` still lacks; rounds found meanwhile are marked and not asked again."""
+        now = self._clock()
+        with translate_errors("cross-check round events"), self._writer.begin() as conn:
+            return round_events.missing_rounds(
+                conn, merchant_id, cutoff=now - timedelta(seconds=grace_seconds), now=now
+            )
+
+    def round_event_feed(
+        self,
+        replica_id: str,
+        *,
+        poll_interval: float = 0.5,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> round_events.RoundEventFeed:
+        """What tells ``replica_id`` of the notifications other replicas accepted: a LISTEN
+        on PostgreSQL (its own connection), a poll of ``round_events`` elsewhere."""
+        if self._engine.dialect.name == "postgresql":
+            return round_events.PostgresFeed(self._engine.url, replica_id)
+        return round_events.PollFeed(self._engine, replica_id, interval=poll_interval, sleep=sleep)
 
     # -- for tests and end-to-end checks -----------------------------------------------------
 

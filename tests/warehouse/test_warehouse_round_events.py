@@ -1,0 +1,169 @@
+"""Round-end notifications in the warehouse: stored once whatever the retries, announced to the
+other replicas (NOTIFY on PostgreSQL, a poll elsewhere), and cross-checked against records."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import select
+from warehouse.warehouse_samples import MERCHANT, make_record
+
+from recordsync.core.round_events import RoundEvent
+from recordsync.warehouse import Warehouse
+from recordsync.warehouse.schema import round_events
+
+T0 = datetime(2026, 11, 1, 12, tzinfo=UTC)
+
+
+def event(event_id="ev-1", round_id="round-rec-1", **changes):
+    return replace(
+        RoundEvent(
+            event_id=event_id,
+            merchant_id=MERCHANT,
+            round_id=round_id,
+            parent_round_id=None,
+            external_player_id="player-ext-1",
+            currency="USD",
+            type="ROUND_ENDED",
+            occurred_at=T0,
+        ),
+        **changes,
+    )
+
+
+class Clock:
+    def __init__(self):
+        self.now = T0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def clocked(warehouse_url):
+    clock = Clock()
+    store = Warehouse.connect(warehouse_url, clock=clock)
+    store.migrate()
+    try:
+        yield store, clock
+    finally:
+        store.close()
+
+
+def rows(store):
+    with store.engine.connect() as conn:
+        return [dict(row._mapping) for row in conn.execute(select(round_events))]
+
+
+def test_an_event_is_stored_once_and_a_repeat_gets_the_first_receipt(clocked):
+    store, clock = clocked
+    first = store.record_round_event(event(parent_round_id="parent-1"), received_by="r1")
+    clock.now += timedelta(seconds=5)
+    again = store.record_round_event(event(currency="EUR"), received_by="r2")
+    assert (first.accepted_at, first.duplicate) == (T0, False)
+    assert (again.accepted_at, again.duplicate) == (T0, True)
+    [row] = rows(store)
+    assert row["currency"] == "USD"  # the repeat changed nothing
+    assert row["parent_round_id"] == "parent-1"
+    assert row["received_by"] == "r1"
+    assert row["occurred_at"] == T0
+    assert row["found_at"] is None
+
+
+def test_two_replicas_storing_one_event_at_once_both_get_the_first_receipt(warehouse):
+    results = []
+    barrier = threading.Barrier(4)
+
+    def store_it(name):
+        barrier.wait()
+        results.append(warehouse.record_round_event(event(), received_by=name))
+
+    threads = [threading.Thread(target=store_it, args=(f"r{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(rows(warehouse)) == 1
+    assert len({receipt.accepted_at for receipt in results}) == 1
+    assert sorted(receipt.duplicate for receipt in results) == [False, True, True, True]
+
+
+def commit_record(store, record):
+    store.start_rebuild(
+        MERCHANT,
+        change_cursor="c0",
+        anchor_at=T0,
+        history_from=T0 - timedelta(days=1),
+        snapshot_to=T0,
+        windows=[],
+    )
+    store.commit_tail_page(
+        MERCHANT,
+        records=[record],
+        rejected=[],
+        next_cursor="c1",
+        last_sequence="1",
+        projection_as_of=T0,
+        position="c0",
+    )
+
+
+def test_cross_check_counts_rounds_past_the_grace_and_clears_when_they_arrive(clocked):
+    store, clock = clocked
+    store.record_round_event(event("ev-1", "round-a"), received_by="r1")
+    store.record_round_event(event("ev-1b", "round-a"), received_by="r1")  # a second event
+    store.record_round_event(event("ev-2", "round-b"), received_by="r1")
+    store.record_round_event(event("ev-3", "round-c", type="SOMETHING_NEW"), received_by="r1")
+    store.record_round_event(
+        event("ev-4", "round-d", merchant_id="other-merchant"), received_by="r1"
+    )
+    clock.now += timedelta(seconds=300)
+    store.record_round_event(event("ev-5", "round-e"), received_by="r1")  # still in its grace
+    clock.now += timedelta(seconds=301)
+    assert store.rounds_announced_missing(MERCHANT, 600) == ["round-a", "round-b"]
+    commit_record(store, make_record("rec-a", round_id="round-a"))
+    assert store.rounds_announced_missing(MERCHANT, 600) == ["round-b"]
+    clock.now += timedelta(seconds=300)
+    assert store.rounds_announced_missing(MERCHANT, 600) == ["round-b", "round-e"]
+    found = {row["round_id"]: row["found_at"] for row in rows(store)}
+    assert found["round-a"] is not None
+    assert found["round-b"] is None
+
+
+def test_the_poll_feed_names_merchants_other_replicas_received_since_it_started(warehouse):
+    store = warehouse
+    store.record_round_event(event("ev-old"), received_by="r2")  # before the feed: old news
+    feed = store.round_event_feed("r1", poll_interval=0.01, sleep=lambda _s: None)
+    if feed.listens:
+        feed.close()
+        pytest.skip("PostgreSQL notifies instead (its own test)")
+    try:
+        assert feed.wait(1.0) == frozenset()
+        store.record_round_event(event("ev-mine", merchant_id="m-mine"), received_by="r1")
+        store.record_round_event(event("ev-a"), received_by="r2")
+        store.record_round_event(event("ev-b"), received_by="r3")
+        assert feed.wait(1.0) == frozenset({MERCHANT})
+        assert feed.wait(1.0) == frozenset()
+    finally:
+        feed.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("warehouse_url", ["postgres"], indirect=True)
+def test_postgres_notifies_the_other_replicas_at_commit(warehouse):
+    feed = warehouse.round_event_feed("r1")
+    assert feed.listens
+    try:
+        assert feed.wait(0.01) == frozenset()  # connects and LISTENs
+        warehouse.record_round_event(event("ev-mine", merchant_id="m-mine"), received_by="r1")
+        warehouse.record_round_event(event("ev-a"), received_by="r2")
+        warehouse.record_round_event(event("ev-b"), received_by="r2")
+        assert feed.wait(2.0) == frozenset({MERCHANT})
+        feed.wait(0.2)  # the second one, when it came apart from the first
+        warehouse.record_round_event(event("ev-a"), received_by="r2")  # a repeat: no news
+        assert feed.wait(0.2) == frozenset()
+    finally:
+        feed.close()
