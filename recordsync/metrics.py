@@ -30,6 +30,7 @@ never looks like a stalled sync.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -499,6 +500,7 @@ class Metrics:
         )
         build_info.labels(version=version).set(1)
         self.registry.register(_ScrapeTimeCollector(self._book))
+        self.round_events = RoundEventMetrics(self.registry)
 
     def merchant(self, merchant_id: str) -> MerchantMetrics:
         """The view that feeds ``merchant_id``'s series (cheap: build one per observer)."""
@@ -538,6 +540,90 @@ class Metrics:
         the gauges back.
         """
         self._book.forget(merchant_id)
+        self.round_events.forget(merchant_id)
+
+
+class RoundEventMetricName(StrEnum):
+    """The round-end notification receiver's metrics (issue 12), each labelled ``merchant_id``:
+    a configured merchant, or ``none`` for a request that named no configured one (so what a
+    stranger sends cannot add series)."""
+
+    EVENTS = "recordsync_round_events_total"
+    WAKEUPS = "recordsync_round_event_wakeups_total"
+    REPLY_DURATION = "recordsync_round_event_reply_duration_seconds"
+    ROUNDS_ANNOUNCED_MISSING = "recordsync_rounds_announced_missing"
+
+
+class EventOutcome(StrEnum):
+    """``outcome`` label of ``recordsync_round_events_total``."""
+
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"  # an event_id already stored: the first reply again, nothing changed
+    REFUSED = "refused"  # an error reply; ``code`` says which
+
+
+class WakeVia(StrEnum):
+    """``via`` label of ``recordsync_round_event_wakeups_total``: who woke the tail."""
+
+    LOCAL = "local"  # this replica received the event and holds the merchant
+    WAREHOUSE = "warehouse"  # another replica received it (NOTIFY or the poll told us)
+
+
+# A reply is a verification, one insert and a wake-up: milliseconds, unless the warehouse lags.
+REPLY_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+
+class RoundEventMetrics:
+    """The receiver's counters and histogram, the wake-ups, and the cross-check's gauge.
+
+    Built by ``Metrics`` in its registry (``Metrics.round_events``).  Thread-safe.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._events = Counter(
+            RoundEventMetricName.EVENTS,
+            "Round-end notifications received, by outcome and error code (none: accepted).",
+            [MERCHANT_LABEL, "outcome", "code"],
+            registry=registry,
+        )
+        self._wakeups = Counter(
+            RoundEventMetricName.WAKEUPS,
+            "Tail read-now requests caused by round-end notifications, by who received them.",
+            [MERCHANT_LABEL, "via"],
+            registry=registry,
+        )
+        self._reply = Histogram(
+            RoundEventMetricName.REPLY_DURATION,
+            "Time from a notification's last body byte to its reply.",
+            [MERCHANT_LABEL],
+            buckets=REPLY_BUCKETS,
+            registry=registry,
+        )
+        self._missing = Gauge(
+            RoundEventMetricName.ROUNDS_ANNOUNCED_MISSING,
+            "Rounds announced by a round-end notification longer ago than the grace that the "
+            "warehouse's records still lack (the cross-check).",
+            [MERCHANT_LABEL],
+            registry=registry,
+        )
+
+    def received(
+        self, merchant_id: str | None, outcome: EventOutcome, code: str | None, seconds: float
+    ) -> None:
+        label = merchant_id or NONE_LABEL
+        self._events.labels(label, outcome.value, code or NONE_LABEL).inc()
+        self._reply.labels(label).observe(seconds)
+
+    def woke(self, merchant_id: str, via: WakeVia) -> None:
+        self._wakeups.labels(_checked(merchant_id), via.value).inc()
+
+    def set_missing(self, merchant_id: str, rounds: int) -> None:
+        self._missing.labels(_checked(merchant_id)).set(rounds)
+
+    def forget(self, merchant_id: str) -> None:
+        """The merchant went to another replica: its cross-check is that replica's now."""
+        with contextlib.suppress(KeyError):
+            self._missing.remove(merchant_id)
 
 
 def _checked(merchant_id: str) -> str:

@@ -45,6 +45,8 @@ PREFIX = "RECORDSYNC_"
 DEFAULT_DATABASE_URL = "sqlite:///recordsync.db"
 DEFAULT_HTTP_PORT = 9108
 DEFAULT_SECRET_OVERLAP = 86400.0  # seconds a rotated-out secret is still accepted
+DEFAULT_EVENTS_HOST = "0.0.0.0"  # noqa: S104 - like /metrics: the ingress reaches the pod
+DEFAULT_EVENT_GRACE = 600.0  # seconds an announced round may take to reach the warehouse
 # The keys of one merchant: single-merchant variables, or the keys of a [[merchants]] entry.
 MERCHANT_KEYS: Final = ("merchant_id", "secret", "secret_file", "base_url", "history_from")
 
@@ -79,6 +81,10 @@ class Settings:
     keep_revisions: bool = True  # append every revision seen to record_revisions
     rate_margin: float = 0.05  # seconds added to the budget's window against arrival jitter
     secret_overlap: float = DEFAULT_SECRET_OVERLAP
+    # Round-end notifications (issue 12): their own port (0: off), apart from /metrics.
+    events_port: int = 0
+    events_host: str = DEFAULT_EVENTS_HOST
+    event_grace: float = DEFAULT_EVENT_GRACE
     tls_verify: bool = True
     ca_bundle: str | None = None
     log_level: str = "info"
@@ -501,6 +507,11 @@ def load_settings(
         secret_overlap=reader.get(
             "secret_overlap", _non_negative_float, DEFAULT_SECRET_OVERLAP, hint="seconds (>= 0)"
         ),
+        events_port=reader.get("events_port", _port, 0, hint="a port 0-65535 (0: off)"),
+        events_host=reader.raw("events_host") or DEFAULT_EVENTS_HOST,
+        event_grace=reader.get(
+            "event_grace", _positive_float, DEFAULT_EVENT_GRACE, hint="a positive number of seconds"
+        ),
         keep_revisions=reader.get("keep_revisions", _boolean, default=True, hint="true or false"),
         tls_verify=reader.get("tls_verify", _boolean, default=True, hint="true or false"),
         ca_bundle=reader.raw("ca_bundle"),
@@ -517,6 +528,12 @@ def load_settings(
     )
     if settings.page_size > 1000:  # noqa: PLR2004 - the spec's page-size ceiling
         reader.problem("page_size", f"{settings.page_size} is above 1000")
+    if settings.events_port and settings.events_port == settings.http_port:
+        reader.problem(
+            "events_port",
+            f"{settings.events_port} is RECORDSYNC_HTTP_PORT too: the events port faces the "
+            "platform, /metrics must not",
+        )
     if settings.ca_bundle is not None and not Path(settings.ca_bundle).is_file():
         reader.problem("ca_bundle", f"{settings.ca_bundle} is not a file")
     if problems:

@@ -35,7 +35,7 @@ from recordsync.sync.jobs import JobHost, Jobs
 from recordsync.sync.options import DEFAULT_DRIFT_INTERVAL, SyncOptions
 from recordsync.sync.ports import RecordSource, SyncStore
 from recordsync.sync.snapshot import BackfillResult, backfill, plan_snapshot, schedule_snapshot
-from recordsync.sync.tail import Tail, drain_tail
+from recordsync.sync.tail import Tail, TailWakeups, drain_tail
 
 __all__ = ["DEFAULT_DRIFT_INTERVAL", "BackfillResult", "SyncEngine", "SyncOptions"]
 
@@ -61,6 +61,7 @@ class SyncEngine:
         process); None gives each generation a private one, sized by the options."""
         self._host = host
         self._jobs: Jobs | None = None
+        self._wakeups = TailWakeups()
         self._context = SyncContext(
             client=client,
             warehouse=warehouse,
@@ -94,9 +95,11 @@ class SyncEngine:
         return backfill(self._context, start, end, host=self._host)
 
     def wake_tail(self) -> None:
-        """Read the changes now rather than at the next poll (a round just ended)."""
+        """Read the changes now rather than at the next poll (a round just ended); during a
+        read, read once more after it (``TailWakeups``).  The read goes through the rate
+        budget like any other."""
         jobs = self._jobs
-        if jobs is not None:
+        if self._wakeups.request() and jobs is not None:
             jobs.wake("tail")
 
     def _run_generation(self, state: SyncState) -> _Outcome:
@@ -113,7 +116,9 @@ class SyncEngine:
         jobs.every(
             "tail",
             options.poll_interval,
-            lambda: drain_tail(ctx, tail, generation, expired, snapshot_done),
+            lambda: drain_tail(
+                ctx, tail, generation, expired, snapshot_done, wakeups=self._wakeups
+            ),
             now=True,
         )
         if snapshot is not None:

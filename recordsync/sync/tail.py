@@ -21,6 +21,49 @@ from recordsync.sync.context import SyncContext
 from recordsync.sync.plan import highest_sequence
 
 
+class TailWakeups:
+    """Read-now requests for the tail (a round-end notification came), coalesced.
+
+    A request while the tail is idle runs its job at once (``request`` returns True: the
+    caller wakes the job); a request while it reads makes it read once more when the read in
+    hand ends, since that read may have been answered before the round's change existed.
+    Any number of requests during one read cause one more read, not one each: a burst of
+    notifications costs the rate budget one or two requests.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = False
+        self._wanted = False
+
+    def request(self) -> bool:
+        """Ask for a read now; True when the tail is idle and its job must be woken."""
+        with self._lock:
+            self._wanted = True
+            return not self._running
+
+    def begin(self) -> None:
+        with self._lock:
+            self._running = True
+
+    def take(self) -> None:
+        """A read starts: it covers every request made so far."""
+        with self._lock:
+            self._wanted = False
+
+    def end(self) -> bool:
+        """The tail caught up: True to stop reading, False when a request came meanwhile."""
+        with self._lock:
+            if self._wanted:
+                return False
+            self._running = False
+            return True
+
+    def finish(self) -> None:
+        with self._lock:
+            self._running = False
+
+
 @dataclass
 class Tail:
     """The tail's position in memory; the committed copy lives in ``sync_state``."""
@@ -34,17 +77,26 @@ def drain_tail(
     stopper: Stopper,
     rebuild: threading.Event,
     snapshot_done: threading.Event | None,
+    *,
+    wakeups: TailWakeups | None = None,
 ) -> None:
-    """Read changes until there is no backlog; the interval trigger polls again.
+    """Read changes until there is no backlog (and no read-now request came meanwhile); the
+    interval trigger polls again.
 
     ``snapshot_done`` is the running snapshot's end (None: no snapshot to wait for); with
     ``stop_when_caught_up`` the engine stops once both are through.
     """
     runner = ctx.runner(stopper, fatal_is_final=False)
-    while not stopper.stopped:
-        has_more = runner.run(lambda: tail_step(ctx, tail, stopper, rebuild), what="tail")
-        if rebuild.is_set() or not has_more:
-            break
+    wakeups = wakeups or TailWakeups()
+    wakeups.begin()
+    try:
+        while not stopper.stopped:
+            wakeups.take()
+            has_more = runner.run(lambda: tail_step(ctx, tail, stopper, rebuild), what="tail")
+            if rebuild.is_set() or (not has_more and wakeups.end()):
+                break
+    finally:
+        wakeups.finish()
     snapshot_finished = snapshot_done is None or snapshot_done.is_set()
     if ctx.options.stop_when_caught_up and snapshot_finished and not rebuild.is_set():
         ctx.caught_up.set()

@@ -12,7 +12,12 @@ from recordsync import cli
 from recordsync.core.database_url import parse_database_url
 from recordsync.core.errors import ConfigurationError
 from recordsync.core.secret import SecretSource
-from recordsync.core.settings import MerchantSettings, Settings, load_settings
+from recordsync.core.settings import (
+    DEFAULT_EVENTS_HOST,
+    MerchantSettings,
+    Settings,
+    load_settings,
+)
 from recordsync.service.secrets import SecretKeeper
 
 SECRET = "s" * 43
@@ -441,3 +446,49 @@ def test_the_secret_overlap_is_configurable_and_checked():
     assert load_settings({**BASE, "RECORDSYNC_SECRET_OVERLAP": "600"}).secret_overlap == 600.0
     with pytest.raises(ConfigurationError, match="RECORDSYNC_SECRET_OVERLAP"):
         load_settings({**BASE, "RECORDSYNC_SECRET_OVERLAP": "-1"})
+
+
+# -- round-end notifications (issue 12) ---------------------------------------------------------
+
+
+def test_the_events_receiver_is_off_by_default_and_binds_like_the_metrics_port():
+    settings = load_settings(BASE)
+    assert (settings.events_port, settings.events_host, settings.event_grace) == (
+        0,
+        DEFAULT_EVENTS_HOST,
+        600.0,
+    )
+    assert DEFAULT_EVENTS_HOST == "0.0.0.0"  # noqa: S104 - the default under test
+
+
+def test_the_events_settings_come_from_the_environment_or_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "recordsync.toml"
+    config.write_text('events_port = 9300\nevents_host = "127.0.0.1"\nevent_grace = 60\n')
+    settings = load_settings(BASE, config_path=config)
+    assert (settings.events_port, settings.events_host, settings.event_grace) == (
+        9300,
+        "127.0.0.1",
+        60.0,
+    )
+    assert (
+        load_settings({**BASE, "RECORDSYNC_EVENTS_PORT": "9400"}, config_path=config).events_port
+        == 9400
+    )
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"RECORDSYNC_EVENTS_PORT": "70000"}, "RECORDSYNC_EVENTS_PORT: '70000' is not a port"),
+        ({"RECORDSYNC_EVENT_GRACE": "0"}, "RECORDSYNC_EVENT_GRACE: '0' is not a positive"),
+        (
+            {"RECORDSYNC_EVENTS_PORT": "9108"},
+            "RECORDSYNC_EVENTS_PORT: 9108 is RECORDSYNC_HTTP_PORT too",
+        ),
+    ],
+    ids=["port range", "grace", "same as metrics"],
+)
+def test_bad_events_settings_name_their_variable(environ, expected):
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings({**BASE, **environ})
+    assert expected in str(caught.value)
