@@ -29,6 +29,7 @@ from recordsync.metrics import Metrics
 from recordsync.service.health import FleetReadinessCheck, HealthServer
 from recordsync.service.log_context import ProcessLogContext
 from recordsync.service.merchant_syncs import MerchantSyncs
+from recordsync.service.round_events.running import receiving_round_events
 from recordsync.service.secrets import SecretKeeper
 from recordsync.service.signals import stop_on_signals
 from recordsync.sync.events import SyncObserver
@@ -50,9 +51,16 @@ def replica_id() -> str:
     return f"{host}-{os.getpid()}-{random_tokens.token_hex(2)}"
 
 
-def run_daemon(settings: Settings, *, registry: CollectorRegistry | None = None) -> int:
-    """The daemon: join the fleet, sync what it holds, hand everything over on a stop."""
-    stopper = Stopper()
+def run_daemon(
+    settings: Settings,
+    *,
+    registry: CollectorRegistry | None = None,
+    stopper: Stopper | None = None,
+) -> int:
+    """The daemon: join the fleet, sync what it holds, hand everything over on a stop.
+
+    ``stopper``: a stop from outside besides the signals (tests running it in a thread)."""
+    stopper = stopper or Stopper()
     metrics = Metrics(registry or CollectorRegistry())
     merchant_ids = [merchant.merchant_id for merchant in settings.merchants]
     for merchant_id in merchant_ids:
@@ -93,7 +101,18 @@ def run_daemon(settings: Settings, *, registry: CollectorRegistry | None = None)
                     stopper=stopper,
                     on_change=lambda _held, live: metrics.set_replicas_live(live),
                 )
-                with _health_server(settings, metrics, warehouse, syncs):
+                with (
+                    _health_server(settings, metrics, warehouse, syncs),
+                    receiving_round_events(
+                        settings,
+                        warehouse=warehouse,
+                        secrets=keeper,
+                        syncs=syncs,
+                        metrics=metrics.round_events,
+                        replica_id=me,
+                        stopper=stopper,
+                    ),
+                ):
                     log.info("daemon_started", merchants=len(merchant_ids), lease=session.resource)
                     member.run()
             finally:

@@ -34,10 +34,12 @@ from recordsync.metrics import Metrics
 from recordsync.platform.budget import RateBudget
 from recordsync.platform.client import PlatformClient
 from recordsync.service.observers import ClientMetricsObserver, SyncMetricsObserver
+from recordsync.service.round_events.wakeups import CrossCheckMetricsObserver
 from recordsync.service.secrets import SecretKeeper
 from recordsync.sync.engine import SyncEngine, SyncOptions
 from recordsync.sync.events import MultiObserver, SyncObserver
 from recordsync.sync.jobs import JobHost
+from recordsync.sync.options import DEFAULT_CROSS_CHECK_INTERVAL
 from recordsync.sync.resilience import StepRunner
 from recordsync.warehouse import BackfillRequest, Warehouse
 
@@ -168,8 +170,15 @@ class MerchantSyncs:
                 poll_interval=settings.poll_interval,
                 snapshot_concurrency=settings.snapshot_concurrency,
                 drift_interval=settings.drift_check_interval or None,
+                # Round-end notifications are received: cross-check them with the records.
+                event_grace=settings.event_grace if settings.events_port else None,
+                # A missing round shows within 1.25 graces at most, at most once a minute.
+                cross_check_interval=min(DEFAULT_CROSS_CHECK_INTERVAL, settings.event_grace / 4),
             )
-            observers: list[SyncObserver] = [SyncMetricsObserver(metrics)]
+            observers: list[SyncObserver] = [
+                SyncMetricsObserver(metrics),
+                CrossCheckMetricsObserver(self._metrics.round_events, run.merchant_id),
+            ]
             extra = self._extra_observer(run.merchant_id)
             if extra is not None:
                 observers.append(extra)

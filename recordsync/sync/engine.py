@@ -29,6 +29,7 @@ from recordsync.core.state import REBUILD_JOB, SyncState
 from recordsync.core.stopping import Stopper
 from recordsync.sync.anchor import load_or_anchor, rebuild
 from recordsync.sync.context import SyncContext
+from recordsync.sync.cross_check import CrossCheck
 from recordsync.sync.drift_check import check_drift
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.jobs import JobHost, Jobs
@@ -70,6 +71,7 @@ class SyncEngine:
             observer=observer or SyncObserver(),
             rng=rng or random.Random(),  # noqa: S311 - jitter, not cryptography
         )
+        self._cross_check = CrossCheck(self._context)
 
     def run(self) -> bool:
         """Sync until stopped: anchor if needed, then snapshot and tail side by side.
@@ -128,6 +130,14 @@ class SyncEngine:
                 "drift-check",
                 options.drift_interval,
                 lambda: check_drift(ctx, generation),
+                now=False,
+            )
+        if options.event_grace is not None:
+            cross_check = self._cross_check
+            jobs.every(
+                "cross-check",
+                options.cross_check_interval,
+                lambda: cross_check.run(generation),
                 now=False,
             )
         jobs.run_until_stopped()

@@ -50,6 +50,10 @@ class SyncObserver:
     def error(self, kind: str) -> None:
         """A step failed and will be tried again (``kind`` is the exception class name)."""
 
+    def rounds_checked(self, missing: int) -> None:
+        """The cross-check of round-end notifications found ``missing`` rounds announced
+        longer ago than the grace and still not in the warehouse (> 0 is an alert)."""
+
 
 class MultiObserver(SyncObserver):
     """Fans every call out to several observers (a progress bar and metrics, say)."""
@@ -104,3 +108,7 @@ class MultiObserver(SyncObserver):
     def error(self, kind: str) -> None:
         for observer in self.observers:
             observer.error(kind)
+
+    def rounds_checked(self, missing: int) -> None:
+        for observer in self.observers:
+            observer.rounds_checked(missing)

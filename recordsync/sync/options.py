@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from recordsync.sync.plan import DEFAULT_SNAPSHOT_OVERLAP
 
 DEFAULT_DRIFT_INTERVAL = 3600.0
+DEFAULT_CROSS_CHECK_INTERVAL = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,5 +21,9 @@ class SyncOptions:
     snapshot_overlap: timedelta = DEFAULT_SNAPSHOT_OVERLAP
     # Seconds between drift checks of the last closed day; None turns them off.
     drift_interval: float | None = DEFAULT_DRIFT_INTERVAL
+    # Seconds an announced round (a round-end notification) may take to reach the warehouse
+    # before the cross-check counts it missing; None: no cross-check (no events received).
+    event_grace: float | None = None
+    cross_check_interval: float = DEFAULT_CROSS_CHECK_INTERVAL
     # Demo and tests: stop once the snapshot is done and the tail has no backlog.
     stop_when_caught_up: bool = False

@@ -110,3 +110,8 @@ class SyncStore(Protocol):
 
     def stored_revisions(self, merchant_id: str, record_ids: Collection[str]) -> dict[str, int]:
         """record_id -> stored revision, for the ids that exist."""
+        ...
+
+    def rounds_announced_missing(self, merchant_id: str, grace_seconds: float) -> list[str]:
+        """Round ids announced by round-end notifications more than ``grace_seconds`` ago that
+        ``records`` still lacks, sorted (the cross-check)."""

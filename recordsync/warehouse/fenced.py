@@ -128,6 +128,10 @@ class FencedWarehouse:
     def stored_revisions(self, merchant_id: str, record_ids: Collection[str]) -> dict[str, int]:
         return self._warehouse.stored_revisions(self._own(merchant_id), record_ids)
 
+    def rounds_announced_missing(self, merchant_id: str, grace_seconds: float) -> list[str]:
+        # Only marks rounds found (found_at): nothing a superseded holder could spoil.
+        return self._warehouse.rounds_announced_missing(self._own(merchant_id), grace_seconds)
+
     def _own(self, merchant_id: str) -> str:
         if merchant_id != self._merchant_id:
             raise ValueError(

@@ -14,8 +14,11 @@ from recordsync.core.state import Window, backfill_job
 from recordsync.metrics import (
     MERCHANT_LABEL,
     PROCESS_WIDE,
+    EventOutcome,
     MetricName,
     Metrics,
+    RoundEventMetricName,
+    WakeVia,
     WriteOutcome,
     estimate_remaining_seconds,
     job_kind,
@@ -388,7 +391,7 @@ def test_every_named_metric_is_exposed_with_conventional_names(metrics, merchant
         assert name in exposed or f"{name}_count" in exposed, name
     for family in families.values():
         if family.type == "counter":
-            assert f"{family.name}_total" in MetricName.__members__.values()
+            assert f"{family.name}_total" in {*MetricName, *RoundEventMetricName}
         else:
             assert not family.name.endswith("_total"), family.name
     text = generate_latest(registry).decode()
@@ -625,3 +628,33 @@ def test_a_merchants_counters_without_other_labels_start_at_0(metrics, registry)
         assert value(registry, name) == 0, name
     assert value(registry, f"{MetricName.WAREHOUSE_WRITE_DURATION}_count") == 0
     assert value(registry, MetricName.ERRORS, kind="ServerError") is None  # not known ahead
+
+
+# -- round-end notifications (issue 12) ---------------------------------------------------------
+
+
+def test_round_events_are_counted_by_outcome_and_code_with_their_reply_time(metrics, registry):
+    events = metrics.round_events
+    events.received(MERCHANT, EventOutcome.ACCEPTED, None, 0.002)
+    events.received(MERCHANT, EventOutcome.DUPLICATE, None, 0.001)
+    events.received(None, EventOutcome.REFUSED, "AUTHENTICATION_FAILED", 0.0005)
+    events.woke(MERCHANT, WakeVia.LOCAL)
+    events.woke(MERCHANT, WakeVia.WAREHOUSE)
+    name = RoundEventMetricName.EVENTS
+    assert value(registry, name, outcome="accepted", code="none") == 1
+    assert value(registry, name, outcome="duplicate", code="none") == 1
+    stranger = {"merchant_id": "none", "outcome": "refused", "code": "AUTHENTICATION_FAILED"}
+    assert registry.get_sample_value(name, stranger) == 1
+    duration = f"{RoundEventMetricName.REPLY_DURATION}_count"
+    assert value(registry, duration) == 2
+    for via in ("local", "warehouse"):
+        assert value(registry, RoundEventMetricName.WAKEUPS, via=via) == 1
+
+
+def test_rounds_announced_missing_is_set_per_merchant_and_goes_with_the_merchant(metrics, registry):
+    metrics.round_events.set_missing(MERCHANT, 3)
+    metrics.round_events.set_missing(OTHER, 0)
+    assert value(registry, RoundEventMetricName.ROUNDS_ANNOUNCED_MISSING) == 3
+    metrics.forget_merchant(MERCHANT)
+    assert value(registry, RoundEventMetricName.ROUNDS_ANNOUNCED_MISSING) is None
+    assert value(registry, RoundEventMetricName.ROUNDS_ANNOUNCED_MISSING, merchant_id=OTHER) == 0
