@@ -22,7 +22,7 @@ from typing import Any, Final
 import pytest
 
 from recordsync.core.settings import MERCHANT_KEYS, PREFIX, Settings
-from recordsync.metrics import MetricName
+from recordsync.metrics import MetricName, RoundEventMetricName
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 DEPLOY: Final = ROOT / "deploy"
@@ -98,9 +98,13 @@ def setting_variables() -> frozenset[str]:
     return frozenset(names | {PREFIX + "CONFIG"})
 
 
-METRIC_NAMES: Final = frozenset(str(name) for name in MetricName)
+METRIC_NAMES: Final = frozenset(str(name) for name in (*MetricName, *RoundEventMetricName))
 HISTOGRAMS: Final = frozenset(
-    {MetricName.PLATFORM_REQUEST_DURATION, MetricName.WAREHOUSE_WRITE_DURATION}
+    {
+        MetricName.PLATFORM_REQUEST_DURATION,
+        MetricName.WAREHOUSE_WRITE_DURATION,
+        RoundEventMetricName.REPLY_DURATION,
+    }
 )
 # Series Prometheus itself adds to every scrape.
 PROMETHEUS_SERIES: Final = frozenset({"up"})

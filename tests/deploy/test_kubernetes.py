@@ -33,6 +33,7 @@ from recordsync.service.health import HealthServer, Readiness
 
 KUSTOMIZATION = KUBERNETES / "kustomization.yaml"
 BACKFILL_JOB = KUBERNETES / "backfill-job.yaml"
+INGRESS_EXAMPLE = KUBERNETES / "ingress-example.yaml"
 PROMETHEUS_RULE = KUBERNETES / "prometheusrule.yaml"
 ALERTS = PROMETHEUS / "alerts.yml"
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
@@ -73,7 +74,9 @@ def _workloads(resources: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_rendered_manifests_pass_kubernetes_validate_strict(rendered):
-    result = run_tool(tool("kubernetes-validate"), "--strict", rendered, BACKFILL_JOB)
+    result = run_tool(
+        tool("kubernetes-validate"), "--strict", rendered, BACKFILL_JOB, INGRESS_EXAMPLE
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     unchecked = {
         line.split(" for kind ")[1].split()[0]
@@ -86,7 +89,7 @@ def test_rendered_manifests_pass_kubernetes_validate_strict(rendered):
 def test_kustomization_applies_every_manifest_but_the_on_demand_job(resources):
     listed = set(yaml_document(KUSTOMIZATION)["resources"])
     on_disk = {path.name for path in KUBERNETES.glob("*.yaml")}
-    assert listed == on_disk - {KUSTOMIZATION.name, BACKFILL_JOB.name}
+    assert listed == on_disk - {KUSTOMIZATION.name, BACKFILL_JOB.name, INGRESS_EXAMPLE.name}
     assert set(resources) == {
         "ConfigMap",
         "Deployment",
@@ -184,13 +187,13 @@ def test_probes_and_scrape_paths_are_served_by_the_health_server(resources):
 
 def test_ports_agree_from_settings_to_servicemonitor(resources):
     (container,) = _containers(resources["Deployment"])
-    (port,) = container["ports"]
+    port, _events = container["ports"]
     assert port["containerPort"] == DEFAULT_HTTP_PORT
     assert _env(container)[f"{PREFIX}HTTP_PORT"]["value"] == str(DEFAULT_HTTP_PORT)
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         assert container[probe]["httpGet"]["port"] == port["name"]
     service = resources["Service"]
-    (service_port,) = service["spec"]["ports"]
+    service_port, _events_port = service["spec"]["ports"]
     assert service_port["targetPort"] == port["name"]
     assert service_port["port"] == DEFAULT_HTTP_PORT
     template_labels = resources["Deployment"]["spec"]["template"]["metadata"]["labels"]
@@ -312,3 +315,29 @@ def test_daemon_and_backfill_share_settings_and_sizes(resources):
     (image,) = yaml_document(KUSTOMIZATION)["images"]
     assert daemon["image"] == image["name"]  # kustomize replaces it with newName:newTag
     assert job["image"] == f"{image['newName']}:{image['newTag']}"
+
+
+# -- round-end notifications (issue 12) ---------------------------------------------------------
+
+
+def test_the_events_port_runs_from_settings_to_the_service(resources):
+    (container,) = _containers(resources["Deployment"])
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    events_port = int(_env(container)[f"{PREFIX}EVENTS_PORT"]["value"])
+    assert ports == {"metrics": DEFAULT_HTTP_PORT, "events": events_port}
+    service_ports = {port["name"]: port for port in resources["Service"]["spec"]["ports"]}
+    assert service_ports["events"]["targetPort"] == "events"
+
+
+def test_the_example_ingress_serves_only_the_events_path_over_tls_without_rewriting():
+    ingress = yaml_document(INGRESS_EXAMPLE)
+    assert ingress["kind"] == "Ingress"
+    spec = ingress["spec"]
+    (tls,) = spec["tls"]
+    (rule,) = spec["rules"]
+    assert rule["host"] in tls["hosts"]
+    (path,) = rule["http"]["paths"]
+    assert (path["path"], path["pathType"]) == ("/v1/round-events", "Exact")
+    assert path["backend"]["service"]["port"] == {"name": "events"}
+    annotations = ingress["metadata"].get("annotations", {})
+    assert not any("rewrite" in key or "redirect" in key for key in annotations)
