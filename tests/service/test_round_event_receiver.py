@@ -104,11 +104,32 @@ def harness(secret_file, keeper_clock):
     return Harness(keeper, Store(), CollectorRegistry())
 
 
-@pytest.fixture
-def client(harness):
-    server = EventsServer(asgi_app(harness.receiver), host="127.0.0.1", port=0)
+class CurrentReceiver:
+    """One server for the module (starting one per test costs more than the tests); each
+    test's receiver answers through it."""
+
+    receiver: RoundEventReceiver | None = None
+
+    def handle(self, request, *, started=None):
+        return self.receiver.handle(request, started=started)
+
+    def too_large(self, request, *, started):
+        return self.receiver.too_large(request, started=started)
+
+
+@pytest.fixture(scope="module")
+def served():
+    current = CurrentReceiver()
+    server = EventsServer(asgi_app(current), host="127.0.0.1", port=0)
     with server, httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=5) as http:
-        yield http
+        yield http, current
+
+
+@pytest.fixture
+def client(harness, served):
+    http, current = served
+    current.receiver = harness.receiver
+    return http
 
 
 def error_of(response):
