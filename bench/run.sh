@@ -14,5 +14,6 @@ run budget_utilisation
 run ingest --mariadb-buffer-pool-mib 1024
 run write_path
 run freshness
+run freshness --events   # issue 12: poll every 20 s, woken by round-end notifications
 run memory
 run peer_dlt
