@@ -21,6 +21,7 @@ retries): an event is never acknowledged unless it is stored.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import threading
 import time
@@ -255,6 +256,9 @@ class EventsServer:
         return int(self._socket.getsockname()[1])
 
     def start(self) -> None:
+        # uvicorn logs through the standard library, which is not the daemon's JSON log: keep
+        # its per-request warnings (a scanner's malformed request) out of it; errors still show.
+        logging.getLogger("uvicorn").setLevel(logging.ERROR)
         family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
