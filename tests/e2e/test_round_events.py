@@ -2,18 +2,24 @@
 interval makes a round's change visible within a second of its notification, whichever
 replica receives it (the holder itself; another one through PostgreSQL's NOTIFY or the
 poll of round_events), and the cross-check counts an announced round the records lack until
-it arrives."""
+it arrives.
+
+The SQLite tests share one daemon (starting one costs more than the tests); PostgreSQL's
+NOTIFY gets a daemon of its own."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import httpx
 import pytest
+from dbfixtures import fresh_database
 from prometheus_client import CollectorRegistry
 from service.round_event_requests import event_body, post_event
 from sqlalchemy import insert
@@ -32,11 +38,11 @@ pytestmark = pytest.mark.slow
 
 MERCHANT = "m-events"
 SECRET = "events-secret-0123456789abcdefghijklmnopqr"
+GRACE = 0.4  # seconds: the cross-check runs every 0.1 s
 
 
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    simulator = Simulator(
+def new_simulator() -> Simulator:
+    return Simulator(
         SimConfig(
             merchant_id=MERCHANT,
             secret=SECRET,
@@ -47,11 +53,6 @@ def sim() -> Iterator[Simulator]:
             record_requests=20,
         )
     )
-    simulator.start()
-    try:
-        yield simulator
-    finally:
-        simulator.stop()
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, step: float = 0.02) -> float:
@@ -63,27 +64,67 @@ def wait_until(condition: Callable[[], bool], timeout: float, step: float = 0.02
     return time.monotonic() - started
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Daemon:
+    sim: Simulator
+    url: str
+    port: int
+    registry: CollectorRegistry
+    warehouse: Warehouse
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        return self.registry.get_sample_value(name, {"merchant_id": MERCHANT, **labels})
+
+
 @contextmanager
-def daemon(sim: Simulator, url: str, **overrides: object) -> Iterator[CollectorRegistry]:
-    """``recordsync run`` in a thread, polling every 20 s, caught up when this yields."""
+def daemon(sim: Simulator, url: str) -> Iterator[Daemon]:
+    """``recordsync run`` in a thread, polling every 20 s, receiving notifications, caught up
+    when this yields."""
     registry = CollectorRegistry()
     stopper = Stopper()
-    settings = settings_for(sim, url, poll_interval=20.0, **overrides)
+    port = free_port()
+    settings = settings_for(
+        sim,
+        url,
+        poll_interval=20.0,
+        events_port=port,
+        events_host="127.0.0.1",
+        event_grace=GRACE,
+    )
     thread = threading.Thread(
         target=run_daemon, args=(settings,), kwargs={"registry": registry, "stopper": stopper}
     )
     thread.start()
+    warehouse = Warehouse.connect(url)
     try:
-        warehouse = Warehouse.connect(url)
-        try:
-            wait_until(lambda: stored(warehouse) == truth_revisions(sim), 60, step=0.1)
-        finally:
-            warehouse.close()
-        yield registry
+        wait_until(lambda: stored(warehouse) == truth_revisions(sim), 60, step=0.1)
+        yield Daemon(sim, url, port, registry, warehouse)
     finally:
         stopper.stop()
         thread.join(30)
+        warehouse.close()
         assert not thread.is_alive()
+
+
+@pytest.fixture(scope="module")
+def sqlite_daemon(tmp_path_factory) -> Iterator[Daemon]:
+    sim = new_simulator()
+    sim.start()
+    try:
+        path = tmp_path_factory.mktemp("events") / "w.db"
+        with daemon(sim, f"sqlite:///{path}") as running:
+            yield running
+        stats = sim.stats()
+        assert stats.rate_limit_violations == 0
+        assert stats.auth_failures == 0
+    finally:
+        sim.stop()
 
 
 def stored(warehouse: Warehouse) -> dict[str, int]:
@@ -97,12 +138,12 @@ def truth_revisions(sim: Simulator) -> dict[str, int]:
     return {key: record["revision"] for key, record in sim.truth().items()}
 
 
-def new_change(sim: Simulator, warehouse: Warehouse) -> tuple[str, int, str]:
+def new_change(running: Daemon) -> tuple[str, int, str]:
     """Step the simulator until a record changes; (record_id, revision, round_id)."""
-    before = stored(warehouse)
+    before = stored(running.warehouse)
     for _ in range(50):
-        sim.step(1)
-        for record_id, record in sim.truth().items():
+        running.sim.step(1)
+        for record_id, record in running.sim.truth().items():
             if before.get(record_id) != record["revision"]:
                 return record_id, record["revision"], record["round_id"]
     raise AssertionError("the simulator made no change")
@@ -119,48 +160,27 @@ def announce(port: int, round_id: str, event_id: str) -> httpx.Response:
         )
 
 
-def free_port() -> int:
-    import socket  # noqa: PLC0415
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def visible_within(warehouse: Warehouse, record_id: str, revision: int) -> Callable[[], bool]:
+def visible(running: Daemon, record_id: str, revision: int) -> Callable[[], bool]:
     def check() -> bool:
-        row = warehouse.fetch_records(MERCHANT).get(record_id)
+        row = running.warehouse.fetch_records(MERCHANT).get(record_id)
         return row is not None and row["revision"] >= revision
 
     return check
 
 
 def test_a_notification_to_the_holder_makes_the_change_visible_within_a_second(
-    sim: Simulator, tmp_path
+    sqlite_daemon: Daemon,
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'w.db'}"
-    port = free_port()
-    with daemon(sim, url, events_port=port, events_host="127.0.0.1") as registry:
-        warehouse = Warehouse.connect(url)
-        try:
-            record_id, revision, round_id = new_change(sim, warehouse)
-            time.sleep(0.3)
-            assert not visible_within(warehouse, record_id, revision)()  # the poll is 20 s off
-            response = announce(port, round_id, "ev-holder-1")
-            assert response.status_code == 200
-            assert wait_until(visible_within(warehouse, record_id, revision), 1.0) < 1.0
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
-                unsigned = client.post("/v1/round-events", content=b"{}")
-            assert unsigned.json()["error"]["code"] == "AUTHENTICATION_FAILED"
-        finally:
-            warehouse.close()
-        woke = registry.get_sample_value(
-            RoundEventMetricName.WAKEUPS, {"merchant_id": MERCHANT, "via": "local"}
-        )
-        assert woke == 1
-    stats = sim.stats()
-    assert stats.rate_limit_violations == 0
-    assert stats.auth_failures == 0
+    running = sqlite_daemon
+    record_id, revision, round_id = new_change(running)
+    time.sleep(0.3)
+    assert not visible(running, record_id, revision)()  # the next poll is 20 s away
+    assert announce(running.port, round_id, "ev-holder-1").status_code == 200
+    assert wait_until(visible(running, record_id, revision), 1.0) < 1.0
+    assert running.metric(RoundEventMetricName.WAKEUPS, via="local") == 1
+    with httpx.Client(base_url=f"http://127.0.0.1:{running.port}", timeout=5) as client:
+        unsigned = client.post("/v1/round-events", content=b"{}")
+    assert unsigned.json()["error"]["code"] == "AUTHENTICATION_FAILED"
 
 
 class NotHere:
@@ -170,74 +190,67 @@ class NotHere:
         return False
 
 
-# SQLite stands for the poll (MariaDB's is the same code: tests/warehouse covers its query).
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
-def test_a_notification_to_another_replica_wakes_the_holder_through_the_warehouse(
-    sim: Simulator, tmp_path, kind: str, request
-) -> None:
-    from dbfixtures import fresh_database  # noqa: PLC0415
+@contextmanager
+def other_replica(running: Daemon) -> Iterator[int]:
+    """A second replica's receiver on the same warehouse, holding no merchant; its port."""
+    port = free_port()
+    settings = replace(
+        settings_for(running.sim, running.url), events_port=port, events_host="127.0.0.1"
+    )
+    stopper = Stopper()
+    try:
+        with receiving_round_events(
+            settings,
+            warehouse=running.warehouse,
+            secrets=SecretKeeper.from_settings(settings),
+            syncs=NotHere(),
+            metrics=None,
+            replica_id="other-replica",
+            stopper=stopper,
+        ):
+            yield port
+    finally:
+        stopper.stop()
 
-    if kind != "sqlite":
-        request.applymarker(getattr(pytest.mark, kind))
-    with fresh_database(kind, tmp_path) as url:
-        holder_port, other_port = free_port(), free_port()
-        with daemon(sim, url, events_port=holder_port, events_host="127.0.0.1") as registry:
-            warehouse = Warehouse.connect(url)
-            other_settings = replace(
-                settings_for(sim, url), events_port=other_port, events_host="127.0.0.1"
-            )
-            stopper = Stopper()
-            try:
-                with receiving_round_events(
-                    other_settings,
-                    warehouse=warehouse,
-                    secrets=SecretKeeper.from_settings(other_settings),
-                    syncs=NotHere(),
-                    metrics=None,
-                    replica_id="other-replica",
-                    stopper=stopper,
-                ):
-                    record_id, revision, round_id = new_change(sim, warehouse)
-                    response = announce(other_port, round_id, f"ev-other-{kind}")
-                    assert response.status_code == 200
-                    seconds = wait_until(visible_within(warehouse, record_id, revision), 1.0)
-                    assert seconds < 1.0
-            finally:
-                stopper.stop()
-                warehouse.close()
-            woke = registry.get_sample_value(
-                RoundEventMetricName.WAKEUPS, {"merchant_id": MERCHANT, "via": "warehouse"}
-            )
-            assert woke == 1
+
+def assert_another_replica_wakes_the_holder(running: Daemon, event_id: str) -> None:
+    with other_replica(running) as port:
+        record_id, revision, round_id = new_change(running)
+        assert announce(port, round_id, event_id).status_code == 200
+        assert wait_until(visible(running, record_id, revision), 1.0) < 1.0
+    assert running.metric(RoundEventMetricName.WAKEUPS, via="warehouse") == 1
+
+
+def test_a_notification_to_another_replica_wakes_the_holder_through_the_poll(
+    sqlite_daemon: Daemon,
+) -> None:
+    assert_another_replica_wakes_the_holder(sqlite_daemon, "ev-other-poll")
+
+
+@pytest.mark.postgres
+def test_a_notification_to_another_replica_wakes_the_holder_through_notify(
+    tmp_path: Path,
+) -> None:
+    sim = new_simulator()
+    sim.start()
+    try:
+        with fresh_database("postgres", tmp_path) as url, daemon(sim, url) as running:
+            assert_another_replica_wakes_the_holder(running, "ev-other-notify")
+    finally:
+        sim.stop()
 
 
 def test_the_cross_check_counts_an_announced_round_the_records_lack_until_it_arrives(
-    sim: Simulator, tmp_path
+    sqlite_daemon: Daemon,
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'w.db'}"
-    port = free_port()
-    missing = {"merchant_id": MERCHANT}
-    with daemon(sim, url, events_port=port, events_host="127.0.0.1", event_grace=0.4) as reg:
-        assert announce(port, "round-never-synced", "ev-ghost").status_code == 200
-        wait_until(
-            lambda: (
-                reg.get_sample_value(RoundEventMetricName.ROUNDS_ANNOUNCED_MISSING, missing) == 1
-            ),
-            5,
-        )
-        warehouse = Warehouse.connect(url)
-        try:
-            # The round arrives late (written here as a late page would write it).
-            [any_row] = list(warehouse.fetch_records(MERCHANT).values())[:1]
-            row = {**any_row, "record_id": "late-record", "round_id": "round-never-synced"}
-            row["merchant_id"] = MERCHANT
-            with warehouse.engine.begin() as conn:
-                conn.execute(insert(records).values(**row))
-        finally:
-            warehouse.close()
-        wait_until(
-            lambda: (
-                reg.get_sample_value(RoundEventMetricName.ROUNDS_ANNOUNCED_MISSING, missing) == 0
-            ),
-            5,
-        )
+    running = sqlite_daemon
+    missing = RoundEventMetricName.ROUNDS_ANNOUNCED_MISSING
+    assert announce(running.port, "round-never-synced", "ev-ghost").status_code == 200
+    wait_until(lambda: running.metric(missing) == 1, 5)
+    # The round arrives late (written here as a late page would write it).
+    any_row = next(iter(running.warehouse.fetch_records(MERCHANT).values()))
+    row = {**any_row, "merchant_id": MERCHANT}
+    row.update(record_id="late-record", round_id="round-never-synced")
+    with running.warehouse.engine.begin() as conn:
+        conn.execute(insert(records).values(**row))
+    wait_until(lambda: running.metric(missing) == 0, 5)
