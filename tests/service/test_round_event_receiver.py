@@ -4,10 +4,12 @@ order, the exact reply, duplicates, key rotation, a warehouse outage answered 50
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import httpx
 import pytest
+import structlog
 from prometheus_client import CollectorRegistry
 from service.round_event_requests import (
     MERCHANT,
@@ -18,11 +20,14 @@ from service.round_event_requests import (
     signed_headers,
 )
 
-from recordsync.core.errors import WarehouseUnavailableError
+from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
 from recordsync.core.round_events import RoundEventReceipt
 from recordsync.core.secret import Secret, SecretSource
+from recordsync.core.settings import Settings
+from recordsync.core.stopping import Stopper
 from recordsync.metrics import Metrics, RoundEventMetricName
 from recordsync.service.round_events.receiver import EventsServer, RoundEventReceiver, asgi_app
+from recordsync.service.round_events.running import receiving_round_events
 from recordsync.service.secrets import SecretKeeper
 
 NOW = 1_795_000_000.0
@@ -305,8 +310,6 @@ def test_a_warehouse_outage_is_answered_503_with_retry_after_and_the_retry_is_st
 
 
 def test_no_secret_or_signature_reaches_the_logs(client, harness):
-    import structlog  # noqa: PLC0415
-
     with structlog.testing.capture_logs() as logs:
         post_event(client, event_body("ev-1"), now=NOW, secret="x" * 43)
         post_event(client, event_body("ev-2"), now=NOW)
@@ -324,3 +327,24 @@ def test_the_receiver_verifies_with_an_inline_secret_too():
     server = EventsServer(asgi_app(harness.receiver), host="127.0.0.1", port=0)
     with server, httpx.Client(base_url=f"http://127.0.0.1:{server.port}") as http:
         assert post_event(http, event_body("ev-1"), now=NOW).status_code == 200
+
+
+def test_a_port_in_use_is_a_configuration_error_naming_the_variable(served):
+    http, _current = served
+    taken = http.base_url.port
+    settings = replace(Settings(), events_port=taken, events_host="127.0.0.1")
+    with (
+        pytest.raises(
+            ConfigurationError, match=f"RECORDSYNC_EVENTS_PORT: cannot listen on .*{taken}"
+        ),
+        receiving_round_events(
+            settings,
+            warehouse=None,
+            secrets=SecretKeeper({}),
+            syncs=None,
+            metrics=None,
+            replica_id="r1",
+            stopper=Stopper(),
+        ),
+    ):
+        pass
