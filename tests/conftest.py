@@ -5,10 +5,11 @@ from collections.abc import Iterator
 import pytest
 import structlog
 from dbfixtures import warehouse, warehouse_url
+from serverturns import servers_turn
 
 from recordsync.logs import process_context
 
-__all__ = ["reset_logging", "warehouse", "warehouse_url"]
+__all__ = ["reset_logging", "take_turns_at_the_servers", "warehouse", "warehouse_url"]
 
 
 @pytest.fixture(autouse=True)
@@ -17,3 +18,11 @@ def reset_logging() -> Iterator[None]:
     yield
     structlog.reset_defaults()
     process_context.clear()
+
+
+@pytest.fixture(autouse=True)
+def take_turns_at_the_servers(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that restarts the database servers runs while no other worker runs one."""
+    exclusive = request.node.get_closest_marker("restarts_services") is not None
+    with servers_turn(exclusive=exclusive):
+        yield

@@ -13,6 +13,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.exc import ProgrammingError
+
 from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.models import Record
 from recordsync.core.secret import Secret, SecretSource
@@ -120,8 +122,10 @@ def wait_for_truth(sim: Simulator, url: str, timeout: float) -> list[str]:
         while time.monotonic() < deadline:
             try:
                 problems = differences(warehouse, sim.config.merchant_id, sim.truth())
-            except WarehouseUnavailableError as exc:  # not migrated yet, or restarting
+            except WarehouseUnavailableError as exc:  # restarting
                 problems = [str(exc)]
+            except ProgrammingError as exc:  # the daemon has not migrated yet (a slow start)
+                problems = [f"not migrated yet: {exc.orig}"]
             if not problems:
                 return []
             time.sleep(0.5)

@@ -14,6 +14,14 @@ Several merchants on one port, each with its own secret, history, rate limit and
         for profile in config.profiles:
             print(profile.merchant_id, sim.stats(profile.merchant_id).total_requests)
 
+Round-end notifications to a merchant's receiver (spec: Events, Round end)::
+
+    config = SimConfig(events_url="http://127.0.0.1:9100", events_time_scale=0.01)
+    with running_simulator(config, live=True) as sim:
+        ...
+        sim.wait_events()
+        print(sim.stats().events.delivered, sim.announced())
+
 It imports only the core and ``recordsync.platform.signing`` from the package: never the
 client, the sync, the warehouse or the service (``lint-imports`` holds it to that).
 """
@@ -25,16 +33,21 @@ from recordsync.sim.config import (
     MerchantProfile,
     SimConfig,
 )
+from recordsync.sim.events import Announcement
+from recordsync.sim.replies import DEVIATION_KINDS
 from recordsync.sim.simulator import Simulator
-from recordsync.sim.stats import FAULT_KINDS, SimStats
+from recordsync.sim.stats import FAULT_KINDS, EventStats, SimStats
 from recordsync.sim.store import SEQUENCE_BASE
 from recordsync.sim.testing import ManualClock, running_simulator
 
 __all__ = [
     "DEMO_MERCHANT_ID",
     "DEMO_SECRET",
+    "DEVIATION_KINDS",
     "FAULT_KINDS",
     "SEQUENCE_BASE",
+    "Announcement",
+    "EventStats",
     "FaultRates",
     "ManualClock",
     "MerchantProfile",

@@ -53,6 +53,15 @@ class Authenticator:
         with self._rotation:
             self._secrets = (new_secret, self._secrets[0])
 
+    def current(self) -> str:
+        """The newest secret: the one the platform signs its callbacks with.
+
+        The spec does not say which secret signs callbacks during an overlap, only that the
+        merchant accepts both (spec: Key rotation); the newest is the one that still works
+        once the old is retired, so a receiver sees old-then-new signatures.
+        """
+        return self._secrets[0].reveal()
+
     def retire(self) -> None:
         """End the overlap: only the newest secret is accepted from now on."""
         with self._rotation:

@@ -84,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cursor-ttl-seconds", type=float, default=86400.0)
     parser.add_argument("--retention-seconds", type=float, default=90 * 86400.0)
     parser.add_argument("--wallet-mode", choices=("TRANSFER", "SEAMLESS"), default="TRANSFER")
+    parser.add_argument(
+        "--events-url",
+        metavar="URL",
+        help="the merchant URL: each live round that ends is announced by a signed POST to "
+        "URL/v1/round-events, for every merchant (X-Merchant-Id tells them apart); "
+        "default: none sent",
+    )
     faults = parser.add_argument_group("faults (rates from 0 to 1)")
     for option, _, text in _FAULT_OPTIONS:
         faults.add_argument(option, type=float, default=None, metavar="RATE", help=text)
@@ -134,6 +141,7 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         retention_seconds=args.retention_seconds,
         wallet_mode=args.wallet_mode,
         faults=faults,
+        events_url=args.events_url,
     )
     return config if merchants == 1 else config.with_merchants(merchants)
 
@@ -142,6 +150,8 @@ def _announce(simulator: Simulator) -> None:
     """Where it listens and whom it serves: one line per merchant when it serves several."""
     config = simulator.config
     _say(f"base_url={simulator.base_url}")
+    if config.events_url is not None:
+        _say(f"events_url={config.events_url}")
     if not config.merchants:
         _say(f"merchant_id={config.merchant_id}")
         _say(f"records={simulator.store.record_count} watermark={simulator.watermark()}")

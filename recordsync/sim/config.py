@@ -33,6 +33,16 @@ DEFAULT_RECORD_SECONDS = 1
 SPEC_MAX_PAGE_SIZE = 1000  # spec: Conventions, Pagination (1-1000)
 
 
+def _events_url_problems(name: str, url: str | None) -> list[str]:
+    """A merchant URL is an origin (spec: "an HTTPS origin only"; http is allowed for loopback)."""
+    if url is None:
+        return []
+    scheme, _, rest = url.partition("://")
+    if scheme not in {"http", "https"} or not rest or "?" in url or "#" in url:
+        return [f"{name} must be an http(s) URL with no query or fragment, got {url!r}"]
+    return []
+
+
 def derived_secret(seed: int, merchant_id: str) -> str:
     """A 43-character secret (spec: Authentication) that the seed and the id always give again.
 
@@ -105,6 +115,8 @@ class MerchantProfile:
     record_requests: int = DEFAULT_RECORD_REQUESTS
     record_seconds: int = DEFAULT_RECORD_SECONDS
     faults: FaultRates = FaultRates()
+    # This merchant's URL for round-end notifications; None: ``SimConfig.events_url``.
+    events_url: str | None = None
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -112,7 +124,7 @@ class MerchantProfile:
             raise ConfigurationError("invalid merchant profile: " + "; ".join(problems))
 
     def problems(self) -> list[str]:
-        return _merchant_problems(self)
+        return _merchant_problems(self) + _events_url_problems("events_url", self.events_url)
 
 
 def _merchant_problems(merchant: MerchantProfile | SimConfig) -> list[str]:
@@ -159,6 +171,16 @@ class SimConfig:
     wallet_mode: str = "TRANSFER"
     faults: FaultRates = FaultRates()
     merchants: tuple[MerchantProfile, ...] = ()
+    # Round-end notifications (spec: Events, Round end).  ``events_url`` is the merchant URL:
+    # every live round that ends is POSTed to ``{events_url}/v1/round-events``, for every
+    # merchant (X-Merchant-Id tells them apart) unless its profile names a URL of its own;
+    # None sends nothing.  Retries follow the spec's schedule times ``events_time_scale``.
+    events_url: str | None = None
+    events_time_scale: float = 1.0
+    events_timeout_seconds: float = 10.0  # per attempt; a slower reply is a timeout
+    events_max_retries: int = 10  # the spec shows no stopping rule; then it gives up
+    events_queue_size: int = 10_000  # events waiting or in flight; beyond it they are dropped
+    events_workers: int = 2
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -180,14 +202,31 @@ class SimConfig:
                 self.wallet_mode in {"TRANSFER", "SEAMLESS"},
                 f"wallet_mode must be TRANSFER or SEAMLESS, got {self.wallet_mode!r}",
             ),
+            (
+                self.events_time_scale > 0 and self.events_timeout_seconds > 0,
+                "events_time_scale and events_timeout_seconds must be > 0",
+            ),
+            (
+                self.events_max_retries >= 0,
+                f"events_max_retries must be >= 0, got {self.events_max_retries}",
+            ),
+            (
+                self.events_queue_size >= 1 and self.events_workers >= 1,
+                "events_queue_size and events_workers must both be >= 1",
+            ),
         )
         ids = [self.merchant_id, *(merchant.merchant_id for merchant in self.merchants)]
         repeated = sorted({merchant_id for merchant_id in ids if ids.count(merchant_id) > 1})
         return (
             _merchant_problems(self)
+            + _events_url_problems("events_url", self.events_url)
             + [message for ok, message in checks if not ok]
             + [f"merchant ids must be unique, {merchant_id!r} repeats" for merchant_id in repeated]
         )
+
+    def events_url_of(self, profile: MerchantProfile) -> str | None:
+        """Where a merchant's round-end notifications go: its own URL, else ``events_url``."""
+        return profile.events_url if profile.events_url is not None else self.events_url
 
     @property
     def profiles(self) -> tuple[MerchantProfile, ...]:

@@ -8,22 +8,35 @@ X-Merchant-Id and works on it; the ``Simulator`` holds one per ``MerchantProfile
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 
 from recordsync.core.secret import Secret
 from recordsync.sim.auth import Authenticator
 from recordsync.sim.config import MerchantProfile
-from recordsync.sim.data import LiveEvents, generate_history
+from recordsync.sim.data import LiveEvents, generate_history, seeded
+from recordsync.sim.events import EventChannel, EventSender
 from recordsync.sim.faults import FaultInjector
 from recordsync.sim.ratelimit import SlidingWindow
-from recordsync.sim.stats import StatsRecorder
-from recordsync.sim.store import Store
+from recordsync.sim.stats import EventStatsRecorder, StatsRecorder
+from recordsync.sim.store import RoundEnd, Store
 
 
 class SimulatedMerchant:
-    """A merchant's secrets, store, rate limit, faults, statistics and cursor epoch."""
+    """A merchant's secrets, store, rate limit, faults, statistics and cursor epoch.
 
-    def __init__(self, profile: MerchantProfile, *, clock: Callable[[], float]) -> None:
+    With an ``events_url`` and a ``sender``, its live rounds that end are announced to the
+    merchant (spec: Events, Round end) through its ``channel``.
+    """
+
+    def __init__(
+        self,
+        profile: MerchantProfile,
+        *,
+        clock: Callable[[], float],
+        events_url: str | None = None,
+        sender: EventSender | None = None,
+    ) -> None:
         self.profile = profile
         self.merchant_id = profile.merchant_id
         self._clock = clock
@@ -34,14 +47,31 @@ class SimulatedMerchant:
             rounds_per_day=profile.rounds_per_day,
             now_ms=self.now_ms(),
         )
-        self.store = Store(history, LiveEvents(profile.seed))
         keys = [Secret(profile.secret)]
         if profile.previous_secret:
             keys.append(Secret(profile.previous_secret))
         self.authenticator = Authenticator(profile.merchant_id, tuple(keys))
         self.window = SlidingWindow(profile.record_requests, profile.record_seconds)
         self.stats = StatsRecorder()
+        self.event_stats = EventStatsRecorder()
         self.cursor_epoch = 0
+        self.channel: EventChannel | None = None
+        self._sender = sender
+        if events_url is not None and sender is not None:
+            self.channel = EventChannel(
+                profile.merchant_id,
+                events_url,
+                secret=self.authenticator.current,
+                now=self.now,
+                stats=self.event_stats,
+            )
+        self.store = Store(
+            history,
+            LiveEvents(profile.seed),
+            on_round_end=self._announce if self.channel is not None else None,
+        )
+        self._hidden_players = seeded(profile.seed, "hidden-rounds")
+        self._hidden: dict[str, RoundEnd] = {}
 
     def __repr__(self) -> str:
         return f"SimulatedMerchant({self.merchant_id!r})"
@@ -56,6 +86,32 @@ class SimulatedMerchant:
     def step(self, events: int) -> None:
         """``events`` live events at the merchant's now, synchronously (deterministic)."""
         self.store.apply_live(events, self.now_ms())
+
+    def _announce(self, ends: list[RoundEnd]) -> None:
+        if self._sender is not None and self.channel is not None:
+            self._sender.submit(self.channel, ends)
+
+    def announce_hidden_round(self) -> str:
+        """Announce the end of a round the records and record-changes do not show; its id.
+
+        A test hook for the receiver's cross-check: the platform announced a round that never
+        reached the warehouse.  ``reveal_round`` makes it appear later.
+        """
+        if self.channel is None:
+            raise RuntimeError(f"merchant {self.merchant_id!r} has no events_url to announce to")
+        player = int(self._hidden_players.random() * len(self.store.player_ids))
+        end = self.store.unannounced_round_end(str(uuid.uuid4()), player, self.now_ms())
+        self._hidden[end.round_id] = end
+        self._announce([end])
+        return end.round_id
+
+    def reveal_round(self, round_id: str) -> None:
+        """Add a hidden round to the records: record-changes and records show it from now on."""
+        try:
+            end = self._hidden.pop(round_id)
+        except KeyError:
+            raise KeyError(f"no hidden round {round_id!r} of {self.merchant_id!r}") from None
+        self.store.add_ended_round(end, self.now_ms())
 
     def expire_cursors(self) -> None:
         """Every cursor issued to this merchant so far answers 410 CURSOR_EXPIRED from now on."""

@@ -8,6 +8,11 @@ simulator is used exactly as before.
 The wall clock is injected (``clock``, Unix seconds as a float) and is the simulator's "now"
 for the data, timestamps and cursors; ``monotonic`` times the rate limit and the live
 generator; ``sleep`` is the added latency.  Tests drive all three without monkeypatching.
+
+With ``SimConfig.events_url`` (or a merchant's own) it also plays the platform's other
+direction: every live round that ends is announced to the merchant by a signed
+``POST /v1/round-events`` (``events``), sent by worker threads that ``start`` starts and
+``stop`` stops; ``stats(merchant_id).events`` counts how the deliveries went.
 """
 
 from __future__ import annotations
@@ -20,11 +25,14 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
 
+import httpx
+
 from recordsync.core.errors import ConfigurationError
 from recordsync.core.secret import Secret
 from recordsync.sim.api import SimulatedApi
 from recordsync.sim.config import FaultRates, SimConfig
 from recordsync.sim.cursors import CursorCodec
+from recordsync.sim.events import Announcement, EventSender
 from recordsync.sim.merchant import SimulatedMerchant
 from recordsync.sim.server import HttpServer
 from recordsync.sim.stats import SimStats
@@ -43,10 +51,30 @@ class Simulator:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        events_transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.config = config = config if config is not None else SimConfig()
         self._monotonic = monotonic
-        merchants = [SimulatedMerchant(profile, clock=clock) for profile in config.profiles]
+        self._sender: EventSender | None = None
+        if any(config.events_url_of(profile) is not None for profile in config.profiles):
+            self._sender = EventSender(
+                time_scale=config.events_time_scale,
+                timeout_seconds=config.events_timeout_seconds,
+                max_retries=config.events_max_retries,
+                queue_size=config.events_queue_size,
+                workers=config.events_workers,
+                transport=events_transport,
+                monotonic=monotonic,
+            )
+        merchants = [
+            SimulatedMerchant(
+                profile,
+                clock=clock,
+                events_url=config.events_url_of(profile),
+                sender=self._sender,
+            )
+            for profile in config.profiles
+        ]
         self._merchants: Mapping[str, SimulatedMerchant] = {
             merchant.merchant_id: merchant for merchant in merchants
         }
@@ -114,6 +142,8 @@ class Simulator:
             server = HttpServer(self.api, host, port)
             server.start()
             self._server = server
+        if self._sender is not None:
+            self._sender.start()
         return self
 
     @property
@@ -128,8 +158,10 @@ class Simulator:
         return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
     def stop(self) -> None:
-        """Stop live traffic and the server; safe to call twice."""
+        """Stop live traffic, the event sender and the server; safe to call twice."""
         self.stop_live()
+        if self._sender is not None:
+            self._sender.stop()
         with self._lifecycle:
             server, self._server = self._server, None
         if server is not None:
@@ -220,7 +252,35 @@ class Simulator:
 
     @staticmethod
     def _snapshot(merchant: SimulatedMerchant) -> SimStats:
-        return merchant.stats.snapshot(merchant.window.max_in_window)
+        return merchant.stats.snapshot(
+            merchant.window.max_in_window, merchant.event_stats.snapshot()
+        )
+
+    # --- round-end notifications -----------------------------------------------------------
+
+    def announced(self, merchant_id: str | None = None) -> tuple[Announcement, ...]:
+        """Every round-end notification of a merchant so far, oldest first, with its outcome."""
+        channel = self._merchant(merchant_id).channel
+        return () if channel is None else channel.announcements()
+
+    def wait_events(self, timeout: float = 10.0) -> bool:
+        """Wait until no notification is queued, in flight or waiting for a retry.
+
+        True when that happened within ``timeout`` seconds (each event delivered or given up).
+        """
+        return self._sender is None or self._sender.wait_idle(timeout)
+
+    def announce_hidden_round(self, merchant_id: str | None = None) -> str:
+        """Announce the end of a round that records and record-changes do not show; its id.
+
+        A test hook for the receiver's cross-check ("a round the platform announced that never
+        reached the warehouse"); ``reveal_round`` lets it arrive later.
+        """
+        return self._merchant(merchant_id).announce_hidden_round()
+
+    def reveal_round(self, round_id: str, merchant_id: str | None = None) -> None:
+        """A hidden round appears: created and settled now, in record-changes and records."""
+        self._merchant(merchant_id).reveal_round(round_id)
 
     def set_faults(self, faults: FaultRates, *, merchant_id: str | None = None) -> None:
         """Change a merchant's fault rates (and clock skew) while serving."""

@@ -1,6 +1,8 @@
 """What the simulator saw: counts tests assert on (the client must never cause a violation).
 
 Kept per merchant (each merchant has its own ``StatsRecorder``) and added up for the totals.
+``EventStats`` counts the other direction: the round-end notifications the simulator sent
+to the merchant and what the merchant's receiver answered (``SimStats.events``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,98 @@ def _empty() -> Mapping[str, int]:
 
 
 @dataclass(frozen=True, slots=True)
+class EventStats:
+    """Round-end notifications of one merchant (or all), a frozen snapshot.
+
+    ``announced``: events queued for delivery; ``sent``: attempts made (first tries and
+    retries); ``retried``: attempts after an event's first; ``delivered``: events the
+    receiver accepted cleanly; ``given_up``: events abandoned after the last retry;
+    ``dropped``: round ends never queued because the queue was full.  ``replies`` counts
+    attempts by HTTP status, ``failures`` attempts that got no reply ("timeout",
+    "connection"), ``deviations`` replies by each way they depart from the spec (the kinds
+    are ``recordsync.sim.replies.DEVIATION_KINDS``; a reply can count under several).
+    """
+
+    announced: int = 0
+    sent: int = 0
+    retried: int = 0
+    delivered: int = 0
+    given_up: int = 0
+    dropped: int = 0
+    replies: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+    failures: Mapping[str, int] = field(default_factory=_empty)
+    deviations: Mapping[str, int] = field(default_factory=_empty)
+
+    @property
+    def pending(self) -> int:
+        """Events queued, in flight or waiting for a retry."""
+        return self.announced - self.delivered - self.given_up
+
+    def deviation(self, kind: str) -> int:
+        return self.deviations.get(kind, 0)
+
+    @property
+    def total_deviations(self) -> int:
+        return sum(self.deviations.values())
+
+    @classmethod
+    def combined(cls, parts: Iterable[EventStats]) -> EventStats:
+        counts: Counter[str] = Counter()
+        replies: Counter[int] = Counter()
+        failures: Counter[str] = Counter()
+        deviations: Counter[str] = Counter()
+        for part in parts:
+            for name in _EVENT_COUNTS:
+                counts[name] += getattr(part, name)
+            replies.update(part.replies)
+            failures.update(part.failures)
+            deviations.update(part.deviations)
+        return cls(
+            **{name: counts[name] for name in _EVENT_COUNTS},
+            replies=MappingProxyType(dict(replies)),
+            failures=MappingProxyType(dict(failures)),
+            deviations=MappingProxyType(dict(deviations)),
+        )
+
+
+_EVENT_COUNTS: Final = ("announced", "sent", "retried", "delivered", "given_up", "dropped")
+
+
+class EventStatsRecorder:
+    """One merchant's ``EventStats`` as they happen (the sender's threads write, tests read)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+        self._replies: Counter[int] = Counter()
+        self._failures: Counter[str] = Counter()
+        self._deviations: Counter[str] = Counter()
+
+    def count(self, name: str) -> None:
+        assert name in _EVENT_COUNTS, name
+        with self._lock:
+            self._counts[name] += 1
+
+    def reply(self, status: int, deviations: Iterable[str]) -> None:
+        with self._lock:
+            self._replies[status] += 1
+            self._deviations.update(deviations)
+
+    def failure(self, kind: str) -> None:
+        with self._lock:
+            self._failures[kind] += 1
+
+    def snapshot(self) -> EventStats:
+        with self._lock:
+            return EventStats(
+                **{name: self._counts[name] for name in _EVENT_COUNTS},
+                replies=MappingProxyType(dict(self._replies)),
+                failures=MappingProxyType(dict(self._failures)),
+                deviations=MappingProxyType(dict(self._deviations)),
+            )
+
+
+@dataclass(frozen=True, slots=True)
 class SimStats:
     """A frozen snapshot.  ``requests`` is keyed by (endpoint, HTTP status)."""
 
@@ -50,6 +144,7 @@ class SimStats:
     rate_limit_violations: int = 0
     faults_injected: Mapping[str, int] = field(default_factory=_empty)
     max_requests_in_window: int = 0
+    events: EventStats = EventStats()
 
     def count(self, endpoint: str, status: int | None = None) -> int:
         return sum(
@@ -75,6 +170,7 @@ class SimStats:
         requests: Counter[tuple[str, int]] = Counter()
         faults: Counter[str] = Counter()
         auth_failures = violations = max_in_window = 0
+        parts = list(parts)
         for part in parts:
             requests.update(part.requests)
             faults.update(part.faults_injected)
@@ -87,6 +183,7 @@ class SimStats:
             rate_limit_violations=violations,
             faults_injected=MappingProxyType(dict(faults)),
             max_requests_in_window=max_in_window,
+            events=EventStats.combined(part.events for part in parts),
         )
 
 
@@ -114,7 +211,7 @@ class StatsRecorder:
         with self._lock:
             self._faults[kind] += 1
 
-    def snapshot(self, max_requests_in_window: int) -> SimStats:
+    def snapshot(self, max_requests_in_window: int, events: EventStats | None = None) -> SimStats:
         with self._lock:
             return SimStats(
                 requests=MappingProxyType(dict(self._requests)),
@@ -122,4 +219,5 @@ class StatsRecorder:
                 rate_limit_violations=self._violations,
                 faults_injected=MappingProxyType(dict(self._faults)),
                 max_requests_in_window=max_requests_in_window,
+                events=EventStats() if events is None else events,
             )

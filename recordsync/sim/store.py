@@ -13,11 +13,22 @@ from __future__ import annotations
 
 import bisect
 import threading
+import uuid
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from recordsync.sim.data import NO_TIME, OPEN, History, LiveEvents, RoundState, state_at
+from recordsync.sim.data import (
+    CURRENCIES,
+    NO_TIME,
+    OPEN,
+    SETTLED,
+    History,
+    LiveEvents,
+    RoundState,
+    state_at,
+)
 from recordsync.sim.render import Renderer
 
 SEQUENCE_BASE: Final = 2**64 + 1_000_000_007
@@ -39,6 +50,24 @@ class ChangesSlice:
 
 
 @dataclass(frozen=True, slots=True)
+class RoundEnd:
+    """A live round that has just ended: it left OPEN (SETTLED, or VOID by a full refund).
+
+    What the round-end notification needs (spec: Events, Round end); ``ended_ms`` is the time
+    of the change that ended it.
+    """
+
+    round_id: str
+    parent_round_id: str | None
+    player_id: str
+    currency: str
+    ended_ms: int
+
+
+RoundEndListener = Callable[[list[RoundEnd]], None]
+
+
+@dataclass(frozen=True, slots=True)
 class RecordFilter:
     """Window [from_ms, to_ms) plus optional player and game (already known to be UUIDs)."""
 
@@ -51,8 +80,17 @@ class RecordFilter:
 class Store:
     """Holds the columns and serves consistent slices of them under one lock."""
 
-    def __init__(self, history: History, live: LiveEvents) -> None:
+    def __init__(
+        self,
+        history: History,
+        live: LiveEvents,
+        *,
+        on_round_end: RoundEndListener | None = None,
+    ) -> None:
         self._lock = threading.Lock()
+        # Told of the live rounds that end, after the lock is released (history rounds ended
+        # before anyone listened and are never announced).
+        self._on_round_end = on_round_end
         self._catalog = history.catalog
         self._cols = history.columns
         self._live = live
@@ -68,6 +106,10 @@ class Store:
     def change_count(self) -> int:
         with self._lock:
             return self._cols.change_count
+
+    @property
+    def player_ids(self) -> tuple[str, ...]:
+        return self._catalog.player_ids
 
     @property
     def record_count(self) -> int:
@@ -207,20 +249,35 @@ class Store:
         """``count`` live events at ``now_ms``: new rounds or new revisions; returns the count.
 
         Change times never go backwards (a sequence is also a time order), so an event is
-        stamped no earlier than the newest change.
+        stamped no earlier than the newest change.  The rounds that end are handed to the
+        ``on_round_end`` listener once the lock is released.
         """
+        ended: list[RoundEnd] | None = [] if self._on_round_end is not None else None
         with self._lock:
             cols = self._cols
             live = self._live
             for _ in range(count):
                 last = cols.changed_ms[cols.order[-1]] if cols.order else now_ms
                 when = max(now_ms, last)
-                if not live.wants_new_round(cols.record_count) and self._revise(when):
+                if not live.wants_new_round(cols.record_count) and self._revise(when, ended):
                     continue
                 self._create_round(when)
-            return count
+        if ended and self._on_round_end is not None:
+            self._on_round_end(ended)
+        return count
 
-    def _revise(self, when: int) -> bool:
+    def _round_end(self, record: int, when: int) -> RoundEnd:
+        cols = self._cols
+        parent = cols.parent[record]
+        return RoundEnd(
+            round_id=cols.round_id(record),
+            parent_round_id=cols.round_id(parent) if parent >= 0 else None,
+            player_id=self._catalog.player_ids[cols.player[record]],
+            currency=CURRENCIES[cols.currency[record]][0],
+            ended_ms=when,
+        )
+
+    def _revise(self, when: int, ended: list[RoundEnd] | None) -> bool:
         cols = self._cols
         record = self._live.pick_record(cols.record_count)
         change = cols.last_change[record]
@@ -234,7 +291,45 @@ class Store:
         if following is None:
             return False
         cols.add_change(record, following, when)
+        if ended is not None and state.status == OPEN and following.status != OPEN:
+            ended.append(self._round_end(record, when))
         return True
+
+    def unannounced_round_end(self, round_id: str, player: int, now_ms: int) -> RoundEnd:
+        """The end of a round that is not in the store (yet): see ``add_ended_round``."""
+        with self._lock:
+            return RoundEnd(
+                round_id=round_id,
+                parent_round_id=None,
+                player_id=self._catalog.player_ids[player],
+                currency=CURRENCIES[self._catalog.player_currency[player]][0],
+                ended_ms=now_ms,
+            )
+
+    def add_ended_round(self, end: RoundEnd, now_ms: int) -> None:
+        """Add the round ``end`` describes, created and settled (no bet, no payout) now.
+
+        For the hidden-round test hook: a round announced before the records show it
+        appears in record-changes (two changes) and in records from now on.  No round-end
+        listener hears of it: it was announced already.
+        """
+        with self._lock:
+            cols = self._cols
+            last = cols.changed_ms[cols.order[-1]] if cols.order else now_ms
+            when = max(now_ms, last)
+            player = self._player_index[end.player_id]
+            record = cols.add_record(
+                record_id=uuid.uuid4().bytes,  # not drawn from the live stream: leaves it as it was
+                round_id=bytes.fromhex(end.round_id.replace("-", "")),
+                player=player,
+                game=0,
+                currency=self._catalog.player_currency[player],
+                parent=-1,
+                created_ms=when,
+            )
+            cols.add_change(record, RoundState(1, 0, 0, 0, OPEN, NO_TIME), when)
+            cols.add_change(record, RoundState(2, 0, 0, 0, SETTLED, when), when)
+            bisect.insort(self._api_order, record, key=cols.order_key)
 
     def _create_round(self, when: int) -> None:
         cols = self._cols

@@ -2,7 +2,8 @@
 carries on, losing nothing and never exiting on its own.
 
 Stopping a shared database server disturbs anything else using it, so these tests run only
-when ``RECORDSYNC_TEST_RESTART_SERVICES=1`` (CI sets it; it runs the suite alone).
+when ``RECORDSYNC_TEST_RESTART_SERVICES=1`` (CI sets it; it runs the suite alone), and each
+runs while the suite's other workers wait (``restarts_services``, tests/serverturns.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from recordsync.sim import SimConfig, Simulator
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.restarts_services,
     pytest.mark.skipif(
         os.environ.get("RECORDSYNC_TEST_RESTART_SERVICES") != "1",
         reason="stops and starts the database servers: set RECORDSYNC_TEST_RESTART_SERVICES=1",
