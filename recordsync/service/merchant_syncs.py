@@ -291,26 +291,50 @@ class MerchantSyncs:
     # -- backfills handed over by `recordsync backfill` -----------------------------------------
 
     def _watch_backfills(self, run: _Run) -> None:
-        """Run the backfills requested for this merchant, inside its budget, beside its tail."""
+        """Run the backfills requested for this merchant, inside its budget, beside its tail.
+
+        A bug while looking is logged like a failed sync and looked again after the same
+        backoff; it never ends the watcher (nor the merchant's sync)."""
         runner = StepRunner(stopper=run.stopper, observer=SyncObserver(), fatal_is_final=False)
+        bound = log.bind(merchant_id=run.merchant_id, epoch=run.epoch)
+        failures = 0
         try:
             while not run.stopper.stopped:
-                pending = runner.run(
-                    lambda: self._warehouse.pending_backfills(run.merchant_id),
-                    what="read backfill requests",
-                )
-                for request in pending:
-                    if request.id not in run.backfills:
-                        run.backfills.add(request.id)
-                        threading.Thread(
-                            target=self._backfill,
-                            args=(run, request),
-                            name=f"backfill-{request.id}",
-                            daemon=True,
-                        ).start()
-                run.stopper.sleep(self._backfill_poll)
+                try:
+                    self._start_requested_backfills(run, runner)
+                except ShutdownRequestedError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a bug: look again later
+                    failures += 1
+                    delay = self._restart.delay(failures, self._rng)
+                    self._metrics.merchant(run.merchant_id).sync_failed(type(exc).__name__)
+                    bound.error(
+                        "backfill_watch_failed",
+                        kind=type(exc).__name__,
+                        where=failure_site(exc),
+                        failures=failures,
+                        retry_in_seconds=round(delay, 1),
+                    )
+                else:
+                    failures, delay = 0, self._backfill_poll
+                run.stopper.sleep(delay)
         except ShutdownRequestedError:
             return
+
+    def _start_requested_backfills(self, run: _Run, runner: StepRunner) -> None:
+        pending = runner.run(
+            lambda: self._warehouse.pending_backfills(run.merchant_id),
+            what="read backfill requests",
+        )
+        for request in pending:
+            if request.id not in run.backfills:
+                run.backfills.add(request.id)
+                threading.Thread(
+                    target=self._backfill,
+                    args=(run, request),
+                    name=f"backfill-{request.id}",
+                    daemon=True,
+                ).start()
 
     def _backfill(self, run: _Run, request: BackfillRequest) -> None:
         assert run.client is not None
@@ -345,6 +369,14 @@ class MerchantSyncs:
             bound.error("requested_backfill_failed", error=str(exc))
             with contextlib.suppress(RecordSyncError):
                 self._warehouse.finish_backfill_request(request.id, failed=str(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug: this request fails, nothing else
+            kind = type(exc).__name__
+            self._metrics.merchant(run.merchant_id).sync_failed(kind)
+            bound.error("requested_backfill_failed", kind=kind, where=failure_site(exc))
+            with contextlib.suppress(RecordSyncError):
+                self._warehouse.finish_backfill_request(
+                    request.id, failed=f"{kind} in the holder (a bug: see its log)"
+                )
 
     def _capabilities(self, client: PlatformClient, bound: Any) -> Limits:
         try:

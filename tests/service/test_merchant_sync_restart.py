@@ -28,7 +28,7 @@ from recordsync.service.secrets import SecretKeeper
 from recordsync.sim import SimConfig, Simulator
 from recordsync.sim.config import derived_secret
 from recordsync.sync.jobs import JobHost
-from recordsync.warehouse import Warehouse
+from recordsync.warehouse import BackfillRequest, Warehouse
 from recordsync.warehouse.fenced import FencedWarehouse
 
 GOOD, BUGGY = "brand-1", "brand-2"
@@ -66,14 +66,20 @@ class Script:
 
 
 class ScriptedWarehouse(Warehouse):
-    """The warehouse, with BUGGY's store scripted to fail."""
+    """The warehouse, with BUGGY's store and GOOD's look for backfills scripted to fail."""
 
     script: Script
+    watch_script: Script
 
     def fenced(self, merchant_id: str, epoch: int) -> FencedWarehouse:
         if merchant_id == BUGGY:
             return BuggyStore(self, merchant_id, epoch, self.script)
         return super().fenced(merchant_id, epoch)
+
+    def pending_backfills(self, merchant_id: str) -> list[BackfillRequest]:
+        if merchant_id == GOOD:
+            self.watch_script.attempt()
+        return super().pending_backfills(merchant_id)
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +96,9 @@ def sim() -> Iterator[Simulator]:
 
 
 class Fixture:
-    def __init__(self, sim: Simulator, tmp_path, fail: int, policy: RestartPolicy) -> None:
+    def __init__(
+        self, sim: Simulator, tmp_path, fail: int, policy: RestartPolicy, watch_fail: int = 0
+    ) -> None:
         history_from = sim.now() - timedelta(hours=1)
         self.settings = Settings(
             merchants=tuple(
@@ -108,6 +116,7 @@ class Fixture:
         )
         self.warehouse = ScriptedWarehouse.connect(self.settings.database_url)
         self.warehouse.script = Script(fail)
+        self.warehouse.watch_script = Script(watch_fail)
         self.warehouse.migrate()
         self.session = self.warehouse.fleet_session("r1", lease_seconds=10)
         self.metrics = Metrics()
@@ -123,6 +132,7 @@ class Fixture:
             replica_id="r1",
             restart=policy,
             rng=random.Random(7),
+            backfill_poll=0.05,
         )
 
     def start(self) -> None:
@@ -150,8 +160,8 @@ class Fixture:
 def make(sim, tmp_path) -> Iterator[type[Fixture] | object]:
     made: list[Fixture] = []
 
-    def build(fail: int, policy: RestartPolicy) -> Fixture:
-        fixture = Fixture(sim, tmp_path, fail, policy)
+    def build(fail: int, policy: RestartPolicy, watch_fail: int = 0) -> Fixture:
+        fixture = Fixture(sim, tmp_path, fail, policy, watch_fail)
         made.append(fixture)
         return fixture
 
@@ -236,3 +246,16 @@ def test_a_stop_ends_the_backoff_at_once(make):
     fixture.syncs.stop(BUGGY)
     assert time.monotonic() - started < 2.0
     assert fixture.syncs.running() == {GOOD}
+
+
+def test_a_bug_while_looking_for_backfills_is_retried_and_the_sync_goes_on(make):
+    fixture = make(fail=0, policy=RestartPolicy(base=0.05, cap=0.1), watch_fail=2)
+    with structlog.testing.capture_logs() as logs:
+        fixture.start()
+        wait_for(lambda: len(fixture.warehouse.watch_script.attempts) >= 4)  # polling again
+        wait_for(lambda: fixture.metrics.last_commit_at(GOOD) is not None)
+    failed = [line for line in logs if line["event"] == "backfill_watch_failed"]
+    assert [(line["merchant_id"], line["failures"]) for line in failed] == [(GOOD, 1), (GOOD, 2)]
+    assert {line["kind"] for line in failed} == {"ScriptedBugError"}
+    assert "s3cr3t" not in repr(logs)
+    assert fixture.syncs.running() == {GOOD, BUGGY}
