@@ -221,15 +221,13 @@ class MerchantSyncs:
                 except Exception as exc:  # noqa: BLE001 - a bug in one merchant must not end the others
                     ran = self._monotonic() - started
                     failures = 1 if ran > self._restart.cap else failures + 1
-                    delay = self._restart.delay(failures, self._rng)
-                    metrics.sync_failed(type(exc).__name__)
-                    bound.error(
+                    delay = self._failed(
+                        run,
+                        bound,
+                        exc,
                         "merchant_sync_failed",
-                        kind=type(exc).__name__,
-                        where=failure_site(exc),
-                        failures=failures,
+                        failures,
                         ran_seconds=round(ran, 1),
-                        retry_in_seconds=round(delay, 1),
                         action="restarting this merchant's sync after the wait; the others go on",
                     )
                 else:
@@ -248,6 +246,23 @@ class MerchantSyncs:
             run.stopper.stop()  # ends this merchant's backfill watcher and requested backfills
             client.close()
             bound.info("merchant_sync_stopped")
+
+    def _failed(
+        self, run: _Run, bound: Any, exc: Exception, event: str, failures: int, **fields: object
+    ) -> float:
+        """Count and log a bug's ``failures``-th time in a row (its class and frames, never its
+        message); return how long to wait before trying again."""
+        delay = self._restart.delay(failures, self._rng)
+        self._metrics.merchant(run.merchant_id).sync_failed(type(exc).__name__)
+        bound.error(
+            event,
+            kind=type(exc).__name__,
+            where=failure_site(exc),
+            failures=failures,
+            retry_in_seconds=round(delay, 1),
+            **fields,
+        )
+        return delay
 
     def _attempt(self, run: _Run, client: PlatformClient, bound: Any) -> None:
         """Build this merchant's engine and sync until stopped (one attempt)."""
@@ -306,15 +321,7 @@ class MerchantSyncs:
                     raise
                 except Exception as exc:  # noqa: BLE001 - a bug: look again later
                     failures += 1
-                    delay = self._restart.delay(failures, self._rng)
-                    self._metrics.merchant(run.merchant_id).sync_failed(type(exc).__name__)
-                    bound.error(
-                        "backfill_watch_failed",
-                        kind=type(exc).__name__,
-                        where=failure_site(exc),
-                        failures=failures,
-                        retry_in_seconds=round(delay, 1),
-                    )
+                    delay = self._failed(run, bound, exc, "backfill_watch_failed", failures)
                 else:
                     failures, delay = 0, self._backfill_poll
                 run.stopper.sleep(delay)
