@@ -83,7 +83,8 @@ class RestartPolicy:
 
 
 def failure_site(exc: BaseException) -> str:
-    """Where ``exc`` was raised (file:line function, innermost last), never its message."""
+    """Where ``exc`` was raised: file:line function, innermost first, each called from the
+    next (``a < b``); never its message."""
     frames = traceback.extract_tb(exc.__traceback__)[-_WHERE_FRAMES:]
     return " < ".join(
         f"{Path(frame.filename).name}:{frame.lineno} {frame.name}" for frame in reversed(frames)
