@@ -78,6 +78,7 @@ class MetricName(StrEnum):
     # Health of the sync.
     REBUILDS = "recordsync_rebuilds_total"
     ERRORS = "recordsync_errors_total"
+    SYNC_FAILURES = "recordsync_merchant_sync_failures_total"
     DRIFT_CHECKS = "recordsync_drift_checks_total"
     DRIFT_ROWS_BEHIND = "recordsync_drift_rows_behind"
     # The fleet (issue 17): who syncs which merchant.
@@ -271,6 +272,7 @@ class _Instruments:
     rebuilds: Counter
     errors: Counter
     drift_checks: Counter
+    sync_failures: Counter
 
     @classmethod
     def register(cls, reg: CollectorRegistry) -> _Instruments:
@@ -347,6 +349,12 @@ class _Instruments:
             drift_checks=counter(
                 MetricName.DRIFT_CHECKS,
                 "Drift checks completed (a closed 24 h window re-read and compared).",
+            ),
+            sync_failures=counter(
+                MetricName.SYNC_FAILURES,
+                "Merchant syncs ended by an unexpected error (a bug) and restarted after a "
+                "backoff, by exception class.",
+                "kind",
             ),
         )
 
@@ -471,6 +479,11 @@ class MerchantMetrics:
     def error(self, kind: str) -> None:
         """A step failed and will be retried; ``kind`` is the exception class name."""
         self._series.errors.labels(self.merchant_id, kind).inc()
+
+    def sync_failed(self, kind: str) -> None:
+        """The merchant's sync died of an unexpected error (``kind``: its class name) and
+        starts again after a backoff."""
+        self._series.sync_failures.labels(self.merchant_id, kind).inc()
 
 
 class Metrics:

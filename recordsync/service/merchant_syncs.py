@@ -8,16 +8,29 @@ warehouse engine and pool and the one ``JobHost`` with its bounded thread pools.
 starts cold: the holder before us may have spent the last window, and the platform counts
 both against the same merchant.  A merchant whose secret is wrong or whose platform
 answers fail retries on its own, slowly, and never holds the others back.
+
+A merchant's sync that dies of an unexpected error (a bug: the platform's and the warehouse's
+errors are retried where they happen) is restarted here, in its own thread, under the same
+lease, after an exponential backoff with jitter (``RestartPolicy``: 5 s doubling to 5 min,
+back to the start once an attempt ran longer than the cap).  It is logged with the error's
+class and where it was raised, never its message (which could quote anything, a secret
+included), and counted in ``recordsync_merchant_sync_failures_total``.  The lease is kept
+while it waits: handing the merchant to another replica would only move the same bug there,
+and releasing it to take it straight back was a restart at every fleet tick.  A stop or a
+hand-over ends the wait at once; the process and the other merchants never notice.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
 import structlog
 
@@ -44,6 +57,38 @@ from recordsync.warehouse import BackfillRequest, Warehouse
 log = structlog.get_logger("recordsync")
 
 BACKFILL_POLL = 2.0  # seconds between looks for backfills handed over to this holder
+_WHERE_FRAMES: Final = 3  # innermost frames named when a merchant's sync fails
+
+
+@dataclass(frozen=True, slots=True)
+class RestartPolicy:
+    """When a merchant's sync that died of an unexpected error starts again.
+
+    The ``failures``-th consecutive failure waits between half and all of
+    ``min(cap, base * 2 ** (failures - 1))``: never less than ``base / 2`` (no hot loop),
+    never more than ``cap``, and replicas that fail together spread out.  An attempt that ran
+    longer than ``cap`` before failing starts the count again.
+    """
+
+    base: float = 5.0
+    cap: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.base <= self.cap:
+            raise ValueError(f"need 0 < base <= cap, got base={self.base} cap={self.cap}")
+
+    def delay(self, failures: int, rng: random.Random) -> float:
+        ceiling = min(self.cap, self.base * 2.0 ** min(max(failures - 1, 0), 32))
+        return ceiling * rng.uniform(0.5, 1.0)
+
+
+def failure_site(exc: BaseException) -> str:
+    """Where ``exc`` was raised: file:line function, innermost first, each called from the
+    next (``a < b``); never its message."""
+    frames = traceback.extract_tb(exc.__traceback__)[-_WHERE_FRAMES:]
+    return " < ".join(
+        f"{Path(frame.filename).name}:{frame.lineno} {frame.name}" for frame in reversed(frames)
+    )
 
 
 @dataclass(eq=False)
@@ -74,6 +119,9 @@ class MerchantSyncs:
         extra_observer: Callable[[str], SyncObserver | None] = lambda _merchant: None,
         clock: Callable[[], float] = time.time,
         backfill_poll: float = BACKFILL_POLL,
+        restart: RestartPolicy | None = None,
+        rng: random.Random | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._settings = settings
         self._warehouse = warehouse
@@ -87,6 +135,9 @@ class MerchantSyncs:
         self._lock = threading.Lock()
         self._replica_id = replica_id
         self._backfill_poll = backfill_poll
+        self._restart = restart or RestartPolicy()
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
+        self._monotonic = monotonic
 
     # -- fleet.Syncs ----------------------------------------------------------------------------
 
@@ -140,6 +191,7 @@ class MerchantSyncs:
         merchant = settings.merchant(run.merchant_id)
         assert merchant.base_url is not None
         metrics = self._metrics.merchant(run.merchant_id)
+        # One budget and client for every attempt: a restart never spends the limit afresh.
         budget = RateBudget(
             DEFAULT_LIMITS.record_requests,
             DEFAULT_LIMITS.record_seconds,
@@ -159,74 +211,138 @@ class MerchantSyncs:
             observer=ClientMetricsObserver(metrics),
         )
         bound = log.bind(merchant_id=run.merchant_id, epoch=run.epoch)
+        failures = 0
         try:
-            limits = self._capabilities(client, bound)
-            options = SyncOptions(
-                merchant_id=run.merchant_id,
-                history_from=merchant.history_from,
-                page_size=min(settings.page_size, limits.max_page_size),
-                poll_interval=settings.poll_interval,
-                snapshot_concurrency=settings.snapshot_concurrency,
-                drift_interval=settings.drift_check_interval or None,
-            )
-            observers: list[SyncObserver] = [SyncMetricsObserver(metrics)]
-            extra = self._extra_observer(run.merchant_id)
-            if extra is not None:
-                observers.append(extra)
-            run.engine = SyncEngine(
-                client=client,
-                warehouse=self._warehouse.fenced(run.merchant_id, run.epoch),
-                options=options,
-                stopper=run.stopper,
-                observer=MultiObserver(*observers),
-                host=self._host,
-            )
-            run.client, run.options = client, options
-            bound.info("merchant_sync_started")
-            watcher = threading.Thread(
-                target=self._watch_backfills,
-                args=(run,),
-                name=f"backfills-{run.merchant_id}",
-                daemon=True,
-            )
-            watcher.start()
-            run.engine.run()
+            while not run.stopper.stopped:
+                started = self._monotonic()
+                try:
+                    self._attempt(run, client, bound)
+                except (LeaseSupersededError, ShutdownRequestedError):
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a bug in one merchant must not end the others
+                    ran = self._monotonic() - started
+                    failures = 1 if ran > self._restart.cap else failures + 1
+                    delay = self._failed(
+                        run,
+                        bound,
+                        exc,
+                        "merchant_sync_failed",
+                        failures,
+                        ran_seconds=round(ran, 1),
+                        action="restarting this merchant's sync after the wait; the others go on",
+                    )
+                else:
+                    return  # stopped: a hand-over or the process's stop
+                run.engine = None  # the failed engine (and its frames) go before the wait
+                run.stopper.sleep(delay)
         except LeaseSupersededError as exc:
             bound.error(
                 "lease_superseded",
                 error=str(exc),
                 action="stopped syncing this merchant; its new holder goes on",
             )
-        except Exception:  # noqa: BLE001 - a bug in one merchant must not end the others
-            bound.exception("merchant_sync_failed", action="released; the fleet retries it")
+        except ShutdownRequestedError:
+            pass  # stopped (a hand-over or the process's stop) while starting or waiting
         finally:
             run.stopper.stop()  # ends this merchant's backfill watcher and requested backfills
             client.close()
             bound.info("merchant_sync_stopped")
 
+    def _failed(
+        self, run: _Run, bound: Any, exc: Exception, event: str, failures: int, **fields: object
+    ) -> float:
+        """Count and log a bug's ``failures``-th time in a row (its class and frames, never its
+        message); return how long to wait before trying again."""
+        delay = self._restart.delay(failures, self._rng)
+        self._metrics.merchant(run.merchant_id).sync_failed(type(exc).__name__)
+        bound.error(
+            event,
+            kind=type(exc).__name__,
+            where=failure_site(exc),
+            failures=failures,
+            retry_in_seconds=round(delay, 1),
+            **fields,
+        )
+        return delay
+
+    def _attempt(self, run: _Run, client: PlatformClient, bound: Any) -> None:
+        """Build this merchant's engine and sync until stopped (one attempt)."""
+        settings = self._settings
+        merchant = settings.merchant(run.merchant_id)
+        limits = self._capabilities(client, bound)
+        options = SyncOptions(
+            merchant_id=run.merchant_id,
+            history_from=merchant.history_from,
+            page_size=min(settings.page_size, limits.max_page_size),
+            poll_interval=settings.poll_interval,
+            snapshot_concurrency=settings.snapshot_concurrency,
+            drift_interval=settings.drift_check_interval or None,
+        )
+        observers: list[SyncObserver] = [
+            SyncMetricsObserver(self._metrics.merchant(run.merchant_id))
+        ]
+        extra = self._extra_observer(run.merchant_id)
+        if extra is not None:
+            observers.append(extra)
+        run.engine = SyncEngine(
+            client=client,
+            warehouse=self._warehouse.fenced(run.merchant_id, run.epoch),
+            options=options,
+            stopper=run.stopper,
+            observer=MultiObserver(*observers),
+            host=self._host,
+        )
+        first = run.client is None
+        run.client, run.options = client, options
+        bound.info("merchant_sync_started")
+        if first:
+            threading.Thread(
+                target=self._watch_backfills,
+                args=(run,),
+                name=f"backfills-{run.merchant_id}",
+                daemon=True,
+            ).start()
+        run.engine.run()
+
     # -- backfills handed over by `recordsync backfill` -----------------------------------------
 
     def _watch_backfills(self, run: _Run) -> None:
-        """Run the backfills requested for this merchant, inside its budget, beside its tail."""
+        """Run the backfills requested for this merchant, inside its budget, beside its tail.
+
+        A bug while looking is logged like a failed sync and looked again after the same
+        backoff; it never ends the watcher (nor the merchant's sync)."""
         runner = StepRunner(stopper=run.stopper, observer=SyncObserver(), fatal_is_final=False)
+        bound = log.bind(merchant_id=run.merchant_id, epoch=run.epoch)
+        failures = 0
         try:
             while not run.stopper.stopped:
-                pending = runner.run(
-                    lambda: self._warehouse.pending_backfills(run.merchant_id),
-                    what="read backfill requests",
-                )
-                for request in pending:
-                    if request.id not in run.backfills:
-                        run.backfills.add(request.id)
-                        threading.Thread(
-                            target=self._backfill,
-                            args=(run, request),
-                            name=f"backfill-{request.id}",
-                            daemon=True,
-                        ).start()
-                run.stopper.sleep(self._backfill_poll)
+                try:
+                    self._start_requested_backfills(run, runner)
+                except ShutdownRequestedError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a bug: look again later
+                    failures += 1
+                    delay = self._failed(run, bound, exc, "backfill_watch_failed", failures)
+                else:
+                    failures, delay = 0, self._backfill_poll
+                run.stopper.sleep(delay)
         except ShutdownRequestedError:
             return
+
+    def _start_requested_backfills(self, run: _Run, runner: StepRunner) -> None:
+        pending = runner.run(
+            lambda: self._warehouse.pending_backfills(run.merchant_id),
+            what="read backfill requests",
+        )
+        for request in pending:
+            if request.id not in run.backfills:
+                run.backfills.add(request.id)
+                threading.Thread(
+                    target=self._backfill,
+                    args=(run, request),
+                    name=f"backfill-{request.id}",
+                    daemon=True,
+                ).start()
 
     def _backfill(self, run: _Run, request: BackfillRequest) -> None:
         assert run.client is not None
@@ -261,6 +377,14 @@ class MerchantSyncs:
             bound.error("requested_backfill_failed", error=str(exc))
             with contextlib.suppress(RecordSyncError):
                 self._warehouse.finish_backfill_request(request.id, failed=str(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug: this request fails, nothing else
+            kind = type(exc).__name__
+            self._metrics.merchant(run.merchant_id).sync_failed(kind)
+            bound.error("requested_backfill_failed", kind=kind, where=failure_site(exc))
+            with contextlib.suppress(RecordSyncError):
+                self._warehouse.finish_backfill_request(
+                    request.id, failed=f"{kind} in the holder (a bug: see its log)"
+                )
 
     def _capabilities(self, client: PlatformClient, bound: Any) -> Limits:
         try:

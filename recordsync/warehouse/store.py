@@ -3,8 +3,8 @@
 Each read or write runs in ONE transaction, opened here and handed to the module that does
 the work: ``sync_state`` (where the sync stands), ``page_commits`` (a page's rows with its
 cursor; it says why they must commit together), ``reads`` and ``summaries`` (what was
-stored).  ``locks`` builds the merchant's lock, which lives on a connection of its own;
-``fleet`` the session of a process sharing the merchants with others.
+stored); ``fleet`` the session of a process sharing the merchants with others, whose locks
+(``fleet_locks``) live on a connection of their own.
 Any "server gone" error is raised as ``WarehouseUnavailableError`` (see ``connection``) after
 the transaction has rolled back; the caller waits and tries again with the same page.
 
@@ -36,7 +36,6 @@ from recordsync.warehouse import (
     backfill_requests,
     fleet_locks,
     leases,
-    locks,
     page_commits,
     reads,
     summaries,
@@ -50,7 +49,6 @@ from recordsync.warehouse.connection import (
 )
 from recordsync.warehouse.fenced import FencedWarehouse
 from recordsync.warehouse.fleet import FleetSession
-from recordsync.warehouse.locks import MerchantLock
 from recordsync.warehouse.migrate import schema_state
 from recordsync.warehouse.migrate import upgrade as upgrade_schema
 from recordsync.warehouse.page_writer import PageWriter, page_writer_for
@@ -386,16 +384,6 @@ class Warehouse:
         """The merchant's row of ``sync_freshness``; None before the first (re)build."""
         with translate_errors("read freshness"), self._engine.begin() as conn:
             return summaries.freshness(conn, merchant_id)
-
-    # -- the merchant's lock (locks) ---------------------------------------------------------
-
-    def merchant_lock(self, merchant_id: str, *, lease_seconds: int) -> MerchantLock:
-        """The lock a lease holds for ``merchant_id``, not yet taken.
-
-        It connects on its own, from this engine's URL, never through the writers' pool: the
-        URL and the connection stay inside the warehouse package.
-        """
-        return locks.merchant_lock(self._engine.url, merchant_id, lease_seconds=lease_seconds)
 
     # -- the fleet (fleet, leases, backfill_requests) -----------------------------------------
 
