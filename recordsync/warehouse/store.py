@@ -330,6 +330,31 @@ class Warehouse:
                 now=now,
             )
 
+    def repair_records(
+        self,
+        merchant_id: str,
+        *,
+        newer: Sequence[Record],
+        same_revision: Sequence[Record],
+        epoch: int | None = None,
+    ) -> None:
+        """Write back what the platform returned, in one transaction (``verify --repair``).
+
+        The rows only, never a cursor, under the revision guards (``page_commits.
+        commit_repair`` says which); with ``epoch``, fenced like every page commit.
+        """
+        now = self._clock()
+        with self._write("repair records", merchant_id, epoch) as conn:
+            page_commits.commit_repair(
+                conn,
+                self._writer_for(conn),
+                merchant_id,
+                newer=newer,
+                same_revision=same_revision,
+                keep_revisions=self._keep_revisions,
+                now=now,
+            )
+
     @contextmanager
     def _write(self, action: str, merchant_id: str, epoch: int | None) -> Iterator[Connection]:
         """One write transaction; with an ``epoch``, fenced by its first statement."""
@@ -360,6 +385,18 @@ class Warehouse:
         compares them with the platform's)."""
         with translate_errors("read stored revisions"), self._engine.begin() as conn:
             return reads.stored_revisions(conn, merchant_id, record_ids)
+
+    def stored_records(self, merchant_id: str, record_ids: Collection[str]) -> dict[str, Record]:
+        """record_id -> the stored row as a ``Record``, for the ids that exist (``verify``
+        compares them with the platform's field by field)."""
+        with translate_errors("read stored records"), self._engine.begin() as conn:
+            return reads.stored_records(conn, merchant_id, record_ids)
+
+    def record_ids_created(self, merchant_id: str, start: datetime, end: datetime) -> list[str]:
+        """The ids of the stored rows created in ``[start, end)`` (``verify`` looks for rows
+        the platform does not list)."""
+        with translate_errors("read record ids"), self._engine.begin() as conn:
+            return reads.record_ids_created(conn, merchant_id, start, end)
 
     # -- the BI views (docs/bi.md; summaries) ---------------------------------------------------
 
