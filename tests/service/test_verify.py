@@ -15,6 +15,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from prometheus_client import CollectorRegistry
 from sqlalchemy import delete, update
 from structlog.testing import capture_logs
 from synccheck import differences, settings_for
@@ -23,6 +24,7 @@ from recordsync import cli
 from recordsync.core.state import Phase, Window
 from recordsync.core.stopping import Stopper
 from recordsync.core.times import MILLISECOND, ceil_ms, floor_ms, format_time
+from recordsync.metrics import record_verify_run
 from recordsync.platform.parsing import parse_record
 from recordsync.service.app import open_app
 from recordsync.service.verify import run_verify
@@ -75,11 +77,12 @@ def synced(sim: Simulator, url: str) -> Window:
     return window
 
 
-def verify_json(sim: Simulator, url: str, window: Window, *, repair: bool = False):
+def verify_json(
+    sim: Simulator, url: str, window: Window, *, repair: bool = False, page_size: int = 200
+):
     out = io.StringIO()
-    code = run_verify(
-        settings_for(sim, url), window.start, window.end, repair=repair, fmt="json", out=out
-    )
+    settings = settings_for(sim, url, page_size=page_size)
+    code = run_verify(settings, window.start, window.end, repair=repair, fmt="json", out=out)
     return code, json.loads(out.getvalue())
 
 
@@ -180,7 +183,7 @@ def test_a_verify_beside_the_daemon_holding_the_merchant_stays_inside_the_limit(
     """A daemon (its lease held, its tail polling the live changes) and verify at once: the
     simulator sees no request over the merchant's limit."""
     url = f"sqlite:///{tmp_path / 'beside.db'}"
-    config = sim_config(record_requests=4, live_rate=20.0)
+    config = sim_config(record_requests=8, live_rate=20.0)
     with running_simulator(config, live=True) as sim:
         window = whole_history(sim)
         settings = settings_for(sim, url, poll_interval=1.0)
@@ -199,9 +202,9 @@ def test_a_verify_beside_the_daemon_holding_the_merchant_stays_inside_the_limit(
                     state.phase is not Phase.TAILING
                 ):
                     time.sleep(0.1)
-                day = Window(window.start, window.start + timedelta(days=1))
+                # Small pages: enough requests that verify's share is what keeps both inside.
                 with capture_logs() as logs:
-                    code, found = verify_json(sim, url, day)
+                    code, found = verify_json(sim, url, window, page_size=20)
             finally:
                 stopper.stop()
                 runner.join(timeout=10)
@@ -211,3 +214,21 @@ def test_a_verify_beside_the_daemon_holding_the_merchant_stays_inside_the_limit(
     assert found["totals"]["platform_rows"] > 0
     assert code in (0, 1)  # the daemon may still be snapshotting: what matters is the limit
     assert stats.rate_limit_violations == 0
+
+
+def test_a_run_s_metrics_name_the_merchant_the_outcome_and_each_kind():
+    registry = CollectorRegistry()
+    record_verify_run(
+        registry,
+        MERCHANT,
+        clean=False,
+        differences={"missing": 2, "behind": 0},
+        repaired=2,
+        clock=lambda: 1_700_000_000.0,
+    )
+    merchant = {"merchant_id": MERCHANT}
+    value = registry.get_sample_value
+    assert value("recordsync_verify_runs_total", {**merchant, "outcome": "differences"}) == 1
+    assert value("recordsync_verify_differences", {**merchant, "kind": "missing"}) == 2
+    assert value("recordsync_verify_repaired_rows", merchant) == 2
+    assert value("recordsync_verify_last_run_timestamp_seconds", merchant) == 1_700_000_000
