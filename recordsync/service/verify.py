@@ -1,25 +1,25 @@
 """``recordsync verify``: is a range of the warehouse complete and exact?  A yes, or a list.
 
 The platform's records of ``[from, to)`` are read again (``GET /v1/records``, windows of at
-most 24 h aligned on UTC days, each paged by cursor) and compared with the warehouse, record by
-record and field by field (what counts as which difference: ``recordsync.sync.verify``).
+most 24 h aligned on UTC days, each paged by cursor) at the lowest budget priority and
+compared with the warehouse, record by record and field by field (what counts as which
+difference: ``recordsync.sync.verify``).
 
-The merchant's rate limit is shared by every process that reads for it (spec: Limits, "Record
-rate"), and a separate process cannot see the daemon's budget.  So, like ``backfill``, verify
-first tries to take the merchant's lease:
+The merchant's rate limit is spent by one process at a time (spec: Limits, "Record rate"; a
+second process cannot see the first one's budget).  So, like ``backfill``, verify first tries
+to take the merchant's lease:
 
-- no daemon holds the merchant: verify holds it for the run (a daemon starting meanwhile waits),
-  reads with the merchant's whole budget at the lowest priority, and ``--repair`` writes are
-  fenced by its own lease epoch like every page commit;
-- a daemon holds it: verify reads beside it, inside a fixed share of the limit
-  (``BESIDE_HOLDER_SHARE``, a quarter: one request per ``4 x record_seconds / record_requests``
-  seconds), leaving the rest to the holder, whose tail polls once per poll interval when caught
-  up.  A 429 still pauses verify for its Retry-After.  Its ``--repair`` writes carry no epoch:
-  they move no cursor and go only through the revision guards (a stored revision never goes
-  down; an equal one is rewritten only while it is still the stored one), so they commute
-  with every commit of the holder, whatever the order: the holder's cursors, which are what
-  the one-writer fencing protects, are never touched.  docs/operations.md says when to prefer
-  running verify with the daemon stopped (a holder catching up on a long backlog).
+- no daemon holds the merchant: verify holds it for the run (a daemon starting meanwhile
+  waits), reads inside its own budget, and ``--repair`` writes are fenced by its own epoch;
+- a daemon holds it: the run is handed to that holder through the warehouse (a
+  ``verify_requests`` row), which runs the same ``verify_range`` inside ITS budget at the
+  lowest priority, beside its tail, with repairs fenced by its own epoch, and stores the
+  findings for this command to print.  One process spends the merchant's limit, and one
+  writer (the lease holder) writes, whichever way it runs.
+
+``--repair`` writes rows only, never a cursor, through the revision guards
+(``Warehouse.repair_records``): a stored revision never goes down, rows only the warehouse
+has are never deleted.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from prometheus_client import CollectorRegistry, write_to_textfile
 from rich.console import Console
 from rich.table import Table
 
-from recordsync.core.errors import ConfigurationError, CursorExpiredError
+from recordsync.core.errors import ConfigurationError, CursorExpiredError, RecordSyncError
 from recordsync.core.models import RecordsPage
 from recordsync.core.settings import Settings
 from recordsync.core.state import Window
@@ -50,6 +50,7 @@ from recordsync.core.stopping import Stopper
 from recordsync.logs import process_context
 from recordsync.metrics import record_verify_run
 from recordsync.platform.budget import Priority
+from recordsync.platform.client import PlatformClient
 from recordsync.service.app import App, open_app
 from recordsync.service.progress import RichProgress
 from recordsync.service.signals import stop_on_signals
@@ -65,12 +66,12 @@ from recordsync.sync.verify import (
     compare_page,
     warehouse_only,
 )
+from recordsync.warehouse import BackfillState, Warehouse
 
 log = structlog.get_logger("recordsync")
 
 LEASE_SECONDS: Final = 10
-# The part of the merchant's record rate limit verify takes while a daemon holds the merchant.
-BESIDE_HOLDER_SHARE: Final = 0.25
+FOLLOW_EVERY: Final = 1.0  # seconds between looks at a request handed to the holder
 JOB: Final = "verify"
 FORMATS: Final = ("table", "json", "csv")
 COLUMNS: Final = ("day", "platform_rows", "warehouse_rows", *Difference, "repaired")
@@ -111,41 +112,79 @@ def run_verify(
         try:
             epoch = session.try_hold(merchant.merchant_id)
             if epoch is None:
-                _take_share(app)
-                log.info(
-                    "verify_beside_holder",
-                    holder=session.holders().get(merchant.merchant_id),
-                    requests=app.client.budget.requests,
-                    seconds=app.client.budget.seconds,
+                holder = session.holders().get(merchant.merchant_id)
+                document = _follow_the_holder(
+                    app, start, end, repair=repair, stopper=stopper, holder=holder
                 )
-            with progress or nullcontext():
-                result = verify_range(
-                    app, start, end, repair=repair, epoch=epoch, stopper=stopper, progress=progress
-                )
+            else:
+                with progress or nullcontext():
+                    result = verify_range(
+                        app.client,
+                        app.warehouse,
+                        merchant.merchant_id,
+                        start,
+                        end,
+                        page_size=app.options.page_size,
+                        repair=repair,
+                        epoch=epoch,
+                        stopper=stopper,
+                        progress=progress,
+                    )
+                document = verify_document(result, merchant.merchant_id, start, end)
         finally:
             session.close()
-    _report(merchant.merchant_id, start, end, result, metrics_file)
-    render(result, merchant.merchant_id, start, end, fmt=fmt, out=out)
-    return 0 if result.clean else 1
+    _report(document, metrics_file)
+    render(document, fmt=fmt, out=out)
+    return 0 if document["clean"] else 1
 
 
-def _take_share(app: App) -> None:
-    """Shrink this process's budget to its share of the merchant's limit (see the module)."""
-    budget = app.client.budget
-    budget.resize(1, budget.seconds / (budget.requests * BESIDE_HOLDER_SHARE))
-
-
-def verify_range(
+def _follow_the_holder(
     app: App,
     start: datetime,
     end: datetime,
     *,
     repair: bool,
+    stopper: Stopper,
+    holder: str | None,
+) -> dict[str, Any]:
+    """Hand the run to the daemon that holds the merchant; its findings once it is done."""
+    merchant_id = app.merchant.merchant_id
+    runner = StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=True)
+    request_id = runner.run(
+        lambda: app.warehouse.request_verify(merchant_id, start, end, repair=repair),
+        what="request verify",
+    )
+    log.info("verify_handed_over", request_id=request_id, holder=holder)
+    while True:
+        request = runner.run(lambda: app.warehouse.verify_request(request_id), what="follow")
+        if request is None or request.state is BackfillState.FAILED:
+            reason = "the request disappeared" if request is None else request.error
+            raise RecordSyncError(f"verify request {request_id} failed at its holder: {reason}")
+        if request.state is BackfillState.DONE and request.result is not None:
+            document: dict[str, Any] = orjson.loads(request.result)
+            return document
+        stopper.sleep(FOLLOW_EVERY)
+
+
+def verify_range(
+    client: PlatformClient,
+    warehouse: Warehouse,
+    merchant_id: str,
+    start: datetime,
+    end: datetime,
+    *,
+    page_size: int,
+    repair: bool,
     epoch: int | None,
     stopper: Stopper,
     progress: SyncObserver | None = None,
 ) -> VerifyResult:
-    """Read ``[start, end)`` from the platform a UTC day at a time and compare (and repair)."""
+    """Read ``[start, end)`` from the platform a UTC day at a time and compare (and repair).
+
+    The command runs it when it holds the merchant; the daemon holding the merchant runs it
+    for a request handed over (``merchant_syncs``), with its own client, so its own budget.
+    ``epoch`` fences the repairs: the lease epoch of whichever of the two holds the merchant.
+    """
     runner = StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=True)
     windows = plan_windows(start, end)
     if progress is not None:
@@ -154,7 +193,16 @@ def verify_range(
     for window in windows:
         while True:
             try:
-                tally = _verify_window(app, window, runner, repair=repair, epoch=epoch)
+                tally = _verify_window(
+                    client,
+                    warehouse,
+                    merchant_id,
+                    window,
+                    runner,
+                    page_size=page_size,
+                    repair=repair,
+                    epoch=epoch,
+                )
                 break
             except CursorExpiredError:
                 # The window took longer than its cursor lives (24 h): read it again whole.
@@ -166,11 +214,16 @@ def verify_range(
 
 
 def _verify_window(
-    app: App, window: Window, runner: StepRunner, *, repair: bool, epoch: int | None
+    client: PlatformClient,
+    warehouse: Warehouse,
+    merchant_id: str,
+    window: Window,
+    runner: StepRunner,
+    *,
+    page_size: int,
+    repair: bool,
+    epoch: int | None,
 ) -> DayTally:
-    merchant_id = app.merchant.merchant_id
-    warehouse = app.warehouse
-    page_size = app.options.page_size
     tally = DayTally(window.start.date())
     # The warehouse's rows are listed BEFORE the platform's snapshot is taken: a row the tail
     # stores later is then never mistaken for one the platform does not know.
@@ -183,7 +236,7 @@ def _verify_window(
     cursor: str | None = None
     while True:
         page: RecordsPage = runner.run(
-            _page_reader(app, window, cursor, page_size), what="verify: read records"
+            _page_reader(client, window, cursor, page_size), what="verify: read records"
         )
         fresh = [record for record in page.records if record.record_id not in listed]
         ids = [record.record_id for record in fresh]
@@ -223,48 +276,47 @@ def _verify_window(
 
 
 def _page_reader(
-    app: App, window: Window, cursor: str | None, page_size: int
+    client: PlatformClient, window: Window, cursor: str | None, page_size: int
 ) -> Callable[[], RecordsPage]:
     """One page of the window at the lowest priority: verify never delays the sync's reads."""
     if cursor is None:
-        return lambda: app.client.records_first(
+        return lambda: client.records_first(
             window.start, window.end, limit=page_size, priority=Priority.BACKGROUND
         )
-    return lambda: app.client.records_next(cursor, limit=page_size, priority=Priority.BACKGROUND)
+    return lambda: client.records_next(cursor, limit=page_size, priority=Priority.BACKGROUND)
 
 
-def _report(
-    merchant_id: str,
-    start: datetime,
-    end: datetime,
-    result: VerifyResult,
-    metrics_file: Path | None,
-) -> None:
+def _report(document: dict[str, Any], metrics_file: Path | None) -> None:
     """The run's log event, and its metrics for node_exporter's textfile collector."""
-    counts = {kind.value: result.total(kind) for kind in Difference}
+    totals = document["totals"]
+    counts = {kind.value: totals[kind.value] for kind in Difference}
     fields: dict[str, Any] = {
-        "created_from": start.isoformat(),
-        "created_to": end.isoformat(),
-        "platform_rows": result.platform_rows,
-        "warehouse_rows": result.warehouse_rows,
-        "repair": result.repair,
-        "repaired": result.repaired,
+        "created_from": document["created_from"],
+        "created_to": document["created_to"],
+        "platform_rows": totals["platform_rows"],
+        "warehouse_rows": totals["warehouse_rows"],
+        "repair": document["repair"],
+        "repaired": totals["repaired"],
         **counts,
     }
-    if result.clean:
+    if document["clean"]:
         log.info("verify_finished", **fields)
     else:
         log.error(
             "verify_found_differences",
             action="repaired what the platform returned"
-            if result.repair
+            if document["repair"]
             else "run again with --repair, or investigate (docs/operations.md)",
             **fields,
         )
     if metrics_file is not None:
         registry = CollectorRegistry()
         record_verify_run(
-            registry, merchant_id, clean=result.clean, differences=counts, repaired=result.repaired
+            registry,
+            document["merchant_id"],
+            clean=document["clean"],
+            differences=counts,
+            repaired=totals["repaired"],
         )
         write_to_textfile(str(metrics_file), registry)
 
@@ -272,22 +324,14 @@ def _report(
 # -- output -------------------------------------------------------------------------------------
 
 
-def render(
-    result: VerifyResult,
-    merchant_id: str,
-    start: datetime,
-    end: datetime,
-    *,
-    fmt: str,
-    out: TextIO,
-) -> None:
+def render(document: dict[str, Any], *, fmt: str, out: TextIO) -> None:
+    """The findings (``verify_document``) as a table, JSON or CSV."""
     if fmt == "json":
-        document = _document(result, merchant_id, start, end)
         out.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
     elif fmt == "csv":
-        out.write(_csv(result))
+        out.write(_csv(document))
     else:
-        _table(result, merchant_id, start, end, Console(file=out, width=120))
+        _table(document, Console(file=out, width=120))
 
 
 def _row(day: DayTally) -> dict[str, Any]:
@@ -309,9 +353,10 @@ def _totals(result: VerifyResult) -> dict[str, Any]:
     }
 
 
-def _document(
+def verify_document(
     result: VerifyResult, merchant_id: str, start: datetime, end: datetime
 ) -> dict[str, Any]:
+    """The findings as plain data: what ``--format json`` prints and a holder hands back."""
     return {
         "merchant_id": merchant_id,
         "created_from": start.isoformat(),
@@ -324,14 +369,14 @@ def _document(
     }
 
 
-def _csv(result: VerifyResult) -> str:
+def _csv(document: dict[str, Any]) -> str:
     """One row per UTC day, then a ``total`` row."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(COLUMNS), lineterminator="\n")
     writer.writeheader()
-    for day in result.days:
-        writer.writerow(_row(day))
-    writer.writerow({"day": "total", **_totals(result)})
+    for day in document["days"]:
+        writer.writerow(day)
+    writer.writerow({"day": "total", **document["totals"]})
     return buffer.getvalue()
 
 
@@ -347,34 +392,33 @@ _HEADERS: Final = {
 }
 
 
-def _table(
-    result: VerifyResult, merchant_id: str, start: datetime, end: datetime, console: Console
-) -> None:
-    names = [name for name in _HEADERS if result.repair or name != "repaired"]
+def _table(document: dict[str, Any], console: Console) -> None:
+    repair = document["repair"]
+    names = [str(name) for name in _HEADERS if repair or name != "repaired"]
     table = Table(
-        title=f"{merchant_id}: the platform's records against the warehouse",
-        caption=f"created in [{start.isoformat()}, {end.isoformat()})",
+        title=f"{document['merchant_id']}: the platform's records against the warehouse",
+        caption=f"created in [{document['created_from']}, {document['created_to']})",
     )
     table.add_column("UTC day")
     for name in names:
         table.add_column(_HEADERS[name], justify="right")
-    for day in result.days:
-        row = _row(day)
-        table.add_row(row["day"], *(f"{row[str(name)]:,}" for name in names))
+    for row in document["days"]:
+        table.add_row(row["day"], *(f"{row[name]:,}" for name in names))
     table.add_section()
-    totals = _totals(result)
-    table.add_row("total", *(f"{totals[str(name)]:,}" for name in names), style="bold")
+    totals = document["totals"]
+    table.add_row("total", *(f"{totals[name]:,}" for name in names), style="bold")
     console.print(table)
     for kind in Difference:
-        examples = result.examples(kind)
+        examples = document["examples"][kind.value]
         if examples:
-            more = result.total(kind) - len(examples)
+            more = totals[kind.value] - len(examples)
             tail = f" and {more:,} more" if more > 0 else ""
             console.print(f"{_HEADERS[kind]}: {', '.join(examples)}{tail}")
-    if result.clean:
+    faults = sum(totals[kind.value] for kind in FAULTS)
+    if document["clean"]:
         console.print("complete and exact: nothing missing, behind or different")
     else:
-        verdict = f"{result.faults:,} rows missing, behind or different"
-        if result.repair:
-            verdict += f"; {result.repaired:,} repaired from the platform's records"
+        verdict = f"{faults:,} rows missing, behind or different"
+        if repair:
+            verdict += f"; {totals['repaired']:,} repaired from the platform's records"
         console.print(verdict)

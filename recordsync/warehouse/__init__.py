@@ -1,6 +1,6 @@
 """The warehouse: schema, migrations, the revision-guarded upsert, revision history, sync state,
 quarantine, the BI views, the per-merchant lock behind the service's lease, and the fleet:
-leases with epochs and fenced writes, replicas, backfill requests."""
+leases with epochs and fenced writes, replicas, backfill and verify requests."""
 
 from recordsync.warehouse.connection import create_warehouse_engine
 from recordsync.warehouse.fenced import FencedWarehouse
@@ -14,6 +14,7 @@ from recordsync.warehouse.values import (
     Freshness,
     JobStatus,
     QuarantinedRecord,
+    VerifyRequest,
     WarehouseStatus,
     WriteResult,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "JobStatus",
     "MerchantLock",
     "QuarantinedRecord",
+    "VerifyRequest",
     "Warehouse",
     "WarehouseStatus",
     "WriteResult",

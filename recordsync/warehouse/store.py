@@ -41,6 +41,7 @@ from recordsync.warehouse import (
     reads,
     summaries,
     sync_state,
+    verify_requests,
 )
 from recordsync.warehouse.connection import (
     WRITE_OPTION,
@@ -59,6 +60,7 @@ from recordsync.warehouse.values import (
     DailySummary,
     Freshness,
     QuarantinedRecord,
+    VerifyRequest,
     WarehouseStatus,
     WriteResult,
 )
@@ -491,6 +493,37 @@ class Warehouse:
         """The request as it stands (the requester polls it)."""
         with translate_errors("read backfill request"), self._engine.begin() as conn:
             return backfill_requests.get(conn, request_id)
+
+    def request_verify(
+        self, merchant_id: str, start: datetime, end: datetime, *, repair: bool
+    ) -> int:
+        """Hand a verify of ``[start, end)`` to the merchant's holder; its request id."""
+        with translate_errors("request verify"), self._writer.begin() as conn:
+            return verify_requests.request(conn, merchant_id, start, end, repair=repair)
+
+    def pending_verifies(self, merchant_id: str) -> list[VerifyRequest]:
+        """The merchant's unfinished verify requests, oldest first (running ones a previous
+        holder did not finish included: run them again)."""
+        with translate_errors("read verify requests"), self._engine.begin() as conn:
+            return verify_requests.unfinished(conn, merchant_id)
+
+    def start_verify_request(self, request_id: int, holder: str) -> None:
+        """Mark an unfinished verify request running under ``holder``; LookupError when none."""
+        with translate_errors("start verify request"), self._writer.begin() as conn:
+            verify_requests.start(conn, request_id, holder)
+
+    def finish_verify_request(
+        self, request_id: int, *, result: str | None = None, failed: str | None = None
+    ) -> None:
+        """Mark an unfinished verify request done with its findings (JSON), or failed with the
+        reason (shown to the requester, so never a secret); LookupError when there is none."""
+        with translate_errors("finish verify request"), self._writer.begin() as conn:
+            verify_requests.finish(conn, request_id, result=result, failed=failed)
+
+    def verify_request(self, request_id: int) -> VerifyRequest | None:
+        """The verify request as it stands (the requester polls it)."""
+        with translate_errors("read verify request"), self._engine.begin() as conn:
+            return verify_requests.get(conn, request_id)
 
     # -- for tests and end-to-end checks -----------------------------------------------------
 
