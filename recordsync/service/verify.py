@@ -24,6 +24,7 @@ has are never deleted.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
@@ -42,7 +43,12 @@ from prometheus_client import CollectorRegistry, write_to_textfile
 from rich.console import Console
 from rich.table import Table
 
-from recordsync.core.errors import ConfigurationError, CursorExpiredError, RecordSyncError
+from recordsync.core.errors import (
+    ConfigurationError,
+    CursorExpiredError,
+    RecordSyncError,
+    ShutdownRequestedError,
+)
 from recordsync.core.models import RecordsPage
 from recordsync.core.settings import Settings
 from recordsync.core.state import Window
@@ -111,12 +117,19 @@ def run_verify(
         )
         try:
             epoch = session.try_hold(merchant.merchant_id)
+            document = None
             if epoch is None:
                 holder = session.holders().get(merchant.merchant_id)
-                document = _follow_the_holder(
-                    app, start, end, repair=repair, stopper=stopper, holder=holder
+                document, epoch = _follow_the_holder(
+                    app,
+                    start,
+                    end,
+                    repair=repair,
+                    stopper=stopper,
+                    holder=holder,
+                    try_hold=lambda: session.try_hold(merchant.merchant_id),
                 )
-            else:
+            if document is None:
                 with progress or nullcontext():
                     result = verify_range(
                         app.client,
@@ -131,6 +144,9 @@ def run_verify(
                         progress=progress,
                     )
                 document = verify_document(result, merchant.merchant_id, start, end)
+        except ShutdownRequestedError:
+            log.info("verify_interrupted", action="nothing was concluded; run it again")
+            return 1
         finally:
             session.close()
     _report(document, metrics_file)
@@ -146,8 +162,14 @@ def _follow_the_holder(
     repair: bool,
     stopper: Stopper,
     holder: str | None,
-) -> dict[str, Any]:
-    """Hand the run to the daemon that holds the merchant; its findings once it is done."""
+    try_hold: Callable[[], int | None],
+) -> tuple[dict[str, Any] | None, int | None]:
+    """Hand the run to the daemon that holds the merchant: its findings once it is done.
+
+    While nobody has started the request, the lease is tried again: a holder that stopped
+    before taking it leaves the merchant free, and then this command runs the verify itself
+    (``(None, epoch)``: the request is marked failed, so no later holder runs it too).
+    """
     merchant_id = app.merchant.merchant_id
     runner = StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=True)
     request_id = runner.run(
@@ -162,7 +184,16 @@ def _follow_the_holder(
             raise RecordSyncError(f"verify request {request_id} failed at its holder: {reason}")
         if request.state is BackfillState.DONE and request.result is not None:
             document: dict[str, Any] = orjson.loads(request.result)
-            return document
+            return document, None
+        if request.state is BackfillState.PENDING:
+            epoch = runner.run(try_hold, what="take the lease")
+            if epoch is not None:
+                with contextlib.suppress(LookupError):  # a holder finished it meanwhile
+                    app.warehouse.finish_verify_request(
+                        request_id, failed="run by the requester: no holder took it"
+                    )
+                log.info("verify_taken_back", request_id=request_id)
+                return None, epoch
         stopper.sleep(FOLLOW_EVERY)
 
 

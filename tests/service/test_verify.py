@@ -7,6 +7,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
@@ -30,11 +32,10 @@ from recordsync.core.state import Window
 from recordsync.core.times import MILLISECOND, ceil_ms, floor_ms, format_time
 from recordsync.metrics import record_verify_run
 from recordsync.platform.parsing import parse_record
-from recordsync.service.app import open_app
 from recordsync.service.verify import run_verify
 from recordsync.sim import SimConfig, Simulator
 from recordsync.sim.testing import running_simulator
-from recordsync.warehouse import Warehouse
+from recordsync.warehouse import BackfillState, Warehouse
 from recordsync.warehouse.schema import records
 
 MERCHANT = "m-verify"
@@ -74,11 +75,16 @@ def whole_history(sim: Simulator) -> Window:
 
 
 def synced(sim: Simulator, url: str) -> Window:
-    """The whole history backfilled into the warehouse at ``url``; the range it covers."""
-    window = whole_history(sim)
-    with open_app(settings_for(sim, url)) as app:
-        app.engine.backfill(window.start, window.end)
-    return window
+    """The simulator's truth stored at ``url`` (through the guarded upsert, without the HTTP
+    of a backfill: faster, and the same rows); the range that covers it."""
+    store = Warehouse.connect(url)
+    try:
+        store.migrate()
+        truth = [parse_record(record) for record in sim.truth().values()]
+        store.repair_records(MERCHANT, newer=truth, same_revision=[])
+    finally:
+        store.close()
+    return whole_history(sim)
 
 
 def verify_json(
@@ -241,3 +247,35 @@ def test_a_run_s_metrics_name_the_merchant_the_outcome_and_each_kind():
     assert value("recordsync_verify_differences", {**merchant, "kind": "missing"}) == 2
     assert value("recordsync_verify_repaired_rows", merchant) == 2
     assert value("recordsync_verify_last_run_timestamp_seconds", merchant) == 1_700_000_000
+
+
+def test_a_request_no_holder_takes_is_run_by_the_command_once_the_merchant_is_free(sim, tmp_path):
+    """A holder that goes away before it takes the request: the command takes the lease
+    back and verifies itself, and marks the request so no later holder runs it too."""
+    url = f"sqlite:///{tmp_path / 'free.db'}"
+    window = synced(sim, url)
+    store = Warehouse.connect(url)
+    holder = store.fleet_session("a-holder-about-to-stop")
+    try:
+        assert holder.try_hold(MERCHANT) is not None
+        outcome: dict[str, object] = {}
+
+        def verify() -> None:
+            outcome["code"], outcome["found"] = verify_json(sim, url, window)
+
+        with capture_logs() as logs:
+            command = threading.Thread(target=verify)
+            command.start()
+            while not any(entry["event"] == "verify_handed_over" for entry in logs):
+                time.sleep(0.05)
+            holder.close()
+            command.join(timeout=30)
+        assert outcome["code"] == 0
+        assert any(entry["event"] == "verify_taken_back" for entry in logs)
+        request = store.verify_request(1)
+        assert request is not None
+        assert request.state is BackfillState.FAILED
+        assert store.pending_verifies(MERCHANT) == []
+    finally:
+        holder.close()
+        store.close()
