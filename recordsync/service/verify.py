@@ -208,7 +208,7 @@ def verify_range(
     repair: bool,
     epoch: int | None,
     stopper: Stopper,
-    progress: SyncObserver | None = None,
+    progress: RichProgress | None = None,
 ) -> VerifyResult:
     """Read ``[start, end)`` from the platform a UTC day at a time and compare (and repair).
 
@@ -219,7 +219,7 @@ def verify_range(
     runner = StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=True)
     windows = plan_windows(start, end)
     if progress is not None:
-        progress.windows_planned(JOB, len(windows), 0)
+        progress.planned(JOB, "verify", len(windows), 0)
     days: list[DayTally] = []
     for window in windows:
         while True:
@@ -233,6 +233,7 @@ def verify_range(
                     page_size=page_size,
                     repair=repair,
                     epoch=epoch,
+                    on_page=_on_page(progress),
                 )
                 break
             except CursorExpiredError:
@@ -240,7 +241,7 @@ def verify_range(
                 log.warning("verify_window_restarted", window_start=window.start.isoformat())
         days.append(tally)
         if progress is not None:
-            progress.window_page(JOB, window, tally.platform_rows, done=True)
+            progress.page(JOB, 0, done=True)
     return VerifyResult(days, repair=repair)
 
 
@@ -254,6 +255,7 @@ def _verify_window(
     page_size: int,
     repair: bool,
     epoch: int | None,
+    on_page: Callable[[int], None],
 ) -> DayTally:
     tally = DayTally(window.start.date())
     # The warehouse's rows are listed BEFORE the platform's snapshot is taken: a row the tail
@@ -276,6 +278,7 @@ def _verify_window(
         )
         findings = compare_page(fresh, stored)
         listed.update(ids)
+        on_page(len(ids))
         for kind, record_id in findings.differences:
             tally.note(kind, record_id)
         if repair and (findings.newer or findings.same_revision):
@@ -304,6 +307,13 @@ def _verify_window(
     for record_id in warehouse_only(listed, stored_ids):
         tally.note(Difference.WAREHOUSE_ONLY, record_id)
     return tally
+
+
+def _on_page(progress: RichProgress | None) -> Callable[[int], None]:
+    """What the display learns of each page: the records compared."""
+    if progress is None:
+        return lambda _records: None
+    return lambda records: progress.page(JOB, records, done=False)
 
 
 def _page_reader(

@@ -140,7 +140,9 @@ def test_a_clean_range_exits_0_and_counts_both_sides(sim, tmp_path, capsys):
     )
     argv = ["verify", "--from", format_time(window.start), "--to", format_time(window.end)]
     capsys.readouterr()  # the backfill's log lines
-    assert cli.main([*argv, "--config", str(config), "--format", "csv"]) == 0
+    metrics = tmp_path / "verify.prom"
+    csv_argv = ["--config", str(config), "--format", "csv", "--metrics-file", str(metrics)]
+    assert cli.main([*argv, *csv_argv]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert [row["day"] for row in rows][-1] == "total"
     assert len(rows) == 4  # three UTC days of history, then the total
@@ -148,6 +150,8 @@ def test_a_clean_range_exits_0_and_counts_both_sides(sim, tmp_path, capsys):
     assert int(total["platform_rows"]) == int(total["warehouse_rows"]) == len(sim.truth())
     kinds = ("missing", "behind", "different", "warehouse_only", "ahead", "repaired")
     assert all(total[kind] == "0" for kind in kinds)
+    labels = f'merchant_id="{MERCHANT}"'
+    assert f'recordsync_verify_runs_total{{{labels},outcome="clean"}} 1.0' in metrics.read_text()
     assert cli.main([*argv, "--config", str(config)]) == 0  # the table
     assert "complete and exact" in capsys.readouterr().out
 
