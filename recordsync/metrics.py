@@ -727,3 +727,60 @@ def _fleet_families(snapshot: _Snapshot) -> list[GaugeMetricFamily]:
     if snapshot.replicas_live is not None:
         replicas_live.add_metric([], snapshot.replicas_live)
     return [lease_held, merchants_held, replicas_live]
+
+
+# -- recordsync verify (a one-shot command) ------------------------------------------------------
+
+
+class VerifyMetricName(StrEnum):
+    """The metrics of one ``recordsync verify`` run.
+
+    Verify is a one-shot command with no ``/metrics`` server: it writes these to the file
+    ``--metrics-file`` names, for node_exporter's textfile collector (docs/operations.md), so
+    they are kept apart from ``MetricName``, which the daemon serves.
+    """
+
+    RUNS = "recordsync_verify_runs_total"
+    DIFFERENCES = "recordsync_verify_differences"
+    REPAIRED = "recordsync_verify_repaired_rows"
+    LAST_RUN = "recordsync_verify_last_run_timestamp_seconds"
+
+
+def record_verify_run(
+    registry: CollectorRegistry,
+    merchant_id: str,
+    *,
+    clean: bool,
+    differences: Mapping[str, int],
+    repaired: int,
+    clock: Callable[[], float] = time.time,
+) -> None:
+    """Put one verify run into ``registry``: its outcome, each kind of difference, repairs."""
+    merchant_id = _checked(merchant_id)
+    runs = Counter(
+        VerifyMetricName.RUNS.removesuffix("_total"),
+        "Verify runs, by outcome: clean, or differences found (missing, behind or different).",
+        [MERCHANT_LABEL, "outcome"],
+        registry=registry,
+    )
+    runs.labels(merchant_id, "clean" if clean else "differences").inc()
+    found = Gauge(
+        VerifyMetricName.DIFFERENCES,
+        "Rows of each kind of difference the last verify run found.",
+        [MERCHANT_LABEL, "kind"],
+        registry=registry,
+    )
+    for kind, count in differences.items():
+        found.labels(merchant_id, kind).set(count)
+    Gauge(
+        VerifyMetricName.REPAIRED,
+        "Rows the last verify --repair run wrote back from the platform's records.",
+        [MERCHANT_LABEL],
+        registry=registry,
+    ).labels(merchant_id).set(repaired)
+    Gauge(
+        VerifyMetricName.LAST_RUN,
+        "When the last verify run finished (Unix time).",
+        [MERCHANT_LABEL],
+        registry=registry,
+    ).labels(merchant_id).set(clock())

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import orjson
 import structlog
 
 from recordsync.core.errors import (
@@ -48,11 +49,12 @@ from recordsync.platform.budget import RateBudget
 from recordsync.platform.client import PlatformClient
 from recordsync.service.observers import ClientMetricsObserver, SyncMetricsObserver
 from recordsync.service.secrets import SecretKeeper
+from recordsync.service.verify import verify_document, verify_range
 from recordsync.sync.engine import SyncEngine, SyncOptions
 from recordsync.sync.events import MultiObserver, SyncObserver
 from recordsync.sync.jobs import JobHost
 from recordsync.sync.resilience import StepRunner
-from recordsync.warehouse import BackfillRequest, Warehouse
+from recordsync.warehouse import BackfillRequest, VerifyRequest, Warehouse
 
 log = structlog.get_logger("recordsync")
 
@@ -103,6 +105,7 @@ class _Run:
     client: PlatformClient | None = None
     options: SyncOptions | None = None
     backfills: set[int] = field(default_factory=set)  # request ids running here
+    verifies: set[int] = field(default_factory=set)  # verify request ids running here
 
 
 class MerchantSyncs:
@@ -307,7 +310,8 @@ class MerchantSyncs:
     # -- backfills handed over by `recordsync backfill` -----------------------------------------
 
     def _watch_backfills(self, run: _Run) -> None:
-        """Run the backfills requested for this merchant, inside its budget, beside its tail.
+        """Run the backfills and verifies requested for this merchant, inside its budget,
+        beside its tail.
 
         A bug while looking is logged like a failed sync and looked again after the same
         backoff; it never ends the watcher (nor the merchant's sync)."""
@@ -317,7 +321,7 @@ class MerchantSyncs:
         try:
             while not run.stopper.stopped:
                 try:
-                    self._start_requested_backfills(run, runner)
+                    self._start_requested_jobs(run, runner)
                 except ShutdownRequestedError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - a bug: look again later
@@ -329,7 +333,7 @@ class MerchantSyncs:
         except ShutdownRequestedError:
             return
 
-    def _start_requested_backfills(self, run: _Run, runner: StepRunner) -> None:
+    def _start_requested_jobs(self, run: _Run, runner: StepRunner) -> None:
         pending = runner.run(
             lambda: self._warehouse.pending_backfills(run.merchant_id),
             what="read backfill requests",
@@ -341,6 +345,19 @@ class MerchantSyncs:
                     target=self._backfill,
                     args=(run, request),
                     name=f"backfill-{request.id}",
+                    daemon=True,
+                ).start()
+        verifies = runner.run(
+            lambda: self._warehouse.pending_verifies(run.merchant_id),
+            what="read verify requests",
+        )
+        for verify in verifies:
+            if verify.id not in run.verifies:
+                run.verifies.add(verify.id)
+                threading.Thread(
+                    target=self._verify,
+                    args=(run, verify),
+                    name=f"verify-{verify.id}",
                     daemon=True,
                 ).start()
 
@@ -383,6 +400,56 @@ class MerchantSyncs:
             bound.error("requested_backfill_failed", kind=kind, where=failure_site(exc))
             with contextlib.suppress(RecordSyncError):
                 self._warehouse.finish_backfill_request(
+                    request.id, failed=f"{kind} in the holder (a bug: see its log)"
+                )
+
+    def _verify(self, run: _Run, request: VerifyRequest) -> None:
+        """A ``recordsync verify`` handed over: the same ``verify_range`` as the command's, on
+        this merchant's client (its budget, at the lowest priority), repairs fenced by this
+        holder's epoch; the findings go back in the request row."""
+        assert run.client is not None
+        assert run.options is not None
+        bound = log.bind(merchant_id=run.merchant_id, verify_request_id=request.id)
+        runner = StepRunner(stopper=run.stopper, observer=SyncObserver(), fatal_is_final=False)
+        try:
+            runner.run(
+                lambda: self._warehouse.start_verify_request(request.id, self._replica_id),
+                what="start verify request",
+            )
+            bound.info("requested_verify_started", repair=request.repair)
+            result = verify_range(
+                run.client,
+                self._warehouse,
+                run.merchant_id,
+                request.created_from,
+                request.created_to,
+                page_size=run.options.page_size,
+                repair=request.repair,
+                epoch=run.epoch,
+                stopper=Stopper(parent=run.stopper),
+            )
+            document = verify_document(
+                result, run.merchant_id, request.created_from, request.created_to
+            )
+            runner.run(
+                lambda: self._warehouse.finish_verify_request(
+                    request.id, result=orjson.dumps(document).decode()
+                ),
+                what="finish verify request",
+            )
+            bound.info("requested_verify_finished", clean=result.clean, repaired=result.repaired)
+        except (ShutdownRequestedError, LeaseSupersededError):
+            return  # left running: the next holder runs it again
+        except RecordSyncError as exc:
+            bound.error("requested_verify_failed", error=str(exc))
+            with contextlib.suppress(RecordSyncError, LookupError):
+                self._warehouse.finish_verify_request(request.id, failed=str(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug: this request fails, nothing else
+            kind = type(exc).__name__
+            self._metrics.merchant(run.merchant_id).sync_failed(kind)
+            bound.error("requested_verify_failed", kind=kind, where=failure_site(exc))
+            with contextlib.suppress(RecordSyncError, LookupError):
+                self._warehouse.finish_verify_request(
                     request.id, failed=f"{kind} in the holder (a bug: see its log)"
                 )
 

@@ -1,6 +1,6 @@
 """The warehouse: schema, migrations, the revision-guarded upsert, revision history, sync state,
 quarantine, the BI views, and the fleet: merchant locks, leases with epochs and fenced writes,
-replicas, backfill requests."""
+replicas, backfill and verify requests."""
 
 from recordsync.warehouse.connection import create_warehouse_engine
 from recordsync.warehouse.fenced import FencedWarehouse
@@ -13,6 +13,7 @@ from recordsync.warehouse.values import (
     Freshness,
     JobStatus,
     QuarantinedRecord,
+    VerifyRequest,
     WarehouseStatus,
     WriteResult,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "Freshness",
     "JobStatus",
     "QuarantinedRecord",
+    "VerifyRequest",
     "Warehouse",
     "WarehouseStatus",
     "WriteResult",

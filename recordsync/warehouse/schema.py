@@ -205,6 +205,27 @@ backfill_requests = Table(
     Index("ix_backfill_requests_merchant_state", "merchant_id", "state", "id"),
 )
 
+# A ``recordsync verify`` handed to the merchant's holder (``verify_requests``, revision 0007):
+# the holder runs it inside the merchant's rate budget and stores its findings in ``result``
+# (the JSON document ``verify --format json`` prints); ``state`` is a ``values.BackfillState``.
+verify_requests = Table(
+    "verify_requests",
+    metadata,
+    Column("id", big_id(), primary_key=True, autoincrement=True),
+    Column("merchant_id", String(ID_LENGTH), nullable=False),
+    Column("created_from", utc_datetime(), nullable=False),
+    Column("created_to", utc_datetime(), nullable=False),
+    Column("repair", Boolean, nullable=False),
+    Column("state", String(PHASE_LENGTH), nullable=False),
+    Column("requested_at", utc_datetime(), nullable=False),
+    Column("started_at", utc_datetime(), nullable=True),
+    Column("finished_at", utc_datetime(), nullable=True),
+    Column("holder", String(ID_LENGTH), nullable=True),
+    Column("error", Text, nullable=True),
+    Column("result", large_text(), nullable=True),
+    Index("ix_verify_requests_merchant_state", "merchant_id", "state", "id"),
+)
+
 # Alembic's bookkeeping table, named for us so it cannot clash with a warehouse that already
 # runs its own Alembic history in the same database.
 VERSION_TABLE: Final = "recordsync_alembic_version"

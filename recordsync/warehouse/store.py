@@ -40,6 +40,7 @@ from recordsync.warehouse import (
     reads,
     summaries,
     sync_state,
+    verify_requests,
 )
 from recordsync.warehouse.connection import (
     WRITE_OPTION,
@@ -57,6 +58,7 @@ from recordsync.warehouse.values import (
     DailySummary,
     Freshness,
     QuarantinedRecord,
+    VerifyRequest,
     WarehouseStatus,
     WriteResult,
 )
@@ -328,6 +330,31 @@ class Warehouse:
                 now=now,
             )
 
+    def repair_records(
+        self,
+        merchant_id: str,
+        *,
+        newer: Sequence[Record],
+        same_revision: Sequence[Record],
+        epoch: int | None = None,
+    ) -> None:
+        """Write back what the platform returned, in one transaction (``verify --repair``).
+
+        The rows only, never a cursor, under the revision guards (``page_commits.
+        commit_repair`` says which); with ``epoch``, fenced like every page commit.
+        """
+        now = self._clock()
+        with self._write("repair records", merchant_id, epoch) as conn:
+            page_commits.commit_repair(
+                conn,
+                self._writer_for(conn),
+                merchant_id,
+                newer=newer,
+                same_revision=same_revision,
+                keep_revisions=self._keep_revisions,
+                now=now,
+            )
+
     @contextmanager
     def _write(self, action: str, merchant_id: str, epoch: int | None) -> Iterator[Connection]:
         """One write transaction; with an ``epoch``, fenced by its first statement."""
@@ -358,6 +385,18 @@ class Warehouse:
         compares them with the platform's)."""
         with translate_errors("read stored revisions"), self._engine.begin() as conn:
             return reads.stored_revisions(conn, merchant_id, record_ids)
+
+    def stored_records(self, merchant_id: str, record_ids: Collection[str]) -> dict[str, Record]:
+        """record_id -> the stored row as a ``Record``, for the ids that exist (``verify``
+        compares them with the platform's field by field)."""
+        with translate_errors("read stored records"), self._engine.begin() as conn:
+            return reads.stored_records(conn, merchant_id, record_ids)
+
+    def record_ids_created(self, merchant_id: str, start: datetime, end: datetime) -> list[str]:
+        """The ids of the stored rows created in ``[start, end)`` (``verify`` looks for rows
+        the platform does not list)."""
+        with translate_errors("read record ids"), self._engine.begin() as conn:
+            return reads.record_ids_created(conn, merchant_id, start, end)
 
     # -- the BI views (docs/bi.md; summaries) ---------------------------------------------------
 
@@ -442,6 +481,37 @@ class Warehouse:
         """The request as it stands (the requester polls it)."""
         with translate_errors("read backfill request"), self._engine.begin() as conn:
             return backfill_requests.get(conn, request_id)
+
+    def request_verify(
+        self, merchant_id: str, start: datetime, end: datetime, *, repair: bool
+    ) -> int:
+        """Hand a verify of ``[start, end)`` to the merchant's holder; its request id."""
+        with translate_errors("request verify"), self._writer.begin() as conn:
+            return verify_requests.request(conn, merchant_id, start, end, repair=repair)
+
+    def pending_verifies(self, merchant_id: str) -> list[VerifyRequest]:
+        """The merchant's unfinished verify requests, oldest first (running ones a previous
+        holder did not finish included: run them again)."""
+        with translate_errors("read verify requests"), self._engine.begin() as conn:
+            return verify_requests.unfinished(conn, merchant_id)
+
+    def start_verify_request(self, request_id: int, holder: str) -> None:
+        """Mark an unfinished verify request running under ``holder``; LookupError when none."""
+        with translate_errors("start verify request"), self._writer.begin() as conn:
+            verify_requests.start(conn, request_id, holder)
+
+    def finish_verify_request(
+        self, request_id: int, *, result: str | None = None, failed: str | None = None
+    ) -> None:
+        """Mark an unfinished verify request done with its findings (JSON), or failed with the
+        reason (shown to the requester, so never a secret); LookupError when there is none."""
+        with translate_errors("finish verify request"), self._writer.begin() as conn:
+            verify_requests.finish(conn, request_id, result=result, failed=failed)
+
+    def verify_request(self, request_id: int) -> VerifyRequest | None:
+        """The verify request as it stands (the requester polls it)."""
+        with translate_errors("read verify request"), self._engine.begin() as conn:
+            return verify_requests.get(conn, request_id)
 
     # -- for tests and end-to-end checks -----------------------------------------------------
 
