@@ -25,6 +25,7 @@ from recordsync.core.secret import Secret
 from recordsync.sim.api import SimulatedApi
 from recordsync.sim.config import FaultRates, SimConfig
 from recordsync.sim.cursors import CursorCodec
+from recordsync.sim.games import GameCatalogue
 from recordsync.sim.merchant import SimulatedMerchant
 from recordsync.sim.server import HttpServer
 from recordsync.sim.stats import SimStats
@@ -46,7 +47,11 @@ class Simulator:
     ) -> None:
         self.config = config = config if config is not None else SimConfig()
         self._monotonic = monotonic
-        merchants = [SimulatedMerchant(profile, clock=clock) for profile in config.profiles]
+        query_limit = (config.query_requests, config.query_seconds)
+        merchants = [
+            SimulatedMerchant(profile, clock=clock, query_limit=query_limit)
+            for profile in config.profiles
+        ]
         self._merchants: Mapping[str, SimulatedMerchant] = {
             merchant.merchant_id: merchant for merchant in merchants
         }
@@ -88,6 +93,10 @@ class Simulator:
     def store_of(self, merchant_id: str | None = None) -> Store:
         """A merchant's records and change log (``store`` is the default merchant's)."""
         return self._merchant(merchant_id).store
+
+    def games(self, merchant_id: str | None = None) -> GameCatalogue:
+        """A merchant's game catalogue: its truth, and ``retire``/``set_status``/``rename``."""
+        return self._merchant(merchant_id).games
 
     def rotate_secret(self, merchant_id: str, new_secret: str) -> None:
         """Accept ``new_secret`` as well as the merchant's current secret from now on.
