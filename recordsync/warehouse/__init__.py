@@ -10,8 +10,10 @@ from recordsync.warehouse.store import Warehouse
 from recordsync.warehouse.values import (
     BackfillRequest,
     BackfillState,
+    CatalogueResult,
     DailySummary,
     Freshness,
+    GameName,
     JobStatus,
     QuarantinedRecord,
     WarehouseStatus,
@@ -21,10 +23,12 @@ from recordsync.warehouse.values import (
 __all__ = [
     "BackfillRequest",
     "BackfillState",
+    "CatalogueResult",
     "DailySummary",
     "FencedWarehouse",
     "FleetSession",
     "Freshness",
+    "GameName",
     "JobStatus",
     "MerchantLock",
     "QuarantinedRecord",

@@ -16,6 +16,7 @@ from recordsync.warehouse.migrate import _config, current_revision, head_revisio
 from recordsync.warehouse.schema import VERSION_TABLE, metadata
 
 FLEET_TABLES = {"merchant_leases", "replicas", "backfill_requests"}
+CATALOGUE_TABLES = {"games", "game_localizations"}
 TABLES = {
     "records",
     "record_revisions",
@@ -24,8 +25,14 @@ TABLES = {
     "quarantined_records",
     VERSION_TABLE,
     *FLEET_TABLES,
+    *CATALOGUE_TABLES,
 }
-VIEWS = {"daily_game_summary", "daily_player_summary", "sync_freshness"}
+VIEWS = {
+    "daily_game_summary",
+    "daily_player_summary",
+    "sync_freshness",
+    "daily_game_summary_named",
+}
 RECORD_INDEXES = {
     "ix_records_merchant_created": ["merchant_id", "created_at"],
     "ix_records_merchant_updated": ["merchant_id", "updated_at"],
@@ -54,7 +61,7 @@ def test_migrations_build_the_schema_on_an_empty_database_and_are_idempotent(war
         store.close()
     assert tables == TABLES
     assert views == VIEWS
-    assert revision == head_revision() == "0004"
+    assert revision == head_revision() == "0006"
 
 
 def test_migrated_schema_matches_the_tables_the_code_uses(warehouse):
@@ -103,6 +110,7 @@ def test_scripts_are_found_from_the_source_checkout():
         "0002_record_revisions.py",
         "0003_bi_views.py",
         "0004_fleet.py",
+        "0006_games.py",
     ):
         assert (versions / name).is_file()
 
@@ -150,7 +158,11 @@ def test_the_bi_revisions_downgrade_to_0001_and_upgrade_again(warehouse):
         config.attributes["connection"] = conn
         command.downgrade(config, "0001")
     inspector = inspect(warehouse.engine)
-    assert set(inspector.get_table_names()) == TABLES - {"record_revisions", *FLEET_TABLES}
+    assert set(inspector.get_table_names()) == TABLES - {
+        "record_revisions",
+        *FLEET_TABLES,
+        *CATALOGUE_TABLES,
+    }
     assert inspector.get_view_names() == []
     assert not any(c["name"].endswith("_units") for c in inspector.get_columns("records"))
     warehouse.migrate()
