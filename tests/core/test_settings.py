@@ -441,3 +441,13 @@ def test_the_secret_overlap_is_configurable_and_checked():
     assert load_settings({**BASE, "RECORDSYNC_SECRET_OVERLAP": "600"}).secret_overlap == 600.0
     with pytest.raises(ConfigurationError, match="RECORDSYNC_SECRET_OVERLAP"):
         load_settings({**BASE, "RECORDSYNC_SECRET_OVERLAP": "-1"})
+
+
+def test_the_catalogue_interval_defaults_to_an_hour_and_zero_turns_it_off(tmp_path: Path) -> None:
+    assert load_settings(BASE).catalogue_interval == 3600.0
+    assert load_settings({**BASE, "RECORDSYNC_CATALOGUE_INTERVAL": "0"}).catalogue_interval == 0
+    config = tmp_path / "recordsync.toml"
+    config.write_text("catalogue_interval = 900\n")
+    assert load_settings({**BASE}, config_path=config).catalogue_interval == 900
+    with pytest.raises(ConfigurationError, match="RECORDSYNC_CATALOGUE_INTERVAL"):
+        load_settings({**BASE, "RECORDSYNC_CATALOGUE_INTERVAL": "-1"})
