@@ -6,8 +6,9 @@
 - Edge records: amounts at the per-transaction maximum, 1500 of them in one group (a sum
   beyond 64-bit units), negative nets, VOID with refunds, OPEN rounds, an unknown status,
   ``-0.00``, and rounds on both sides of a UTC midnight.
-- MERCHANT's game catalogue, as a catalogue pass stores it (the edge games are not in it:
-  a game the catalogue never listed keeps its rows, unnamed).
+- MERCHANT's game catalogue, as two catalogue passes store it, the second without the last
+  game (it left the catalogue: its row stays, unlisted); the edge games are not in it (a
+  game the catalogue never listed keeps its rows, unnamed).
 - A merchant with old data only (reports count back from the newest data day, not the clock)
   and one with an amount beyond +-922337203685477.5807 (SQLite cannot sum it exactly).
 """
@@ -200,6 +201,8 @@ def load(warehouse: Warehouse, data: Dataset, *, projection_as_of: datetime) -> 
                 position=f"page-{number}",
             )
     warehouse.commit_catalogue(MERCHANT, data.games)
+    # A second pass without the last game: it left the catalogue, its row kept unlisted.
+    warehouse.commit_catalogue(MERCHANT, data.games[:-1])
     for number, page in enumerate(_pages(data.changes)):
         warehouse.commit_tail_page(
             MERCHANT,
