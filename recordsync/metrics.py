@@ -80,6 +80,8 @@ class MetricName(StrEnum):
     ERRORS = "recordsync_errors_total"
     DRIFT_CHECKS = "recordsync_drift_checks_total"
     DRIFT_ROWS_BEHIND = "recordsync_drift_rows_behind"
+    # The game catalogue (issue 13): passes committed.
+    CATALOGUE_REFRESHES = "recordsync_catalogue_refreshes_total"
     # The fleet (issue 17): who syncs which merchant.
     LEASE_HELD = "recordsync_lease_held"
     MERCHANTS_HELD = "recordsync_merchants_held"
@@ -271,6 +273,7 @@ class _Instruments:
     rebuilds: Counter
     errors: Counter
     drift_checks: Counter
+    catalogue_refreshes: Counter
 
     @classmethod
     def register(cls, reg: CollectorRegistry) -> _Instruments:
@@ -348,6 +351,10 @@ class _Instruments:
                 MetricName.DRIFT_CHECKS,
                 "Drift checks completed (a closed 24 h window re-read and compared).",
             ),
+            catalogue_refreshes=counter(
+                MetricName.CATALOGUE_REFRESHES,
+                "Game catalogue passes committed (every page read, stored in one transaction).",
+            ),
         )
 
 
@@ -369,6 +376,7 @@ class MerchantMetrics:
             instruments.changes_applied,
             instruments.rebuilds,
             instruments.drift_checks,
+            instruments.catalogue_refreshes,
         ):
             counter.labels(merchant_id)
         instruments.warehouse_write_duration.labels(merchant_id)
@@ -464,6 +472,10 @@ class MerchantMetrics:
         self._series.drift_checks.labels(self.merchant_id).inc()
         with self._book.editing(self.merchant_id) as state:
             state.drift_rows_behind = rows_behind
+
+    def catalogue_refreshed(self) -> None:
+        """A whole game catalogue pass was committed."""
+        self._series.catalogue_refreshes.labels(self.merchant_id).inc()
 
     def rebuild_started(self) -> None:
         self._series.rebuilds.labels(self.merchant_id).inc()

@@ -10,18 +10,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 from synccheck import settings_for
 
 from recordsync.core.secret import Secret
 from recordsync.core.stopping import Stopper
+from recordsync.metrics import MetricName, Metrics
 from recordsync.platform.budget import RateBudget
 from recordsync.platform.client import PlatformClient
 from recordsync.service.app import open_app
+from recordsync.service.merchant_syncs import MerchantSyncs
+from recordsync.service.secrets import SecretKeeper
 from recordsync.sim import ManualClock, SimConfig, Simulator, running_simulator
 from recordsync.sync.catalogue import refresh_catalogue
 from recordsync.sync.context import SyncContext
 from recordsync.sync.events import SyncObserver
+from recordsync.sync.jobs import JobHost
 from recordsync.sync.options import SyncOptions
 from recordsync.warehouse import Warehouse
 
@@ -212,3 +217,54 @@ def test_the_query_limit_is_honoured_while_the_record_tail_runs(warehouse_url):
     assert stats.count("games", 429) == 0
     assert tail_pages > 5, "the tail went on beside the catalogue"
     assert len(stored) == 24
+
+
+def test_the_daemon_refreshes_each_held_merchant_s_catalogue_beside_its_tail(tmp_path):
+    """MerchantSyncs (the daemon's per-merchant syncs) schedules the catalogue job at start
+    under the merchant's lease epoch, and counts the pass in the metrics."""
+    url = f"sqlite:///{tmp_path / 'daemon.db'}"
+    with running_simulator(sim_config(query_requests=5)) as sim:
+        settings = settings_for(sim, url, catalogue_interval=3600)
+        warehouse = Warehouse.connect(url)
+        warehouse.migrate()
+        registry = CollectorRegistry()
+        metrics = Metrics(registry)
+        host, stopper = JobHost(), Stopper()
+        session = warehouse.fleet_session("replica-test")
+        try:
+            epoch = session.try_hold(MERCHANT)
+            assert epoch is not None
+            syncs = MerchantSyncs(
+                settings,
+                warehouse=warehouse,
+                secrets=SecretKeeper({MERCHANT: settings.merchant().secret}),
+                metrics=metrics,
+                host=host,
+                stopper=stopper,
+            )
+            syncs.start(MERCHANT, epoch)
+
+            def refreshes() -> float | None:
+                return registry.get_sample_value(
+                    str(MetricName.CATALOGUE_REFRESHES), {"merchant_id": MERCHANT}
+                )
+
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and refreshes() != 1:
+                time.sleep(0.1)
+            passes = refreshes()
+            syncs.stop(MERCHANT)
+        finally:
+            stopper.stop()
+            host.shutdown()
+            session.close()
+            warehouse.close()
+        stats = sim.stats()
+    assert passes == 1
+    reopened = Warehouse.connect(url)
+    try:
+        assert stored_rows(reopened) == expected_rows(sim)
+    finally:
+        reopened.close()
+    assert stats.query_limit_violations == 0
+    assert stats.rate_limit_violations == 0
