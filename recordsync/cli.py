@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report = commands.add_parser("report", help="daily totals from the warehouse's BI views")
     report.add_argument("--days", type=int, default=7, help="UTC days back from the newest data")
-    report.add_argument("--by", choices=("game", "player", "currency"), default="game")
+    report.add_argument("--by", choices=("game", "provider", "player", "currency"), default="game")
     report.add_argument("--format", dest="fmt", choices=("table", "csv", "json"), default="table")
     report.add_argument(
         "--merchant", metavar="ID", help="one merchant's report (default: every one, grouped)"

@@ -81,6 +81,8 @@ class MetricName(StrEnum):
     SYNC_FAILURES = "recordsync_merchant_sync_failures_total"
     DRIFT_CHECKS = "recordsync_drift_checks_total"
     DRIFT_ROWS_BEHIND = "recordsync_drift_rows_behind"
+    # The game catalogue (issue 13): passes committed.
+    CATALOGUE_REFRESHES = "recordsync_catalogue_refreshes_total"
     # The fleet (issue 17): who syncs which merchant.
     LEASE_HELD = "recordsync_lease_held"
     MERCHANTS_HELD = "recordsync_merchants_held"
@@ -273,6 +275,7 @@ class _Instruments:
     errors: Counter
     drift_checks: Counter
     sync_failures: Counter
+    catalogue_refreshes: Counter
 
     @classmethod
     def register(cls, reg: CollectorRegistry) -> _Instruments:
@@ -356,6 +359,10 @@ class _Instruments:
                 "backoff, by exception class.",
                 "kind",
             ),
+            catalogue_refreshes=counter(
+                MetricName.CATALOGUE_REFRESHES,
+                "Game catalogue passes committed (every page read, stored in one transaction).",
+            ),
         )
 
 
@@ -377,6 +384,7 @@ class MerchantMetrics:
             instruments.changes_applied,
             instruments.rebuilds,
             instruments.drift_checks,
+            instruments.catalogue_refreshes,
         ):
             counter.labels(merchant_id)
         instruments.warehouse_write_duration.labels(merchant_id)
@@ -472,6 +480,10 @@ class MerchantMetrics:
         self._series.drift_checks.labels(self.merchant_id).inc()
         with self._book.editing(self.merchant_id) as state:
             state.drift_rows_behind = rows_behind
+
+    def catalogue_refreshed(self) -> None:
+        """A whole game catalogue pass was committed."""
+        self._series.catalogue_refreshes.labels(self.merchant_id).inc()
 
     def rebuild_started(self) -> None:
         self._series.rebuilds.labels(self.merchant_id).inc()

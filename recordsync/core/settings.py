@@ -79,6 +79,7 @@ class Settings:
     snapshot_concurrency: int = 4
     http_timeout: float = 30.0
     drift_check_interval: float = 3600.0  # seconds; 0 turns the drift check off
+    catalogue_interval: float = 3600.0  # seconds between game catalogue passes; 0: off
     ready_multiple: float = 30.0  # /readyz: a commit within this many poll intervals
     keep_revisions: bool = True  # append every revision seen to record_revisions
     rate_margin: float = 0.05  # seconds added to the budget's window against arrival jitter
@@ -508,6 +509,9 @@ def load_settings(
         ),
         drift_check_interval=reader.get(
             "drift_check_interval", _non_negative_float, 3600.0, hint="seconds (0 turns it off)"
+        ),
+        catalogue_interval=reader.get(
+            "catalogue_interval", _non_negative_float, 3600.0, hint="seconds (0 turns it off)"
         ),
         ready_multiple=reader.get(
             "ready_multiple", _positive_float, 30.0, hint="a positive number"

@@ -2,7 +2,8 @@
 merchant's lease epoch and stopped when the fleet hands it over (``fleet.Syncs``).
 
 Each merchant has its own client and rate budget (the platform's limit is per merchant, read
-from its own capabilities), its own engine on a fenced view of the warehouse (every commit
+from its own capabilities) and its own query budget for the game catalogue, a job beside its
+tail, its own engine on a fenced view of the warehouse (every commit
 checks the epoch), its metrics and log fields; every merchant shares the process's one
 warehouse engine and pool and the one ``JobHost`` with its bounded thread pools.  A budget
 starts cold: the holder before us may have spent the last window, and the platform counts
@@ -45,7 +46,7 @@ from recordsync.core.models import DEFAULT_LIMITS, Limits
 from recordsync.core.settings import Settings
 from recordsync.core.stopping import Stopper
 from recordsync.metrics import Metrics
-from recordsync.platform.budget import RateBudget
+from recordsync.platform.budget import RateBudget, default_query_budget
 from recordsync.platform.client import PlatformClient
 from recordsync.service.observers import ClientMetricsObserver, SyncMetricsObserver
 from recordsync.service.secrets import SecretKeeper
@@ -208,6 +209,8 @@ class MerchantSyncs:
             merchant_id=run.merchant_id,
             secret=self._secrets.provider(run.merchant_id),
             budget=budget,
+            # The catalogue's own budget (capabilities' query limit), never the record one.
+            query_budget=default_query_budget(margin=settings.rate_margin, sleep=run.stopper.sleep),
             timeout=settings.http_timeout,
             verify=settings.verify,
             sleep=run.stopper.sleep,
@@ -280,6 +283,7 @@ class MerchantSyncs:
             poll_interval=settings.poll_interval,
             snapshot_concurrency=settings.snapshot_concurrency,
             drift_interval=settings.drift_check_interval or None,
+            catalogue_interval=settings.catalogue_interval or None,
         )
         observers: list[SyncObserver] = [
             SyncMetricsObserver(self._metrics.merchant(run.merchant_id))
@@ -287,13 +291,15 @@ class MerchantSyncs:
         extra = self._extra_observer(run.merchant_id)
         if extra is not None:
             observers.append(extra)
+        fenced = self._warehouse.fenced(run.merchant_id, run.epoch)
         run.engine = SyncEngine(
             client=client,
-            warehouse=self._warehouse.fenced(run.merchant_id, run.epoch),
+            warehouse=fenced,
             options=options,
             stopper=run.stopper,
             observer=MultiObserver(*observers),
             host=self._host,
+            catalogue=(client, fenced),
         )
         first = run.client is None
         run.client, run.options = client, options

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from recordsync.sync.plan import DEFAULT_SNAPSHOT_OVERLAP
 
 DEFAULT_DRIFT_INTERVAL = 3600.0
+DEFAULT_CATALOGUE_INTERVAL = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,5 +21,8 @@ class SyncOptions:
     snapshot_overlap: timedelta = DEFAULT_SNAPSHOT_OVERLAP
     # Seconds between drift checks of the last closed day; None turns them off.
     drift_interval: float | None = DEFAULT_DRIFT_INTERVAL
+    # Seconds between game catalogue passes (the first at start); None turns them off, and
+    # so does an engine given no catalogue source.
+    catalogue_interval: float | None = DEFAULT_CATALOGUE_INTERVAL
     # Demo and tests: stop once the snapshot is done and the tail has no backlog.
     stop_when_caught_up: bool = False

@@ -9,8 +9,10 @@ from recordsync.warehouse.store import Warehouse
 from recordsync.warehouse.values import (
     BackfillRequest,
     BackfillState,
+    CatalogueResult,
     DailySummary,
     Freshness,
+    GameName,
     JobStatus,
     QuarantinedRecord,
     VerifyRequest,
@@ -21,10 +23,12 @@ from recordsync.warehouse.values import (
 __all__ = [
     "BackfillRequest",
     "BackfillState",
+    "CatalogueResult",
     "DailySummary",
     "FencedWarehouse",
     "FleetSession",
     "Freshness",
+    "GameName",
     "JobStatus",
     "QuarantinedRecord",
     "VerifyRequest",

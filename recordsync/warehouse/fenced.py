@@ -13,9 +13,9 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from recordsync.core.models import Record, RecordChange, RejectedItem
+from recordsync.core.models import Game, Record, RecordChange, RejectedItem
 from recordsync.core.state import SyncState, Window, WindowProgress
-from recordsync.warehouse.values import WriteResult
+from recordsync.warehouse.values import CatalogueResult, WriteResult
 
 if TYPE_CHECKING:
     from recordsync.warehouse.store import Warehouse
@@ -127,6 +127,13 @@ class FencedWarehouse:
 
     def stored_revisions(self, merchant_id: str, record_ids: Collection[str]) -> dict[str, int]:
         return self._warehouse.stored_revisions(self._own(merchant_id), record_ids)
+
+    def commit_catalogue(
+        self, merchant_id: str, games: Sequence[Game], *, kept_ids: Collection[str] = ()
+    ) -> CatalogueResult:
+        return self._warehouse.commit_catalogue(
+            self._own(merchant_id), games, kept_ids=kept_ids, epoch=self._epoch
+        )
 
     def _own(self, merchant_id: str) -> str:
         if merchant_id != self._merchant_id:

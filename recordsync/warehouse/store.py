@@ -30,10 +30,11 @@ from sqlalchemy import Connection, Engine
 
 from recordsync.core.database_url import SUPPORTED_BACKENDS, check_driver
 from recordsync.core.errors import ConfigurationError
-from recordsync.core.models import Record, RecordChange, RejectedItem
+from recordsync.core.models import Game, Record, RecordChange, RejectedItem
 from recordsync.core.state import REBUILD_JOB, SyncState, Window, WindowProgress
 from recordsync.warehouse import (
     backfill_requests,
+    catalogue,
     fleet_locks,
     leases,
     page_commits,
@@ -55,8 +56,10 @@ from recordsync.warehouse.migrate import upgrade as upgrade_schema
 from recordsync.warehouse.page_writer import PageWriter, page_writer_for
 from recordsync.warehouse.values import (
     BackfillRequest,
+    CatalogueResult,
     DailySummary,
     Freshness,
+    GameName,
     QuarantinedRecord,
     VerifyRequest,
     WarehouseStatus,
@@ -354,6 +357,31 @@ class Warehouse:
                 keep_revisions=self._keep_revisions,
                 now=now,
             )
+
+    # -- the game catalogue (catalogue) ---------------------------------------------------------
+
+    def commit_catalogue(
+        self,
+        merchant_id: str,
+        games: Sequence[Game],
+        *,
+        kept_ids: Collection[str] = (),
+        epoch: int | None = None,
+    ) -> CatalogueResult:
+        """Store one whole catalogue pass in one transaction (``catalogue`` says how)."""
+        now = self._clock()
+        with self._write("commit catalogue", merchant_id, epoch) as conn:
+            return catalogue.commit_pass(conn, merchant_id, games, kept_ids=kept_ids, now=now)
+
+    def game_names(self, merchant_id: str) -> dict[str, GameName]:
+        """game_id -> its name and provider from the catalogue (every game ever listed)."""
+        with translate_errors("read game names"), self._engine.begin() as conn:
+            return catalogue.game_names(conn, merchant_id)
+
+    def fetch_games(self, merchant_id: str) -> dict[str, dict[str, Any]]:
+        """Every stored game row with its localized names (for tests and checks)."""
+        with translate_errors("fetch games"), self._engine.begin() as conn:
+            return catalogue.fetch_games(conn, merchant_id)
 
     @contextmanager
     def _write(self, action: str, merchant_id: str, epoch: int | None) -> Iterator[Connection]:

@@ -159,3 +159,25 @@ class VerifyRequest:
     @property
     def finished(self) -> bool:
         return self.state in {BackfillState.DONE, BackfillState.FAILED}
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogueResult:
+    """What one committed catalogue pass changed (``catalogue.commit_pass``)."""
+
+    listed: int  # games the pass listed
+    added: int  # of those, first seen now
+    changed: int  # of those, found different from the stored row
+    unlisted: int  # stored games the pass no longer listed (rows kept, marked not seen since)
+
+
+@dataclass(frozen=True, slots=True)
+class GameName:
+    """How BI names a game: ``games`` row fields a report shows beside the game_id."""
+
+    game_id: str
+    name: str
+    provider_code: str | None
+    provider_name: str | None
+    category: str | None
+    listed: bool

@@ -487,3 +487,13 @@ def test_a_relative_secret_file_of_an_entry_is_beside_the_config_file(tmp_path, 
     assert settings.merchant("brand-a").secret == SecretSource.file(
         credentials / "merchants_brand-a"
     )
+
+
+def test_the_catalogue_interval_defaults_to_an_hour_and_zero_turns_it_off(tmp_path: Path) -> None:
+    assert load_settings(BASE).catalogue_interval == 3600.0
+    assert load_settings({**BASE, "RECORDSYNC_CATALOGUE_INTERVAL": "0"}).catalogue_interval == 0
+    config = tmp_path / "recordsync.toml"
+    config.write_text("catalogue_interval = 900\n")
+    assert load_settings({**BASE}, config_path=config).catalogue_interval == 900
+    with pytest.raises(ConfigurationError, match="RECORDSYNC_CATALOGUE_INTERVAL"):
+        load_settings({**BASE, "RECORDSYNC_CATALOGUE_INTERVAL": "-1"})

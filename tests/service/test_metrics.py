@@ -434,6 +434,7 @@ PER_MERCHANT = [
     (MetricName.DRIFT_CHECKS, {}, 1, 2),
     (MetricName.DRIFT_ROWS_BEHIND, {}, 1, 2),
     (MetricName.SYNC_FAILURES, {"kind": "RuntimeError"}, 1, 2),
+    (MetricName.CATALOGUE_REFRESHES, {}, 1, 2),
     (MetricName.LEASE_HELD, {}, 1, 0),
 ]
 # What a merchant handed to another replica leaves behind: its counters, and a lease of 0.
@@ -478,6 +479,7 @@ def feed(metrics, merchant_id, n, clock):
         sync.error("ServerError")
         sync.drift_checked(WINDOW, n)
         view.sync_failed("RuntimeError")
+        sync.catalogue_refreshed(24, 0.5)
     sync.tail_page(
         7 * n,
         has_more=n > 1,

@@ -17,6 +17,7 @@ from recordsync.warehouse.schema import VERSION_TABLE, metadata
 
 FLEET_TABLES = {"merchant_leases", "replicas", "backfill_requests"}
 VERIFY_TABLES = {"verify_requests"}  # revision 0007
+CATALOGUE_TABLES = {"games", "game_localizations"}
 TABLES = {
     "records",
     "record_revisions",
@@ -26,8 +27,14 @@ TABLES = {
     VERSION_TABLE,
     *FLEET_TABLES,
     *VERIFY_TABLES,
+    *CATALOGUE_TABLES,
 }
-VIEWS = {"daily_game_summary", "daily_player_summary", "sync_freshness"}
+VIEWS = {
+    "daily_game_summary",
+    "daily_player_summary",
+    "sync_freshness",
+    "daily_game_summary_named",
+}
 RECORD_INDEXES = {
     "ix_records_merchant_created": ["merchant_id", "created_at"],
     "ix_records_merchant_updated": ["merchant_id", "updated_at"],
@@ -105,6 +112,7 @@ def test_scripts_are_found_from_the_source_checkout():
         "0002_record_revisions.py",
         "0003_bi_views.py",
         "0004_fleet.py",
+        "0006_games.py",
     ):
         assert (versions / name).is_file()
 
@@ -156,6 +164,7 @@ def test_the_bi_revisions_downgrade_to_0001_and_upgrade_again(warehouse):
         "record_revisions",
         *FLEET_TABLES,
         *VERIFY_TABLES,
+        *CATALOGUE_TABLES,
     }
     assert inspector.get_view_names() == []
     assert not any(c["name"].endswith("_units") for c in inspector.get_columns("records"))
