@@ -16,7 +16,7 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_CONFIG = 2
 # Commands that stop gracefully on SIGTERM/SIGINT; the others keep Python's defaults.
-GRACEFUL_COMMANDS = frozenset({"run", "backfill", "demo"})
+GRACEFUL_COMMANDS = frozenset({"run", "backfill", "verify", "demo"})
 
 
 def _time_arg(value: str) -> object:
@@ -51,6 +51,28 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument(
         "--merchant", metavar="ID", help="the merchant to backfill (when several are configured)"
     )
+    verify = commands.add_parser(
+        "verify",
+        help="compare a creation range with the platform's records (exit 1 on differences)",
+    )
+    verify.add_argument("--from", dest="start", type=_time_arg, required=True)
+    verify.add_argument("--to", dest="end", type=_time_arg, required=True)
+    verify.add_argument(
+        "--merchant", metavar="ID", help="the merchant to verify (when several are configured)"
+    )
+    verify.add_argument(
+        "--repair",
+        action="store_true",
+        help="write the platform's records back where the warehouse is missing, behind or "
+        "different (never lowering a revision, never deleting)",
+    )
+    verify.add_argument("--format", dest="fmt", choices=("table", "json", "csv"), default="table")
+    verify.add_argument(
+        "--metrics-file",
+        type=Path,
+        metavar="FILE",
+        help="write the run's metrics there (node_exporter textfile collector)",
+    )
     migrate = commands.add_parser("migrate", help="apply the warehouse migrations")
     status = commands.add_parser("status", help="where the sync stands, for every merchant")
     status.add_argument("--json", action="store_true", help="machine-readable output")
@@ -61,12 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report = commands.add_parser("report", help="daily totals from the warehouse's BI views")
     report.add_argument("--days", type=int, default=7, help="UTC days back from the newest data")
-    report.add_argument("--by", choices=("game", "player", "currency"), default="game")
+    report.add_argument("--by", choices=("game", "provider", "player", "currency"), default="game")
     report.add_argument("--format", dest="fmt", choices=("table", "csv", "json"), default="table")
     report.add_argument(
         "--merchant", metavar="ID", help="one merchant's report (default: every one, grouped)"
     )
-    for command in (run, backfill, migrate, status, report):
+    for command in (run, backfill, verify, migrate, status, report):
         # After the command as well as before it; SUPPRESS keeps a value given before.
         _add_config(command, default=argparse.SUPPRESS)
     commands.add_parser(
@@ -113,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _dispatch(args: argparse.Namespace) -> int:  # noqa: PLR0911 - one return per command
     # Imported here, after main() remembered early signals: `recordsync --help` stays fast,
     # `sim` needs no database driver, and a SIGTERM during these imports is not lost.
     from recordsync import service  # noqa: PLC0415
@@ -140,10 +162,22 @@ def _dispatch(args: argparse.Namespace) -> int:
         settings = load_settings(config_path=args.config, need_platform=False)
         return service.show_status(settings, as_json=args.json, check=args.check)
     settings = load_settings(config_path=args.config)
-    configure_logging(level=settings.log_level, log_format=settings.log_format)
+    # verify prints its findings on stdout (a table, json or csv): its log lines go to stderr.
+    log_stream = sys.stderr if args.command == "verify" else None
+    configure_logging(level=settings.log_level, log_format=settings.log_format, stream=log_stream)
     service.warn_settings(settings)
     if args.command == "run":
         return service.run_daemon(settings)
     if args.command == "backfill":
         return service.run_backfill(settings, args.start, args.end, merchant_id=args.merchant)
+    if args.command == "verify":
+        return service.run_verify(
+            settings,
+            args.start,
+            args.end,
+            merchant_id=args.merchant,
+            repair=args.repair,
+            fmt=args.fmt,
+            metrics_file=args.metrics_file,
+        )
     raise AssertionError(args.command)  # pragma: no cover - argparse restricts the choices

@@ -79,8 +79,11 @@ class MetricName(StrEnum):
     # Health of the sync.
     REBUILDS = "recordsync_rebuilds_total"
     ERRORS = "recordsync_errors_total"
+    SYNC_FAILURES = "recordsync_merchant_sync_failures_total"
     DRIFT_CHECKS = "recordsync_drift_checks_total"
     DRIFT_ROWS_BEHIND = "recordsync_drift_rows_behind"
+    # The game catalogue (issue 13): passes committed.
+    CATALOGUE_REFRESHES = "recordsync_catalogue_refreshes_total"
     # The fleet (issue 17): who syncs which merchant.
     LEASE_HELD = "recordsync_lease_held"
     MERCHANTS_HELD = "recordsync_merchants_held"
@@ -272,6 +275,8 @@ class _Instruments:
     rebuilds: Counter
     errors: Counter
     drift_checks: Counter
+    sync_failures: Counter
+    catalogue_refreshes: Counter
 
     @classmethod
     def register(cls, reg: CollectorRegistry) -> _Instruments:
@@ -349,6 +354,16 @@ class _Instruments:
                 MetricName.DRIFT_CHECKS,
                 "Drift checks completed (a closed 24 h window re-read and compared).",
             ),
+            sync_failures=counter(
+                MetricName.SYNC_FAILURES,
+                "Merchant syncs ended by an unexpected error (a bug) and restarted after a "
+                "backoff, by exception class.",
+                "kind",
+            ),
+            catalogue_refreshes=counter(
+                MetricName.CATALOGUE_REFRESHES,
+                "Game catalogue passes committed (every page read, stored in one transaction).",
+            ),
         )
 
 
@@ -370,6 +385,7 @@ class MerchantMetrics:
             instruments.changes_applied,
             instruments.rebuilds,
             instruments.drift_checks,
+            instruments.catalogue_refreshes,
         ):
             counter.labels(merchant_id)
         instruments.warehouse_write_duration.labels(merchant_id)
@@ -466,12 +482,21 @@ class MerchantMetrics:
         with self._book.editing(self.merchant_id) as state:
             state.drift_rows_behind = rows_behind
 
+    def catalogue_refreshed(self) -> None:
+        """A whole game catalogue pass was committed."""
+        self._series.catalogue_refreshes.labels(self.merchant_id).inc()
+
     def rebuild_started(self) -> None:
         self._series.rebuilds.labels(self.merchant_id).inc()
 
     def error(self, kind: str) -> None:
         """A step failed and will be retried; ``kind`` is the exception class name."""
         self._series.errors.labels(self.merchant_id, kind).inc()
+
+    def sync_failed(self, kind: str) -> None:
+        """The merchant's sync died of an unexpected error (``kind``: its class name) and
+        starts again after a backoff."""
+        self._series.sync_failures.labels(self.merchant_id, kind).inc()
 
 
 class Metrics:
@@ -800,3 +825,60 @@ def _fleet_families(snapshot: _Snapshot) -> list[GaugeMetricFamily]:
     if snapshot.replicas_live is not None:
         replicas_live.add_metric([], snapshot.replicas_live)
     return [lease_held, merchants_held, replicas_live]
+
+
+# -- recordsync verify (a one-shot command) ------------------------------------------------------
+
+
+class VerifyMetricName(StrEnum):
+    """The metrics of one ``recordsync verify`` run.
+
+    Verify is a one-shot command with no ``/metrics`` server: it writes these to the file
+    ``--metrics-file`` names, for node_exporter's textfile collector (docs/operations.md), so
+    they are kept apart from ``MetricName``, which the daemon serves.
+    """
+
+    RUNS = "recordsync_verify_runs_total"
+    DIFFERENCES = "recordsync_verify_differences"
+    REPAIRED = "recordsync_verify_repaired_rows"
+    LAST_RUN = "recordsync_verify_last_run_timestamp_seconds"
+
+
+def record_verify_run(
+    registry: CollectorRegistry,
+    merchant_id: str,
+    *,
+    clean: bool,
+    differences: Mapping[str, int],
+    repaired: int,
+    clock: Callable[[], float] = time.time,
+) -> None:
+    """Put one verify run into ``registry``: its outcome, each kind of difference, repairs."""
+    merchant_id = _checked(merchant_id)
+    runs = Counter(
+        VerifyMetricName.RUNS.removesuffix("_total"),
+        "Verify runs, by outcome: clean, or differences found (missing, behind or different).",
+        [MERCHANT_LABEL, "outcome"],
+        registry=registry,
+    )
+    runs.labels(merchant_id, "clean" if clean else "differences").inc()
+    found = Gauge(
+        VerifyMetricName.DIFFERENCES,
+        "Rows of each kind of difference the last verify run found.",
+        [MERCHANT_LABEL, "kind"],
+        registry=registry,
+    )
+    for kind, count in differences.items():
+        found.labels(merchant_id, kind).set(count)
+    Gauge(
+        VerifyMetricName.REPAIRED,
+        "Rows the last verify --repair run wrote back from the platform's records.",
+        [MERCHANT_LABEL],
+        registry=registry,
+    ).labels(merchant_id).set(repaired)
+    Gauge(
+        VerifyMetricName.LAST_RUN,
+        "When the last verify run finished (Unix time).",
+        [MERCHANT_LABEL],
+        registry=registry,
+    ).labels(merchant_id).set(clock())

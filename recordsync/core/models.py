@@ -108,3 +108,48 @@ class ChangesPage:
     projection_as_of: datetime | None
     request_id: str | None = None
     unknown_statuses: list[str] = field(default_factory=list)
+
+
+# -- the game catalogue (spec: Game; Endpoints, Games) ------------------------------------------
+
+GAME_STATUSES: Final = frozenset({"AVAILABLE", "MAINTENANCE", "DISABLED"})
+
+
+@dataclass(frozen=True, slots=True)
+class Localization:
+    """A name in one language (spec: Game, ``localizations[]``); icons are not kept."""
+
+    language: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Game:
+    """One catalogue entry: what BI needs to name a ``game_id``.
+
+    Icons (asset references) are not kept: recordsync never downloads them.  ``status`` is
+    kept as received, even a status the spec does not list (Game status: transitions not
+    shown), like a record's status.
+    """
+
+    game_id: str
+    name: str
+    brand: str | None
+    category: str | None
+    category_name: str | None
+    status: str
+    launch_supported: bool
+    provider_code: str | None
+    provider_name: str | None
+    client_version: str | None
+    languages: tuple[str, ...]
+    localizations: tuple[Localization, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GamesPage:
+    games: list[Game]
+    rejected: list[RejectedItem]  # ``record_id`` holds the game id, when it had one
+    next_cursor: str | None
+    has_more: bool
+    request_id: str | None = None

@@ -14,6 +14,10 @@ file), or the file's ``[[merchants]]`` entries, each with its ``merchant_id``, `
 (or ``secret``) and optionally its own ``base_url`` and ``history_from``; the top-level
 ``base_url`` and ``history_from`` (the environment winning, as everywhere) are their defaults.
 Naming merchants in both places is an error: which one was meant cannot be guessed.
+The file is ``--config PATH``, else ``RECORDSYNC_CONFIG``.  A relative ``secret_file`` in a
+``[[merchants]]`` entry is relative to the file's directory, not to the working directory: the
+configuration and its secrets then travel together (a systemd unit's credentials directory,
+whose path differs from unit to unit).
 
 The settings check each secret file once, so that a missing or empty one is reported with
 every other problem; reading it for use, and again when it rotates, is the service's keeper's.
@@ -77,6 +81,7 @@ class Settings:
     snapshot_concurrency: int = 4
     http_timeout: float = 30.0
     drift_check_interval: float = 3600.0  # seconds; 0 turns the drift check off
+    catalogue_interval: float = 3600.0  # seconds between game catalogue passes; 0: off
     ready_multiple: float = 30.0  # /readyz: a commit within this many poll intervals
     keep_revisions: bool = True  # append every revision seen to record_revisions
     rate_margin: float = 0.05  # seconds added to the budget's window against arrival jitter
@@ -306,8 +311,12 @@ def _base_url(reader: _Reader, value: str) -> str | None:
     return value.rstrip("/")
 
 
-def _secret_source(reader: _Reader) -> SecretSource | None:
-    """The secret given inline, or a secret file checked once now (readable, not empty)."""
+def _secret_source(reader: _Reader, *, relative_to: Path | None = None) -> SecretSource | None:
+    """The secret given inline, or a secret file checked once now (readable, not empty).
+
+    ``relative_to``: the directory a relative ``secret_file`` is in (the config file's, for a
+    ``[[merchants]]`` entry); otherwise the working directory's, as for any path.
+    """
     inline = reader.raw("secret")
     secret_file = reader.raw("secret_file")
     if inline is not None and secret_file is not None:
@@ -324,6 +333,8 @@ def _secret_source(reader: _Reader) -> SecretSource | None:
         )
         return None
     path = Path(secret_file)
+    if relative_to is not None and not path.is_absolute():
+        path = relative_to / path
     try:
         mode = path.stat().st_mode
         data = path.read_bytes()
@@ -365,6 +376,7 @@ class _Defaults:
     base_url: str | None
     base_url_given: bool  # given but invalid: reported once, not again per entry
     history_from: datetime | None
+    config_dir: Path | None = None  # where a relative secret_file is
 
 
 def _merchant_entry(
@@ -397,7 +409,7 @@ def _merchant_entry(
                 f"required here, or for every merchant as the top-level base_url "
                 f"({reader.name('base_url')})",
             )
-        secret = _secret_source(entry_reader)
+        secret = _secret_source(entry_reader, relative_to=defaults.config_dir)
     history_from = entry_reader.get(
         "history_from", _time, defaults.history_from, hint="an RFC3339 time"
     )
@@ -407,7 +419,7 @@ def _merchant_entry(
 
 
 def _merchant_entries(
-    reader: _Reader, entries: object, *, need_platform: bool
+    reader: _Reader, entries: object, *, need_platform: bool, config_dir: Path | None = None
 ) -> tuple[MerchantSettings, ...]:
     """The ``[[merchants]]`` of the file, each with the top-level defaults applied."""
     problems = reader.problems
@@ -428,6 +440,7 @@ def _merchant_entries(
         base_url=None if default_url is None else _base_url(reader, default_url),
         base_url_given=default_url is not None,
         history_from=reader.get("history_from", _time, None, hint="an RFC3339 time"),
+        config_dir=config_dir,
     )
     merchants: list[MerchantSettings] = []
     first_index: dict[str, int] = {}
@@ -478,7 +491,10 @@ def load_settings(
     if need_merchant:
         if "merchants" in file_values:
             merchants = _merchant_entries(
-                reader, file_values["merchants"], need_platform=need_platform
+                reader,
+                file_values["merchants"],
+                need_platform=need_platform,
+                config_dir=None if config_path is None else config_path.absolute().parent,
             )
         else:
             merchants = _single_merchant(reader, need_platform=need_platform)
@@ -499,6 +515,9 @@ def load_settings(
         ),
         drift_check_interval=reader.get(
             "drift_check_interval", _non_negative_float, 3600.0, hint="seconds (0 turns it off)"
+        ),
+        catalogue_interval=reader.get(
+            "catalogue_interval", _non_negative_float, 3600.0, hint="seconds (0 turns it off)"
         ),
         ready_multiple=reader.get(
             "ready_multiple", _positive_float, 30.0, hint="a positive number"

@@ -287,6 +287,28 @@ class RateBudget:
         )
 
 
+# The query endpoints' limit before capabilities are read (spec: Limits, "Runtime values of
+# query_requests, query_seconds ... not shown"): one request a second, the cautious guess.
+DEFAULT_QUERY_REQUESTS = 1
+DEFAULT_QUERY_SECONDS = 1
+
+
+def default_query_budget(
+    *, margin: float = 0.03, sleep: Callable[[float], None] = time.sleep
+) -> RateBudget:
+    """The budget of the query endpoints (the game catalogue) until capabilities resize it.
+
+    It is a ``RateBudget`` of its own, never the record budget: the catalogue's requests
+    count against ``limits.query_requests`` per ``query_seconds`` and the record endpoints'
+    against ``record_requests`` per ``record_seconds`` (spec: Capabilities), so neither may
+    slow or spend the other.  It starts cold like the record budget: a process before us
+    may have spent the last window.
+    """
+    return RateBudget(
+        DEFAULT_QUERY_REQUESTS, DEFAULT_QUERY_SECONDS, margin=margin, sleep=sleep, cold_start=True
+    )
+
+
 def _check_limits(requests: int, seconds: float) -> None:
     if isinstance(requests, bool) or not isinstance(requests, int) or requests < 1:
         raise ValueError(f"requests must be a positive integer, got {requests!r}")

@@ -40,18 +40,32 @@ from recordsync.core.errors import (
     TransportError,
     UnexpectedRedirectError,
 )
-from recordsync.core.models import DEFAULT_LIMITS, Capabilities, ChangesPage, Limits, RecordsPage
+from recordsync.core.models import (
+    DEFAULT_LIMITS,
+    GAME_STATUSES,
+    Capabilities,
+    ChangesPage,
+    GamesPage,
+    Limits,
+    RecordsPage,
+)
 from recordsync.core.secret import Secret, SecretProvider
 from recordsync.core.times import format_time
-from recordsync.platform.budget import Priority, RateBudget
+from recordsync.platform.budget import Priority, RateBudget, default_query_budget
 from recordsync.platform.envelope import Reply, decode_reply
-from recordsync.platform.parsing import parse_capabilities, parse_changes_page, parse_records_page
+from recordsync.platform.parsing import (
+    parse_capabilities,
+    parse_changes_page,
+    parse_games_page,
+    parse_records_page,
+)
 from recordsync.platform.retry import RetryPolicy
 from recordsync.platform.signing import build_target, format_timestamp, sign
 
 CAPABILITIES: Final = "capabilities"
 RECORDS: Final = "records"
 RECORD_CHANGES: Final = "record-changes"
+GAMES: Final = "games"
 
 MAX_PAGE_SIZE: Final = 1000  # spec: Conventions, Pagination (1-1000)
 MAX_RECORDS_WINDOW: Final = timedelta(hours=24)  # spec: Limits, Records window
@@ -108,6 +122,7 @@ class PlatformClient:
         merchant_id: str,
         secret: Secret | SecretProvider,
         budget: RateBudget | None = None,
+        query_budget: RateBudget | None = None,
         transport: httpx.BaseTransport | None = None,
         timeout: float = 30.0,
         connect_timeout: float = 10.0,
@@ -128,6 +143,9 @@ class PlatformClient:
         self._budget = budget or RateBudget(
             DEFAULT_LIMITS.record_requests, DEFAULT_LIMITS.record_seconds
         )
+        # The query endpoints (the game catalogue) have their own limit, never the record
+        # budget (spec: Capabilities, limits.query_requests per query_seconds).
+        self._query_budget = query_budget or default_query_budget(sleep=sleep)
         self._clock = clock
         self._sleep = sleep
         self._retry = retry or RetryPolicy()
@@ -144,6 +162,10 @@ class PlatformClient:
     @property
     def budget(self) -> RateBudget:
         return self._budget
+
+    @property
+    def query_budget(self) -> RateBudget:
+        return self._query_budget
 
     def __repr__(self) -> str:
         base_url = self._origin + self._base_path
@@ -189,6 +211,8 @@ class PlatformClient:
             )
             limits = self._limits
         self._budget.resize(limits.record_requests, limits.record_seconds)
+        if limits.query_requests is not None and limits.query_seconds is not None:
+            self._query_budget.resize(limits.query_requests, limits.query_seconds)
         self._limits = limits
         return limits
 
@@ -250,6 +274,36 @@ class PlatformClient:
             RECORD_CHANGES, "/v1/record-changes", params, _changes_page, priority=priority
         )
 
+    def games(
+        self,
+        *,
+        cursor: str | None = None,
+        status: str | None = None,
+        limit: int = MAX_PAGE_SIZE,
+        priority: Priority = Priority.BACKGROUND,
+    ) -> GamesPage:
+        """One page of ``GET /v1/games`` (spec: Endpoints, Games), under the query budget.
+
+        The cursor is bound to the status filter, so a following page sends the same
+        ``status`` again; a cursor older than 24 h answers 410 (``CursorExpiredError``).
+        """
+        if status is not None and status not in GAME_STATUSES:
+            raise ValueError(f"status must be one of {sorted(GAME_STATUSES)}, got {status!r}")
+        params: list[tuple[str, str]] = []
+        if status is not None:
+            params.append(("status", status))
+        if cursor is not None:
+            params.append(("cursor", _cursor(cursor)))
+        params.append(("limit", _limit(limit)))
+        return self._get(
+            GAMES,
+            "/v1/games",
+            params,
+            _games_page,
+            priority=priority,
+            budget=self._query_budget,
+        )
+
     def close(self) -> None:
         """Close the connections; safe to call twice."""
         self._http.close()
@@ -279,19 +333,24 @@ class PlatformClient:
         parse: Callable[[Reply], T],
         *,
         priority: Priority | None,
+        budget: RateBudget | None = None,
     ) -> T:
-        """Send until success or the policy gives up; ``priority=None``: outside the budget."""
+        """Send until success or the policy gives up; ``priority=None``: outside any budget.
+
+        ``budget``: the record budget unless told (the query endpoints pass theirs).
+        """
         target = build_target(self._base_path + path, params)
+        chosen = None if priority is None else (budget or self._budget)
         attempt = 0
         while True:
             attempt += 1
             try:
-                return parse(self._attempt(endpoint, target, priority))
+                return parse(self._attempt(endpoint, target, priority, chosen))
             except PlatformError as error:
-                self._after_failure(endpoint, error, attempt, budgeted=priority is not None)
+                self._after_failure(endpoint, error, attempt, chosen)
 
     def _after_failure(
-        self, endpoint: str, error: PlatformError, attempt: int, *, budgeted: bool
+        self, endpoint: str, error: PlatformError, attempt: int, budget: RateBudget | None
     ) -> None:
         """Raise ``error`` when it must not be retried; otherwise wait as the policy says."""
         decision = self._retry.decide(error, attempt, self._rng)
@@ -304,12 +363,12 @@ class PlatformClient:
                 attempt=attempt,
                 request_id=error.request_id,
             )
-            if budgeted:
-                self._budget.pause(decision.pause)
+            if budget is not None:
+                budget.pause(decision.pause)
         if not decision.retry:
             raise error
         delay = decision.delay
-        if not budgeted:
+        if budget is None:
             # Outside the budget nobody else waits for us: the caller itself honours the pause.
             delay = max(delay, decision.pause)
         self._observer.on_retry(endpoint, decision.reason, delay)
@@ -326,14 +385,20 @@ class PlatformClient:
         if delay > 0:
             self._sleep(delay)
 
-    def _attempt(self, endpoint: str, target: str, priority: Priority | None) -> Reply:
+    def _attempt(
+        self,
+        endpoint: str,
+        target: str,
+        priority: Priority | None,
+        budget: RateBudget | None,
+    ) -> Reply:
         # A new request per attempt: the same target, fresh headers, nothing shared with the
         # previous attempt (the transport may still hold on to that one).
         request = self._http.build_request(
             "GET", self._origin + target, headers={"Accept": "application/json"}
         )
         check_sent_verbatim(request.url.raw_path, target, endpoint=endpoint)
-        slot = None if priority is None else self._budget.acquire(priority)
+        slot = None if priority is None or budget is None else budget.acquire(priority)
         try:
             # Fresh timestamp and signature for every attempt, taken after the budget wait.
             timestamp = format_timestamp(self._clock())
@@ -418,6 +483,10 @@ def _records_page(reply: Reply) -> RecordsPage:
 
 def _changes_page(reply: Reply) -> ChangesPage:
     return parse_changes_page(reply.data, endpoint=RECORD_CHANGES, request_id=reply.request_id)
+
+
+def _games_page(reply: Reply) -> GamesPage:
+    return parse_games_page(reply.data, endpoint=GAMES, request_id=reply.request_id)
 
 
 def _limit(limit: int) -> str:

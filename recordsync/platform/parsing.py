@@ -1,5 +1,5 @@
 """Wire parsing: the platform's JSON into the core's typed values (spec: Record, Record change,
-Capabilities).
+Capabilities, Game).
 
 Tolerant where the spec asks for tolerance and strict where data would otherwise be wrong:
 
@@ -27,7 +27,10 @@ from recordsync.core.models import (
     Capabilities,
     ChangesPage,
     Currency,
+    Game,
+    GamesPage,
     Limits,
+    Localization,
     Record,
     RecordChange,
     RecordsPage,
@@ -405,4 +408,111 @@ def parse_capabilities(data: object) -> Capabilities:
             query_seconds=_positive_int(limits, "query_seconds", required=False),
             max_body_bytes=_positive_int(limits, "max_body_bytes", required=False),
         ),
+    )
+
+
+# -- the game catalogue (spec: Game; Endpoints, Games) ------------------------------------------
+
+
+def _optional_text(raw: dict[str, Any], name: str) -> str | None:
+    value = raw.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidRecordError(f"{name}: expected a string")
+    return value
+
+
+def _named(raw: dict[str, Any], name: str) -> tuple[str | None, str | None]:
+    """``(code, name)`` of a nested object such as ``provider`` or ``category_detail``."""
+    value = raw.get(name)
+    if value is None:
+        return None, None
+    if not isinstance(value, dict):
+        raise InvalidRecordError(f"{name}: expected an object")
+    return _optional_text(value, "code"), _optional_text(value, "name")
+
+
+def _localizations(raw: dict[str, Any]) -> tuple[Localization, ...]:
+    value = raw.get("localizations")
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise InvalidRecordError("localizations: expected a list")
+    found = []
+    for position, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise InvalidRecordError(f"localizations[{position}]: expected an object")
+        found.append(
+            Localization(
+                _text(item, "language"),
+                _text(item, "name"),
+            )
+        )
+    return tuple(found)
+
+
+def parse_game(raw: object) -> Game:
+    """One Game; unknown fields are ignored, icons are not kept (never downloaded)."""
+    if not isinstance(raw, dict):
+        raise InvalidRecordError("game: expected an object")
+    launch_supported = raw.get("launch_supported")
+    if not isinstance(launch_supported, bool):
+        raise InvalidRecordError("launch_supported: expected a boolean")
+    languages = raw.get("languages")
+    if languages is None:
+        languages = []
+    if not isinstance(languages, list) or not all(isinstance(item, str) for item in languages):
+        raise InvalidRecordError("languages: expected a list of strings")
+    provider_code, provider_name = _named(raw, "provider")
+    _, category_name = _named(raw, "category_detail")
+    name = raw.get("name")
+    if not isinstance(name, str):
+        raise InvalidRecordError("name: expected a string")
+    return Game(
+        game_id=_text(raw, "game_id"),
+        name=name,
+        brand=_optional_text(raw, "brand"),
+        category=_optional_text(raw, "category"),
+        category_name=category_name,
+        status=_text(raw, "status"),
+        launch_supported=launch_supported,
+        provider_code=provider_code,
+        provider_name=provider_name,
+        client_version=_optional_text(raw, "client_version"),
+        languages=tuple(languages),
+        localizations=_localizations(raw),
+    )
+
+
+def parse_games_page(
+    data: object, *, endpoint: str = "games", request_id: str | None = None
+) -> GamesPage:
+    """A games page; a game that fails validation is returned in ``rejected``, its page kept."""
+    shape = _PageShape(data, endpoint=endpoint, request_id=request_id)
+    games: list[Game] = []
+    rejected: list[RejectedItem] = []
+    for position, raw in enumerate(shape.items()):
+        try:
+            games.append(parse_game(raw))
+        except InvalidRecordError as exc:
+            game_id = raw.get("game_id") if isinstance(raw, dict) else None
+            rejected.append(
+                RejectedItem(
+                    position=position,
+                    raw=orjson.dumps(raw, default=str),
+                    reason=exc.reason,
+                    record_id=game_id if isinstance(game_id, str) else None,
+                )
+            )
+    has_more = shape.has_more()
+    next_cursor = shape.cursor(nullable=True)
+    if has_more and next_cursor is None:
+        shape.fail("has_more is true but next_cursor is null")
+    return GamesPage(
+        games=games,
+        rejected=rejected,
+        next_cursor=next_cursor,
+        has_more=has_more,
+        request_id=request_id,
     )

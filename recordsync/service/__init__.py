@@ -12,12 +12,14 @@ from recordsync.service.demo import run_demo
 from recordsync.service.report import show_report
 from recordsync.service.schema import migrate
 from recordsync.service.status import show_status
+from recordsync.service.verify import run_verify
 
 __all__ = [
     "migrate",
     "run_backfill",
     "run_daemon",
     "run_demo",
+    "run_verify",
     "show_report",
     "show_status",
     "warn_settings",

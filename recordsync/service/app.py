@@ -19,7 +19,7 @@ from recordsync.core.errors import ConfigurationError, FatalPlatformError
 from recordsync.core.models import DEFAULT_LIMITS
 from recordsync.core.settings import MerchantSettings, Settings
 from recordsync.core.stopping import Stopper
-from recordsync.platform.budget import RateBudget
+from recordsync.platform.budget import RateBudget, default_query_budget
 from recordsync.platform.client import ClientObserver, PlatformClient
 from recordsync.service.secrets import SecretKeeper
 from recordsync.sync.engine import SyncEngine, SyncOptions
@@ -90,6 +90,7 @@ def open_app(
         merchant_id=merchant.merchant_id,
         secret=secrets.provider(merchant.merchant_id),
         budget=budget,
+        query_budget=default_query_budget(margin=settings.rate_margin, sleep=stopper.sleep),
         timeout=settings.http_timeout,
         verify=settings.verify,
         sleep=stopper.sleep,
@@ -117,6 +118,7 @@ def open_app(
             poll_interval=settings.poll_interval,
             snapshot_concurrency=settings.snapshot_concurrency,
             drift_interval=settings.drift_check_interval or None,
+            catalogue_interval=settings.catalogue_interval or None,
             stop_when_caught_up=stop_when_caught_up,
         )
         engine = SyncEngine(
@@ -125,6 +127,7 @@ def open_app(
             options=options,
             stopper=stopper,
             observer=observer,
+            catalogue=(client, warehouse),
         )
         yield App(settings, merchant, client, warehouse, engine, stopper, options, observer)
     finally:

@@ -2,23 +2,38 @@
 merchant's lease epoch and stopped when the fleet hands it over (``fleet.Syncs``).
 
 Each merchant has its own client and rate budget (the platform's limit is per merchant, read
-from its own capabilities), its own engine on a fenced view of the warehouse (every commit
+from its own capabilities) and its own query budget for the game catalogue, a job beside its
+tail, its own engine on a fenced view of the warehouse (every commit
 checks the epoch), its metrics and log fields; every merchant shares the process's one
 warehouse engine and pool and the one ``JobHost`` with its bounded thread pools.  A budget
 starts cold: the holder before us may have spent the last window, and the platform counts
 both against the same merchant.  A merchant whose secret is wrong or whose platform
 answers fail retries on its own, slowly, and never holds the others back.
+
+A merchant's sync that dies of an unexpected error (a bug: the platform's and the warehouse's
+errors are retried where they happen) is restarted here, in its own thread, under the same
+lease, after an exponential backoff with jitter (``RestartPolicy``: 5 s doubling to 5 min,
+back to the start once an attempt ran longer than the cap).  It is logged with the error's
+class and where it was raised, never its message (which could quote anything, a secret
+included), and counted in ``recordsync_merchant_sync_failures_total``.  The lease is kept
+while it waits: handing the merchant to another replica would only move the same bug there,
+and releasing it to take it straight back was a restart at every fleet tick.  A stop or a
+hand-over ends the wait at once; the process and the other merchants never notice.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
+import orjson
 import structlog
 
 from recordsync.core.errors import (
@@ -31,21 +46,54 @@ from recordsync.core.models import DEFAULT_LIMITS, Limits
 from recordsync.core.settings import Settings
 from recordsync.core.stopping import Stopper
 from recordsync.metrics import Metrics
-from recordsync.platform.budget import RateBudget
+from recordsync.platform.budget import RateBudget, default_query_budget
 from recordsync.platform.client import PlatformClient
 from recordsync.service.observers import ClientMetricsObserver, SyncMetricsObserver
 from recordsync.service.round_events.wakeups import CrossCheckMetricsObserver
 from recordsync.service.secrets import SecretKeeper
+from recordsync.service.verify import verify_document, verify_range
 from recordsync.sync.engine import SyncEngine, SyncOptions
 from recordsync.sync.events import MultiObserver, SyncObserver
 from recordsync.sync.jobs import JobHost
 from recordsync.sync.options import DEFAULT_CROSS_CHECK_INTERVAL
 from recordsync.sync.resilience import StepRunner
-from recordsync.warehouse import BackfillRequest, Warehouse
+from recordsync.warehouse import BackfillRequest, VerifyRequest, Warehouse
 
 log = structlog.get_logger("recordsync")
 
 BACKFILL_POLL = 2.0  # seconds between looks for backfills handed over to this holder
+_WHERE_FRAMES: Final = 3  # innermost frames named when a merchant's sync fails
+
+
+@dataclass(frozen=True, slots=True)
+class RestartPolicy:
+    """When a merchant's sync that died of an unexpected error starts again.
+
+    The ``failures``-th consecutive failure waits between half and all of
+    ``min(cap, base * 2 ** (failures - 1))``: never less than ``base / 2`` (no hot loop),
+    never more than ``cap``, and replicas that fail together spread out.  An attempt that ran
+    longer than ``cap`` before failing starts the count again.
+    """
+
+    base: float = 5.0
+    cap: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.base <= self.cap:
+            raise ValueError(f"need 0 < base <= cap, got base={self.base} cap={self.cap}")
+
+    def delay(self, failures: int, rng: random.Random) -> float:
+        ceiling = min(self.cap, self.base * 2.0 ** min(max(failures - 1, 0), 32))
+        return ceiling * rng.uniform(0.5, 1.0)
+
+
+def failure_site(exc: BaseException) -> str:
+    """Where ``exc`` was raised: file:line function, innermost first, each called from the
+    next (``a < b``); never its message."""
+    frames = traceback.extract_tb(exc.__traceback__)[-_WHERE_FRAMES:]
+    return " < ".join(
+        f"{Path(frame.filename).name}:{frame.lineno} {frame.name}" for frame in reversed(frames)
+    )
 
 
 @dataclass(eq=False)
@@ -60,6 +108,7 @@ class _Run:
     client: PlatformClient | None = None
     options: SyncOptions | None = None
     backfills: set[int] = field(default_factory=set)  # request ids running here
+    verifies: set[int] = field(default_factory=set)  # verify request ids running here
 
 
 class MerchantSyncs:
@@ -76,6 +125,9 @@ class MerchantSyncs:
         extra_observer: Callable[[str], SyncObserver | None] = lambda _merchant: None,
         clock: Callable[[], float] = time.time,
         backfill_poll: float = BACKFILL_POLL,
+        restart: RestartPolicy | None = None,
+        rng: random.Random | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._settings = settings
         self._warehouse = warehouse
@@ -89,6 +141,9 @@ class MerchantSyncs:
         self._lock = threading.Lock()
         self._replica_id = replica_id
         self._backfill_poll = backfill_poll
+        self._restart = restart or RestartPolicy()
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
+        self._monotonic = monotonic
 
     # -- fleet.Syncs ----------------------------------------------------------------------------
 
@@ -142,6 +197,7 @@ class MerchantSyncs:
         merchant = settings.merchant(run.merchant_id)
         assert merchant.base_url is not None
         metrics = self._metrics.merchant(run.merchant_id)
+        # One budget and client for every attempt: a restart never spends the limit afresh.
         budget = RateBudget(
             DEFAULT_LIMITS.record_requests,
             DEFAULT_LIMITS.record_seconds,
@@ -155,87 +211,168 @@ class MerchantSyncs:
             merchant_id=run.merchant_id,
             secret=self._secrets.provider(run.merchant_id),
             budget=budget,
+            # The catalogue's own budget (capabilities' query limit), never the record one.
+            query_budget=default_query_budget(margin=settings.rate_margin, sleep=run.stopper.sleep),
             timeout=settings.http_timeout,
             verify=settings.verify,
             sleep=run.stopper.sleep,
             observer=ClientMetricsObserver(metrics),
         )
         bound = log.bind(merchant_id=run.merchant_id, epoch=run.epoch)
+        failures = 0
         try:
-            limits = self._capabilities(client, bound)
-            options = SyncOptions(
-                merchant_id=run.merchant_id,
-                history_from=merchant.history_from,
-                page_size=min(settings.page_size, limits.max_page_size),
-                poll_interval=settings.poll_interval,
-                snapshot_concurrency=settings.snapshot_concurrency,
-                drift_interval=settings.drift_check_interval or None,
-                # Round-end notifications are received: cross-check them with the records.
-                event_grace=settings.event_grace if settings.events_port else None,
-                # A missing round shows within 1.25 graces at most, at most once a minute.
-                cross_check_interval=min(DEFAULT_CROSS_CHECK_INTERVAL, settings.event_grace / 4),
-            )
-            observers: list[SyncObserver] = [
-                SyncMetricsObserver(metrics),
-                CrossCheckMetricsObserver(self._metrics.round_events, run.merchant_id),
-            ]
-            extra = self._extra_observer(run.merchant_id)
-            if extra is not None:
-                observers.append(extra)
-            run.engine = SyncEngine(
-                client=client,
-                warehouse=self._warehouse.fenced(run.merchant_id, run.epoch),
-                options=options,
-                stopper=run.stopper,
-                observer=MultiObserver(*observers),
-                host=self._host,
-            )
-            run.client, run.options = client, options
-            bound.info("merchant_sync_started")
-            watcher = threading.Thread(
-                target=self._watch_backfills,
-                args=(run,),
-                name=f"backfills-{run.merchant_id}",
-                daemon=True,
-            )
-            watcher.start()
-            run.engine.run()
+            while not run.stopper.stopped:
+                started = self._monotonic()
+                try:
+                    self._attempt(run, client, bound)
+                except (LeaseSupersededError, ShutdownRequestedError):
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a bug in one merchant must not end the others
+                    ran = self._monotonic() - started
+                    failures = 1 if ran > self._restart.cap else failures + 1
+                    delay = self._failed(
+                        run,
+                        bound,
+                        exc,
+                        "merchant_sync_failed",
+                        failures,
+                        ran_seconds=round(ran, 1),
+                        action="restarting this merchant's sync after the wait; the others go on",
+                    )
+                else:
+                    return  # stopped: a hand-over or the process's stop
+                run.engine = None  # the failed engine (and its frames) go before the wait
+                run.stopper.sleep(delay)
         except LeaseSupersededError as exc:
             bound.error(
                 "lease_superseded",
                 error=str(exc),
                 action="stopped syncing this merchant; its new holder goes on",
             )
-        except Exception:  # noqa: BLE001 - a bug in one merchant must not end the others
-            bound.exception("merchant_sync_failed", action="released; the fleet retries it")
+        except ShutdownRequestedError:
+            pass  # stopped (a hand-over or the process's stop) while starting or waiting
         finally:
             run.stopper.stop()  # ends this merchant's backfill watcher and requested backfills
             client.close()
             bound.info("merchant_sync_stopped")
 
+    def _failed(
+        self, run: _Run, bound: Any, exc: Exception, event: str, failures: int, **fields: object
+    ) -> float:
+        """Count and log a bug's ``failures``-th time in a row (its class and frames, never its
+        message); return how long to wait before trying again."""
+        delay = self._restart.delay(failures, self._rng)
+        self._metrics.merchant(run.merchant_id).sync_failed(type(exc).__name__)
+        bound.error(
+            event,
+            kind=type(exc).__name__,
+            where=failure_site(exc),
+            failures=failures,
+            retry_in_seconds=round(delay, 1),
+            **fields,
+        )
+        return delay
+
+    def _attempt(self, run: _Run, client: PlatformClient, bound: Any) -> None:
+        """Build this merchant's engine and sync until stopped (one attempt)."""
+        settings = self._settings
+        merchant = settings.merchant(run.merchant_id)
+        limits = self._capabilities(client, bound)
+        options = SyncOptions(
+            merchant_id=run.merchant_id,
+            history_from=merchant.history_from,
+            page_size=min(settings.page_size, limits.max_page_size),
+            poll_interval=settings.poll_interval,
+            snapshot_concurrency=settings.snapshot_concurrency,
+            drift_interval=settings.drift_check_interval or None,
+            catalogue_interval=settings.catalogue_interval or None,
+            # Round-end notifications are received: cross-check them with the records.
+            event_grace=settings.event_grace if settings.events_port else None,
+            # A missing round shows within 1.25 graces at most, at most once a minute.
+            cross_check_interval=min(DEFAULT_CROSS_CHECK_INTERVAL, settings.event_grace / 4),
+        )
+        observers: list[SyncObserver] = [
+            SyncMetricsObserver(self._metrics.merchant(run.merchant_id)),
+            CrossCheckMetricsObserver(self._metrics.round_events, run.merchant_id),
+        ]
+        extra = self._extra_observer(run.merchant_id)
+        if extra is not None:
+            observers.append(extra)
+        fenced = self._warehouse.fenced(run.merchant_id, run.epoch)
+        run.engine = SyncEngine(
+            client=client,
+            warehouse=fenced,
+            options=options,
+            stopper=run.stopper,
+            observer=MultiObserver(*observers),
+            host=self._host,
+            catalogue=(client, fenced),
+        )
+        first = run.client is None
+        run.client, run.options = client, options
+        bound.info("merchant_sync_started")
+        if first:
+            threading.Thread(
+                target=self._watch_backfills,
+                args=(run,),
+                name=f"backfills-{run.merchant_id}",
+                daemon=True,
+            ).start()
+        run.engine.run()
+
     # -- backfills handed over by `recordsync backfill` -----------------------------------------
 
     def _watch_backfills(self, run: _Run) -> None:
-        """Run the backfills requested for this merchant, inside its budget, beside its tail."""
+        """Run the backfills and verifies requested for this merchant, inside its budget,
+        beside its tail.
+
+        A bug while looking is logged like a failed sync and looked again after the same
+        backoff; it never ends the watcher (nor the merchant's sync)."""
         runner = StepRunner(stopper=run.stopper, observer=SyncObserver(), fatal_is_final=False)
+        bound = log.bind(merchant_id=run.merchant_id, epoch=run.epoch)
+        failures = 0
         try:
             while not run.stopper.stopped:
-                pending = runner.run(
-                    lambda: self._warehouse.pending_backfills(run.merchant_id),
-                    what="read backfill requests",
-                )
-                for request in pending:
-                    if request.id not in run.backfills:
-                        run.backfills.add(request.id)
-                        threading.Thread(
-                            target=self._backfill,
-                            args=(run, request),
-                            name=f"backfill-{request.id}",
-                            daemon=True,
-                        ).start()
-                run.stopper.sleep(self._backfill_poll)
+                try:
+                    self._start_requested_jobs(run, runner)
+                except ShutdownRequestedError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a bug: look again later
+                    failures += 1
+                    delay = self._failed(run, bound, exc, "backfill_watch_failed", failures)
+                else:
+                    failures, delay = 0, self._backfill_poll
+                run.stopper.sleep(delay)
         except ShutdownRequestedError:
             return
+
+    def _start_requested_jobs(self, run: _Run, runner: StepRunner) -> None:
+        pending = runner.run(
+            lambda: self._warehouse.pending_backfills(run.merchant_id),
+            what="read backfill requests",
+        )
+        for request in pending:
+            if request.id not in run.backfills:
+                run.backfills.add(request.id)
+                threading.Thread(
+                    target=self._backfill,
+                    args=(run, request),
+                    name=f"backfill-{request.id}",
+                    daemon=True,
+                ).start()
+        verifies = runner.run(
+            lambda: self._warehouse.pending_verifies(run.merchant_id),
+            what="read verify requests",
+        )
+        for verify in verifies:
+            if verify.id not in run.verifies:
+                run.verifies.add(verify.id)
+                threading.Thread(
+                    target=self._verify,
+                    args=(run, verify),
+                    name=f"verify-{verify.id}",
+                    daemon=True,
+                ).start()
 
     def _backfill(self, run: _Run, request: BackfillRequest) -> None:
         assert run.client is not None
@@ -270,6 +407,64 @@ class MerchantSyncs:
             bound.error("requested_backfill_failed", error=str(exc))
             with contextlib.suppress(RecordSyncError):
                 self._warehouse.finish_backfill_request(request.id, failed=str(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug: this request fails, nothing else
+            kind = type(exc).__name__
+            self._metrics.merchant(run.merchant_id).sync_failed(kind)
+            bound.error("requested_backfill_failed", kind=kind, where=failure_site(exc))
+            with contextlib.suppress(RecordSyncError):
+                self._warehouse.finish_backfill_request(
+                    request.id, failed=f"{kind} in the holder (a bug: see its log)"
+                )
+
+    def _verify(self, run: _Run, request: VerifyRequest) -> None:
+        """A ``recordsync verify`` handed over: the same ``verify_range`` as the command's, on
+        this merchant's client (its budget, at the lowest priority), repairs fenced by this
+        holder's epoch; the findings go back in the request row."""
+        assert run.client is not None
+        assert run.options is not None
+        bound = log.bind(merchant_id=run.merchant_id, verify_request_id=request.id)
+        runner = StepRunner(stopper=run.stopper, observer=SyncObserver(), fatal_is_final=False)
+        try:
+            runner.run(
+                lambda: self._warehouse.start_verify_request(request.id, self._replica_id),
+                what="start verify request",
+            )
+            bound.info("requested_verify_started", repair=request.repair)
+            result = verify_range(
+                run.client,
+                self._warehouse,
+                run.merchant_id,
+                request.created_from,
+                request.created_to,
+                page_size=run.options.page_size,
+                repair=request.repair,
+                epoch=run.epoch,
+                stopper=Stopper(parent=run.stopper),
+            )
+            document = verify_document(
+                result, run.merchant_id, request.created_from, request.created_to
+            )
+            runner.run(
+                lambda: self._warehouse.finish_verify_request(
+                    request.id, result=orjson.dumps(document).decode()
+                ),
+                what="finish verify request",
+            )
+            bound.info("requested_verify_finished", clean=result.clean, repaired=result.repaired)
+        except (ShutdownRequestedError, LeaseSupersededError):
+            return  # left running: the next holder runs it again
+        except RecordSyncError as exc:
+            bound.error("requested_verify_failed", error=str(exc))
+            with contextlib.suppress(RecordSyncError, LookupError):
+                self._warehouse.finish_verify_request(request.id, failed=str(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug: this request fails, nothing else
+            kind = type(exc).__name__
+            self._metrics.merchant(run.merchant_id).sync_failed(kind)
+            bound.error("requested_verify_failed", kind=kind, where=failure_site(exc))
+            with contextlib.suppress(RecordSyncError, LookupError):
+                self._warehouse.finish_verify_request(
+                    request.id, failed=f"{kind} in the holder (a bug: see its log)"
+                )
 
     def _capabilities(self, client: PlatformClient, bound: Any) -> Limits:
         try:

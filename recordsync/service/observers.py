@@ -76,6 +76,9 @@ class SyncMetricsObserver(SyncObserver):
     def drift_checked(self, window: Window, rows_behind: int) -> None:
         self._metrics.drift_checked(rows_behind)
 
+    def catalogue_refreshed(self, games: int, seconds: float) -> None:
+        self._metrics.catalogue_refreshed()
+
     def rebuild_started(self, reason: str) -> None:
         self._metrics.rebuild_started()
 

@@ -1,6 +1,8 @@
 """``recordsync report``: the daily summary views over the last days of data, as text or data.
 
-What it shows (docs/bi.md): per game and currency, per player and currency, or per currency,
+What it shows (docs/bi.md): per game and currency (named from the game catalogue, the
+game_id kept beside the name), per game provider and currency, per player and currency, or
+per currency,
 the rounds by status and the exact sums of bet, payout, refund, the players' net and the
 operator's gross gaming revenue (GGR = bet - payout - refund), over a period of UTC days.
 
@@ -35,26 +37,35 @@ from rich.table import Table
 from recordsync.core.errors import ConfigurationError
 from recordsync.core.settings import Settings
 from recordsync.core.times import format_time
-from recordsync.warehouse import DailySummary, Freshness, Warehouse
+from recordsync.warehouse import DailySummary, Freshness, GameName, Warehouse
 
-GROUPINGS: Final = ("game", "player", "currency")
+GROUPINGS: Final = ("game", "provider", "player", "currency")
 FORMATS: Final = ("table", "csv", "json")
 MAX_DAYS: Final = 3660
 
 COUNTS: Final = ("rounds", "rounds_open", "rounds_settled", "rounds_void")
 AMOUNTS: Final = ("bet_amount", "payout_amount", "refund_amount", "net_amount", "ggr_amount")
-_SUBJECT: Final = {"game": "game_id", "player": "player_id"}
+# The columns that name a row's subject, per grouping (the game's are named from the catalogue).
+_SUBJECT_COLUMNS: Final = {
+    "game": ("game_id", "game_name", "provider_name"),
+    "provider": ("provider_code", "provider_name"),
+    "player": ("player_id",),
+    "currency": (),
+}
 _FOURTH: Final = Decimal("0.0001")
 # Sums of NUMERIC(30,4) amounts over many days: far wider than needed, and Inexact trapped,
 # so a sum can never be silently rounded.
 _EXACT: Final = Context(prec=100, traps=[Inexact])
-# Rich wraps a table to 80 columns when it is not writing to a terminal; a report is wider.
-_PIPE_WIDTH: Final = 200
+# Rich wraps a table to 80 columns when it is not writing to a terminal; a report is wider
+# (by game: the game id, its name and provider beside the sums).
+_PIPE_WIDTH: Final = 240
 
 
 @dataclass(frozen=True, slots=True)
 class ReportRow:
-    """One line of the report: a game or player (None when by currency) in one currency."""
+    """One line of the report: a game, provider or player (None when by currency) in one
+    currency.  ``name`` is the game's or provider's name from the catalogue and ``provider``
+    a game's provider name (None when the catalogue does not name them)."""
 
     subject: str | None
     currency: str
@@ -67,6 +78,8 @@ class ReportRow:
     refund_amount: Decimal | None
     net_amount: Decimal | None
     ggr_amount: Decimal | None
+    name: str | None = None
+    provider: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +129,7 @@ def build_report(warehouse: Warehouse, merchant_id: str, *, days: int, by: str) 
         first_day=first_day,
         last_day=last_day,
     )
+    names = warehouse.game_names(merchant_id) if by in {"game", "provider"} else {}
     return Report(
         merchant_id=merchant_id,
         by=by,
@@ -123,28 +137,58 @@ def build_report(warehouse: Warehouse, merchant_id: str, *, days: int, by: str) 
         first_day=first_day,
         last_day=last_day,
         freshness=freshness,
-        rows=tuple(summarize(daily, by=by)),
+        rows=tuple(summarize(daily, by=by, names=names)),
         totals=tuple(summarize(daily, by="currency")),
     )
 
 
-def summarize(daily: Iterable[DailySummary], *, by: str) -> list[ReportRow]:
+def summarize(
+    daily: Iterable[DailySummary], *, by: str, names: dict[str, GameName] | None = None
+) -> list[ReportRow]:
     """Sum daily rows per (subject, currency), exactly; ordered by currency, GGR (highest
-    first; unknown last), then subject."""
+    first; unknown last), then subject.
+
+    ``names`` (game_id -> the catalogue's entry) names the games, and by provider groups
+    the games' rows by their provider's code (None: games the catalogue never listed).
+    """
+    names = names or {}
     groups: dict[tuple[str | None, str], list[DailySummary]] = {}
     for row in daily:
-        subject = None if by == "currency" else row.subject
+        subject: str | None = row.subject
+        if by == "currency":
+            subject = None
+        elif by == "provider":
+            game = names.get(row.subject)
+            subject = None if game is None else game.provider_code
         groups.setdefault((subject, row.currency), []).append(row)
-    rows = [
-        ReportRow(
-            subject,
-            currency,
-            *(sum(getattr(row, count) for row in members) for count in COUNTS),
-            *(_exact_sum(getattr(row, amount) for row in members) for amount in AMOUNTS),
+    rows = []
+    for (subject, currency), members in groups.items():
+        name, provider = _naming(by, subject, members, names)
+        rows.append(
+            ReportRow(
+                subject,
+                currency,
+                *(sum(getattr(row, count) for row in members) for count in COUNTS),
+                *(_exact_sum(getattr(row, amount) for row in members) for amount in AMOUNTS),
+                name=name,  # type: ignore[misc]
+                provider=provider,
+            )
         )
-        for (subject, currency), members in groups.items()
-    ]
     return sorted(rows, key=_order)
+
+
+def _naming(
+    by: str, subject: str | None, members: list[DailySummary], names: dict[str, GameName]
+) -> tuple[str | None, str | None]:
+    """``(name, provider)`` of a row: the game's name and provider, or the provider's name."""
+    if by == "game" and subject is not None and subject in names:
+        return names[subject].name, names[subject].provider_name
+    if by == "provider":
+        for member in members:
+            entry = names.get(member.subject)
+            if entry is not None and entry.provider_name is not None:
+                return entry.provider_name, None
+    return None, None
 
 
 def _exact_sum(values: Iterable[Decimal | None]) -> Decimal | None:
@@ -172,14 +216,25 @@ def _amount(value: Decimal | None) -> str | None:
 
 
 def _columns(by: str) -> list[str]:
-    subject = _SUBJECT.get(by)
-    return [*([subject] if subject else []), "currency", *COUNTS, *AMOUNTS]
+    return [*_SUBJECT_COLUMNS[by], "currency", *COUNTS, *AMOUNTS]
+
+
+def _subject_values(by: str, row: ReportRow) -> list[str | None]:
+    if by == "game":
+        return [row.subject, row.name, row.provider]
+    if by == "provider":
+        return [row.subject, row.name]
+    return [row.subject] if by == "player" else []
 
 
 def _values(by: str, row: ReportRow) -> list[Any]:
-    subject = [row.subject] if by in _SUBJECT else []
     counts = [getattr(row, count) for count in COUNTS]
-    return [*subject, row.currency, *counts, *(_amount(getattr(row, a)) for a in AMOUNTS)]
+    return [
+        *_subject_values(by, row),
+        row.currency,
+        *counts,
+        *(_amount(getattr(row, a)) for a in AMOUNTS),
+    ]
 
 
 def render_csv(report: Report, out: TextIO) -> None:
@@ -243,7 +298,10 @@ def _freshness_json(freshness: Freshness | None) -> dict[str, Any] | None:
 
 
 _HEADERS: Final = {
-    "game_id": "game",
+    "game_id": "game id",
+    "game_name": "game",
+    "provider_name": "provider",
+    "provider_code": "provider code",
     "player_id": "player",
     "currency": "currency",
     "rounds": "rounds",
@@ -275,7 +333,7 @@ def render_table(report: Report, console: Console) -> None:
         numeric = name in COUNTS or name in AMOUNTS
         table.add_column(_HEADERS[name], justify="right" if numeric else "left")
     for row in report.rows:
-        table.add_row(*_cells(report.by, row, row.subject or ""))
+        table.add_row(*_cells(report.by, row, None))
     if report.by != "currency":
         table.add_section()
         for row in report.totals:
@@ -284,9 +342,13 @@ def render_table(report: Report, console: Console) -> None:
     _print_freshness(report.freshness, console)
 
 
-def _cells(by: str, row: ReportRow, label: str) -> list[str]:
-    """Thousands grouped for reading; still every digit."""
-    subject = [label] if by in _SUBJECT else []
+def _cells(by: str, row: ReportRow, label: str | None) -> list[str]:
+    """Thousands grouped for reading; still every digit.  ``label`` replaces the subject
+    cells (the totals); a subject the catalogue does not name shows as a dash."""
+    if label is not None:
+        subject = [label, *([""] * (len(_SUBJECT_COLUMNS[by]) - 1))] if _SUBJECT_COLUMNS[by] else []
+    else:
+        subject = [value or "-" for value in _subject_values(by, row)]
     counts = [f"{getattr(row, count):,}" for count in COUNTS]
     amounts = [_shown(getattr(row, amount)) for amount in AMOUNTS]
     return [*subject, row.currency, *counts, *amounts]

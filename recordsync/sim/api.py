@@ -2,7 +2,9 @@
 
 ``SimulatedApi.handle`` does, in order (spec: Authentication, Records endpoints, Limits):
 route by path (404), find the merchant by X-Merchant-Id and authenticate (401), count the
-request in that merchant's shared rate limit (429 and a violation when over it), maybe inject
+request in that merchant's shared rate limit (429 and a violation when over it; the game
+catalogue, ``GET /v1/games``, counts in the merchant's own query limit instead and is served
+without injected faults), maybe inject
 a 429 (which gives the place in the window back), add latency, validate the query (400/410),
 maybe fail the request (reset, 503, 500), serve the page, and maybe spoil the page
 (duplicates, unknown fields, bad records, malformed body).
@@ -31,6 +33,7 @@ from recordsync.sim.cursors import (
     Cursor,
     CursorCodec,
     CursorInvalidError,
+    GamesCursor,
     RecordsCursor,
 )
 from recordsync.sim.data import CURRENCIES
@@ -48,6 +51,7 @@ from recordsync.sim.query import (
     ChangesNext,
     RecordsNext,
     parse_changes,
+    parse_games,
     parse_records,
     reject_unknown,
     split_target,
@@ -72,15 +76,16 @@ from recordsync.sim.store import RecordFilter
 CAPABILITIES: Final = "capabilities"
 RECORDS: Final = "records"
 RECORD_CHANGES: Final = "record-changes"
+GAMES: Final = "games"
 OTHER: Final = "other"
 ENDPOINTS: Final = {
     "/v1/capabilities": CAPABILITIES,
     "/v1/records": RECORDS,
     "/v1/record-changes": RECORD_CHANGES,
+    "/v1/games": GAMES,
 }
-QUERY_LIMITS: Final = (10, 1)  # capabilities.limits.query_requests / query_seconds
 
-_C = TypeVar("_C", RecordsCursor, ChangesCursor)
+_C = TypeVar("_C", RecordsCursor, ChangesCursor, GamesCursor)
 
 
 class Action(Enum):
@@ -192,6 +197,10 @@ class SimulatedApi:
             _, params = split_target(request.target)
             reject_unknown(params, frozenset())
             return Response(200, success_body(self._capabilities(merchant), request_id))
+        if endpoint == GAMES:
+            self._count_query(merchant, arrival)
+            _, params = split_target(request.target)
+            return self._games(params, merchant, int(now * 1000), request_id)
         self._count(merchant, arrival, now)
         delay = merchant.injector.latency_seconds()
         if delay is not None:
@@ -225,6 +234,20 @@ class SimulatedApi:
                 "too many requests (injected)",
                 retryable=True,
                 headers=(("Retry-After", merchant.injector.retry_after(now)),),
+            )
+
+    def _count_query(self, merchant: SimulatedMerchant, arrival: float) -> None:
+        """The merchant's query limit (the catalogue's own, apart from the record limit)."""
+        window = merchant.query_window
+        wait = window.admit(merchant.merchant_id, arrival)
+        if wait is not None:
+            merchant.stats.query_violation()
+            raise ApiError(
+                429,
+                "RATE_LIMITED",
+                f"more than {window.requests} query requests in {window.seconds} s",
+                retryable=True,
+                headers=(("Retry-After", retry_after_header(wait)),),
             )
 
     @staticmethod
@@ -261,8 +284,8 @@ class SimulatedApi:
                 ],
                 "operations": [],
                 "limits": {
-                    "query_requests": QUERY_LIMITS[0],
-                    "query_seconds": QUERY_LIMITS[1],
+                    "query_requests": config.query_requests,
+                    "query_seconds": config.query_seconds,
                     "record_requests": profile.record_requests,
                     "record_seconds": profile.record_seconds,
                     "max_page_size": config.max_page_size,
@@ -404,6 +427,45 @@ class SimulatedApi:
             )
         )
         return self._page(merchant, data, request_id, extra=extra)
+
+    def _games(
+        self, params: dict[str, str], merchant: SimulatedMerchant, now_ms: int, request_id: str
+    ) -> Response:
+        """One page of the catalogue (spec: Endpoints, Games): the cursor is bound to the
+        merchant and the status filter and is valid 24 hours from the chain's first page."""
+        query = parse_games(params, self.config.max_page_size)
+        status, after, started = query.status, None, now_ms
+        if query.cursor is not None:
+            cursor = self._decode(query.cursor, merchant, GamesCursor)
+            if "status" in params and cursor.status != status:
+                raise _cursor_invalid("the cursor was issued for another status filter")
+            if now_ms - cursor.chain_started_ms > self.config.cursor_ttl_seconds * 1000:
+                raise _expired("games cursors are valid 24 hours from the chain's first page")
+            status, after, started = cursor.status, cursor.after_game_id, cursor.chain_started_ms
+        page = merchant.games.page(status=status, after=after, limit=query.limit)
+        next_cursor = None
+        if page.has_more and page.last_game_id is not None:
+            next_cursor = self.codec.encode(
+                GamesCursor(
+                    merchant_id=merchant.merchant_id,
+                    status=status,
+                    after_game_id=page.last_game_id,
+                    chain_started_ms=started,
+                    epoch=merchant.cursor_epoch,
+                )
+            )
+        data = b"".join(
+            (
+                b'{"items":[',
+                b",".join(page.items),
+                b'],"next_cursor":',
+                orjson.dumps(next_cursor),
+                b',"has_more":',
+                b"true" if page.has_more else b"false",
+                b"}",
+            )
+        )
+        return Response(200, success_body(data, request_id))
 
     @staticmethod
     def _page(

@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--record-requests", type=int, default=2)
     parser.add_argument("--record-seconds", type=int, default=1)
+    # The query endpoints' own limit (GET /v1/games): capabilities.limits.query_*.
+    parser.add_argument("--query-requests", type=int, default=10)
+    parser.add_argument("--query-seconds", type=int, default=1)
     parser.add_argument("--max-page-size", type=int, default=1000)
     parser.add_argument("--cursor-ttl-seconds", type=float, default=86400.0)
     parser.add_argument("--retention-seconds", type=float, default=90 * 86400.0)
@@ -136,6 +139,8 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         live_rate=args.live_rate,
         record_requests=args.record_requests,
         record_seconds=args.record_seconds,
+        query_requests=args.query_requests,
+        query_seconds=args.query_seconds,
         max_page_size=args.max_page_size,
         cursor_ttl_seconds=args.cursor_ttl_seconds,
         retention_seconds=args.retention_seconds,

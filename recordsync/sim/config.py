@@ -167,6 +167,9 @@ class SimConfig:
     max_page_size: int = SPEC_MAX_PAGE_SIZE
     max_body_bytes: int = 1024 * 1024
     cursor_ttl_seconds: float = 86400.0
+    # capabilities.limits.query_requests per query_seconds: the catalogue's own rate limit.
+    query_requests: int = 10
+    query_seconds: int = 1
     retention_seconds: float = 90 * 86400.0
     wallet_mode: str = "TRANSFER"
     faults: FaultRates = FaultRates()
@@ -194,6 +197,10 @@ class SimConfig:
                 f"max_page_size must be in 1..1000, got {self.max_page_size}",
             ),
             (self.max_body_bytes >= 1, "max_body_bytes must be >= 1"),
+            (
+                self.query_requests >= 1 and self.query_seconds >= 1,
+                "query_requests and query_seconds must both be >= 1",
+            ),
             (
                 self.cursor_ttl_seconds > 0 and self.retention_seconds > 0,
                 "cursor_ttl_seconds and retention_seconds must be > 0",

@@ -5,7 +5,9 @@ as an opaque string (spec: Conventions, Pagination); the HMAC makes any edit det
 tampered or foreign cursor answers 400 CURSOR_INVALID.  Records cursors are bound to the
 merchant, the filters and the watermark, and carry the time of the chain's *first* page, from
 which the 24-hour validity runs (spec: Records endpoints).  Change cursors carry a position in
-the change log.  Both carry the "epoch" that ``Simulator.expire_cursors`` raises.
+the change log.  Games cursors are bound to the merchant and the status filter and carry the
+last game id served and the time of the chain's first page (spec: Endpoints, Games).
+All carry the "epoch" that ``Simulator.expire_cursors`` raises.
 """
 
 from __future__ import annotations
@@ -48,7 +50,18 @@ class ChangesCursor:
     epoch: int
 
 
-Cursor = RecordsCursor | ChangesCursor
+@dataclass(frozen=True, slots=True)
+class GamesCursor:
+    """Bound to the merchant and the status filter, valid 24 hours (spec: Endpoints, Games)."""
+
+    merchant_id: str
+    status: str | None
+    after_game_id: str
+    chain_started_ms: int
+    epoch: int
+
+
+Cursor = RecordsCursor | ChangesCursor | GamesCursor
 
 
 def _b64encode(raw: bytes) -> str:
@@ -78,6 +91,15 @@ class CursorCodec:
                 cursor.watermark,
                 cursor.after_ms,
                 cursor.after_id,
+                cursor.chain_started_ms,
+                cursor.epoch,
+            ]
+        elif isinstance(cursor, GamesCursor):
+            fields = [
+                "g",
+                cursor.merchant_id,
+                cursor.status,
+                cursor.after_game_id,
                 cursor.chain_started_ms,
                 cursor.epoch,
             ]
@@ -134,4 +156,13 @@ def _from_fields(fields: object) -> Cursor:
             )
         case ["c", str() as merchant, int() as position, int() as epoch]:
             return ChangesCursor(merchant, position, epoch)
+        case [
+            "g",
+            str() as merchant,
+            str() | None as status,
+            str() as after,
+            int() as started,
+            int() as epoch,
+        ]:
+            return GamesCursor(merchant, status, after, started, epoch)
     raise CursorInvalidError("unknown cursor shape")

@@ -1,9 +1,10 @@
 """One merchant's side of the simulated platform: what the platform keeps per merchant.
 
-A merchant has its own secrets, history and live traffic, rate-limit window (spec: Limits,
-the record limit is per merchant), fault dice, statistics and cursor epoch, so that nothing
-one merchant does shows in what another sees.  The ``SimulatedApi`` picks the merchant by
-X-Merchant-Id and works on it; the ``Simulator`` holds one per ``MerchantProfile``.
+A merchant has its own secrets, history and live traffic, game catalogue, rate-limit
+windows (spec: Limits, the record limit is per merchant; the query limit beside it), fault
+dice, statistics and cursor epoch, so that nothing one merchant does shows in what another
+sees.  The ``SimulatedApi`` picks the merchant by X-Merchant-Id and works on it; the
+``Simulator`` holds one per ``MerchantProfile``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from recordsync.sim.config import MerchantProfile
 from recordsync.sim.data import LiveEvents, generate_history, seeded
 from recordsync.sim.events import EventChannel, EventSender
 from recordsync.sim.faults import FaultInjector
+from recordsync.sim.games import GameCatalogue
 from recordsync.sim.ratelimit import SlidingWindow
 from recordsync.sim.stats import EventStatsRecorder, StatsRecorder
 from recordsync.sim.store import RoundEnd, Store
@@ -36,7 +38,9 @@ class SimulatedMerchant:
         clock: Callable[[], float],
         events_url: str | None = None,
         sender: EventSender | None = None,
+        query_limit: tuple[int, int] = (10, 1),
     ) -> None:
+        """``query_limit``: (requests, seconds) of the query endpoints (the catalogue)."""
         self.profile = profile
         self.merchant_id = profile.merchant_id
         self._clock = clock
@@ -47,11 +51,16 @@ class SimulatedMerchant:
             rounds_per_day=profile.rounds_per_day,
             now_ms=self.now_ms(),
         )
+        # Exactly the game ids the merchant's records draw from (spec: Game).
+        self.games = GameCatalogue(profile.seed, history.catalog.game_ids)
         keys = [Secret(profile.secret)]
         if profile.previous_secret:
             keys.append(Secret(profile.previous_secret))
         self.authenticator = Authenticator(profile.merchant_id, tuple(keys))
         self.window = SlidingWindow(profile.record_requests, profile.record_seconds)
+        # The catalogue is not under the record limit: it has its own (capabilities.limits
+        # query_requests per query_seconds).
+        self.query_window = SlidingWindow(*query_limit)
         self.stats = StatsRecorder()
         self.event_stats = EventStatsRecorder()
         self.cursor_epoch = 0

@@ -33,6 +33,8 @@ RECORDS_PARAMS: Final = frozenset(
     {"created_from", "created_to", "player_id", "game_id", "limit", "cursor"}
 )
 CHANGES_PARAMS: Final = frozenset({"since", "from_now", "cursor", "limit"})
+GAMES_PARAMS: Final = frozenset({"status", "limit", "cursor"})
+GAME_STATUSES: Final = frozenset({"AVAILABLE", "MAINTENANCE", "DISABLED"})
 
 
 def invalid(message: str, **details: object) -> ApiError:
@@ -188,3 +190,21 @@ def parse_changes(
             raise invalid("from_now only takes the value true", parameter="from_now")
         return ChangesFromNow(limit)
     return ChangesSince(parse_since_ms(params["since"]), limit)
+
+
+@dataclass(frozen=True, slots=True)
+class GamesQuery:
+    """``GET /v1/games`` (spec: Endpoints, Games): a status filter, a limit, maybe a cursor."""
+
+    status: str | None
+    cursor: str | None
+    limit: int
+
+
+def parse_games(params: dict[str, str], max_page_size: int) -> GamesQuery:
+    reject_unknown(params, GAMES_PARAMS)
+    limit = parse_limit(params, max_page_size)
+    status = params.get("status")
+    if status is not None and status not in GAME_STATUSES:
+        raise invalid("status must be one of AVAILABLE, MAINTENANCE, DISABLED", parameter="status")
+    return GamesQuery(status, parse_cursor_text(params), limit)

@@ -33,6 +33,7 @@ from recordsync.sim.api import SimulatedApi
 from recordsync.sim.config import FaultRates, SimConfig
 from recordsync.sim.cursors import CursorCodec
 from recordsync.sim.events import Announcement, EventSender
+from recordsync.sim.games import GameCatalogue
 from recordsync.sim.merchant import SimulatedMerchant
 from recordsync.sim.server import HttpServer
 from recordsync.sim.stats import SimStats
@@ -72,6 +73,7 @@ class Simulator:
                 clock=clock,
                 events_url=config.events_url_of(profile),
                 sender=self._sender,
+                query_limit=(config.query_requests, config.query_seconds),
             )
             for profile in config.profiles
         ]
@@ -116,6 +118,10 @@ class Simulator:
     def store_of(self, merchant_id: str | None = None) -> Store:
         """A merchant's records and change log (``store`` is the default merchant's)."""
         return self._merchant(merchant_id).store
+
+    def games(self, merchant_id: str | None = None) -> GameCatalogue:
+        """A merchant's game catalogue: its truth, and ``retire``/``set_status``/``rename``."""
+        return self._merchant(merchant_id).games
 
     def rotate_secret(self, merchant_id: str, new_secret: str) -> None:
         """Accept ``new_secret`` as well as the merchant's current secret from now on.

@@ -145,6 +145,8 @@ class SimStats:
     faults_injected: Mapping[str, int] = field(default_factory=_empty)
     max_requests_in_window: int = 0
     events: EventStats = EventStats()
+    # Requests over the query limit (the catalogue's own, apart from the record limit).
+    query_limit_violations: int = 0
 
     def count(self, endpoint: str, status: int | None = None) -> int:
         return sum(
@@ -169,9 +171,10 @@ class SimStats:
         """
         requests: Counter[tuple[str, int]] = Counter()
         faults: Counter[str] = Counter()
-        auth_failures = violations = max_in_window = 0
+        auth_failures = violations = max_in_window = query_violations = 0
         parts = list(parts)
         for part in parts:
+            query_violations += part.query_limit_violations
             requests.update(part.requests)
             faults.update(part.faults_injected)
             auth_failures += part.auth_failures
@@ -184,6 +187,7 @@ class SimStats:
             faults_injected=MappingProxyType(dict(faults)),
             max_requests_in_window=max_in_window,
             events=EventStats.combined(part.events for part in parts),
+            query_limit_violations=query_violations,
         )
 
 
@@ -194,6 +198,7 @@ class StatsRecorder:
         self._faults: Counter[str] = Counter()
         self._auth_failures = 0
         self._violations = 0
+        self._query_violations = 0
 
     def request(self, endpoint: str, status: int) -> None:
         with self._lock:
@@ -206,6 +211,10 @@ class StatsRecorder:
     def violation(self) -> None:
         with self._lock:
             self._violations += 1
+
+    def query_violation(self) -> None:
+        with self._lock:
+            self._query_violations += 1
 
     def fault(self, kind: str) -> None:
         with self._lock:
@@ -220,4 +229,5 @@ class StatsRecorder:
                 faults_injected=MappingProxyType(dict(self._faults)),
                 max_requests_in_window=max_requests_in_window,
                 events=EventStats() if events is None else events,
+                query_limit_violations=self._query_violations,
             )

@@ -3,25 +3,30 @@
 ``SyncEngine`` runs the anchor, the snapshot windows and the change tail as one code path for
 the daemon (``run``) and the one-shot range backfill (``backfill``); see ``engine`` for the
 shape (spec, Records endpoints, "Rebuild without gaps") and the module beside it for each
-part: ``anchor``, ``snapshot``, ``tail``, ``drift_check`` and the job runner ``jobs``.  The
+part: ``anchor``, ``snapshot``, ``tail``, ``drift_check``, ``catalogue`` (the game catalogue)
+and the job runner ``jobs``.  The
 pure decisions live apart (``plan``, ``drift``), as do the retry of failed steps
 (``resilience``) and the progress reports (``events``).  The sync reaches the platform client
 and the warehouse only through the Protocols in ``ports``.
 """
 
 from recordsync.sync.engine import (
+    DEFAULT_CATALOGUE_INTERVAL,
     DEFAULT_DRIFT_INTERVAL,
     BackfillResult,
     SyncEngine,
     SyncOptions,
 )
 from recordsync.sync.events import MultiObserver, SyncObserver
-from recordsync.sync.ports import RecordSource, SyncStore
+from recordsync.sync.ports import CatalogueStore, GameSource, RecordSource, SyncStore
 from recordsync.sync.resilience import StepRunner
 
 __all__ = [
+    "DEFAULT_CATALOGUE_INTERVAL",
     "DEFAULT_DRIFT_INTERVAL",
     "BackfillResult",
+    "CatalogueStore",
+    "GameSource",
     "MultiObserver",
     "RecordSource",
     "StepRunner",

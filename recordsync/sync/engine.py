@@ -12,7 +12,9 @@ The shape follows the spec's "Rebuild without gaps" (Records endpoints):
 
 This module composes them.  The tail starts as soon as the anchor exists and runs alongside
 the snapshot (with priority on the shared rate budget), so a week-long backfill never leaves
-today's data a week stale; the drift check (``drift_check``) is a periodic job beside them.
+today's data a week stale; the drift check (``drift_check``) and the game catalogue
+(``catalogue``, at start and then periodically, under the query budget) are periodic jobs
+beside them.
 They run as one generation of jobs (``jobs``) until a stop from outside, or until the change
 cursor expires: then a rebuild anchors again and a new generation starts.
 """
@@ -28,17 +30,24 @@ from recordsync.core.errors import ShutdownRequestedError
 from recordsync.core.state import REBUILD_JOB, SyncState
 from recordsync.core.stopping import Stopper
 from recordsync.sync.anchor import load_or_anchor, rebuild
+from recordsync.sync.catalogue import refresh_catalogue
 from recordsync.sync.context import SyncContext
 from recordsync.sync.cross_check import CrossCheck
 from recordsync.sync.drift_check import check_drift
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.jobs import JobHost, Jobs
-from recordsync.sync.options import DEFAULT_DRIFT_INTERVAL, SyncOptions
-from recordsync.sync.ports import RecordSource, SyncStore
+from recordsync.sync.options import DEFAULT_CATALOGUE_INTERVAL, DEFAULT_DRIFT_INTERVAL, SyncOptions
+from recordsync.sync.ports import CatalogueStore, GameSource, RecordSource, SyncStore
 from recordsync.sync.snapshot import BackfillResult, backfill, plan_snapshot, schedule_snapshot
 from recordsync.sync.tail import Tail, TailWakeups, drain_tail
 
-__all__ = ["DEFAULT_DRIFT_INTERVAL", "BackfillResult", "SyncEngine", "SyncOptions"]
+__all__ = [
+    "DEFAULT_CATALOGUE_INTERVAL",
+    "DEFAULT_DRIFT_INTERVAL",
+    "BackfillResult",
+    "SyncEngine",
+    "SyncOptions",
+]
 
 
 class _Outcome(Enum):
@@ -57,10 +66,14 @@ class SyncEngine:
         observer: SyncObserver | None = None,
         rng: random.Random | None = None,
         host: JobHost | None = None,
+        catalogue: tuple[GameSource, CatalogueStore] | None = None,
     ) -> None:
         """``host``: the process's shared scheduler and pools (several merchants in one
-        process); None gives each generation a private one, sized by the options."""
+        process); None gives each generation a private one, sized by the options.
+        ``catalogue``: where the game catalogue is read and stored (usually the same client
+        and warehouse); None, or ``options.catalogue_interval`` None, leaves it out."""
         self._host = host
+        self._catalogue = catalogue
         self._jobs: Jobs | None = None
         self._wakeups = TailWakeups()
         self._context = SyncContext(
@@ -139,6 +152,14 @@ class SyncEngine:
                 options.cross_check_interval,
                 lambda: cross_check.run(generation),
                 now=False,
+            )
+        if self._catalogue is not None and options.catalogue_interval:
+            source, store = self._catalogue
+            jobs.every(
+                "catalogue",
+                options.catalogue_interval,
+                lambda: refresh_catalogue(ctx, source, store, generation),
+                now=True,
             )
         jobs.run_until_stopped()
         if expired.is_set() and not ctx.stopper.stopped:

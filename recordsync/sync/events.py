@@ -40,6 +40,9 @@ class SyncObserver:
     def drift_checked(self, window: Window, rows_behind: int) -> None:
         """A drift check over ``window`` finished; ``rows_behind`` > 0 is an alert."""
 
+    def catalogue_refreshed(self, games: int, seconds: float) -> None:
+        """A catalogue pass of ``games`` games was committed, ``seconds`` after it began."""
+
     def phase_changed(self, phase: str) -> None:
         """The sync entered ``phase`` (standby, anchoring, snapshot, tailing, rebuilding,
         backfill)."""
@@ -96,6 +99,10 @@ class MultiObserver(SyncObserver):
     def drift_checked(self, window: Window, rows_behind: int) -> None:
         for observer in self.observers:
             observer.drift_checked(window, rows_behind)
+
+    def catalogue_refreshed(self, games: int, seconds: float) -> None:
+        for observer in self.observers:
+            observer.catalogue_refreshed(games, seconds)
 
     def phase_changed(self, phase: str) -> None:
         for observer in self.observers:

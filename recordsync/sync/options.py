@@ -9,6 +9,7 @@ from recordsync.sync.plan import DEFAULT_SNAPSHOT_OVERLAP
 
 DEFAULT_DRIFT_INTERVAL = 3600.0
 DEFAULT_CROSS_CHECK_INTERVAL = 60.0
+DEFAULT_CATALOGUE_INTERVAL = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,5 +26,8 @@ class SyncOptions:
     # before the cross-check counts it missing; None: no cross-check (no events received).
     event_grace: float | None = None
     cross_check_interval: float = DEFAULT_CROSS_CHECK_INTERVAL
+    # Seconds between game catalogue passes (the first at start); None turns them off, and
+    # so does an engine given no catalogue source.
+    catalogue_interval: float | None = DEFAULT_CATALOGUE_INTERVAL
     # Demo and tests: stop once the snapshot is done and the tail has no backlog.
     stop_when_caught_up: bool = False

@@ -14,7 +14,15 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from recordsync.core.models import ChangesPage, Record, RecordChange, RecordsPage, RejectedItem
+from recordsync.core.models import (
+    ChangesPage,
+    Game,
+    GamesPage,
+    Record,
+    RecordChange,
+    RecordsPage,
+    RejectedItem,
+)
 from recordsync.core.state import SyncState, Window, WindowProgress
 from recordsync.platform.budget import Priority
 
@@ -115,3 +123,38 @@ class SyncStore(Protocol):
     def rounds_announced_missing(self, merchant_id: str, grace_seconds: float) -> list[str]:
         """Round ids announced by round-end notifications more than ``grace_seconds`` ago that
         ``records`` still lacks, sorted (the cross-check)."""
+
+
+class GameSource(Protocol):
+    """The platform's catalogue, paced by the client's query budget."""
+
+    def games(
+        self,
+        *,
+        cursor: str | None = None,
+        status: str | None = None,
+        limit: int = 1000,
+        priority: Priority = Priority.BACKGROUND,
+    ) -> GamesPage:
+        """One page of ``GET /v1/games``."""
+
+
+class CatalogueCounts(Protocol):
+    """What a committed pass changed, as the warehouse reports it."""
+
+    @property
+    def added(self) -> int: ...
+
+    @property
+    def changed(self) -> int: ...
+
+    @property
+    def unlisted(self) -> int: ...
+
+
+class CatalogueStore(Protocol):
+    """The warehouse's side: one whole pass in one transaction."""
+
+    def commit_catalogue(
+        self, merchant_id: str, games: Sequence[Game], *, kept_ids: Collection[str] = ()
+    ) -> CatalogueCounts: ...

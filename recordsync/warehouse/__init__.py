@@ -1,19 +1,21 @@
 """The warehouse: schema, migrations, the revision-guarded upsert, revision history, sync state,
-quarantine, the BI views, the per-merchant lock behind the service's lease, and the fleet:
-leases with epochs and fenced writes, replicas, backfill requests."""
+quarantine, the BI views, and the fleet: merchant locks, leases with epochs and fenced writes,
+replicas, backfill and verify requests."""
 
 from recordsync.warehouse.connection import create_warehouse_engine
 from recordsync.warehouse.fenced import FencedWarehouse
 from recordsync.warehouse.fleet import FleetSession
-from recordsync.warehouse.locks import MerchantLock
 from recordsync.warehouse.store import Warehouse
 from recordsync.warehouse.values import (
     BackfillRequest,
     BackfillState,
+    CatalogueResult,
     DailySummary,
     Freshness,
+    GameName,
     JobStatus,
     QuarantinedRecord,
+    VerifyRequest,
     WarehouseStatus,
     WriteResult,
 )
@@ -21,13 +23,15 @@ from recordsync.warehouse.values import (
 __all__ = [
     "BackfillRequest",
     "BackfillState",
+    "CatalogueResult",
     "DailySummary",
     "FencedWarehouse",
     "FleetSession",
     "Freshness",
+    "GameName",
     "JobStatus",
-    "MerchantLock",
     "QuarantinedRecord",
+    "VerifyRequest",
     "Warehouse",
     "WarehouseStatus",
     "WriteResult",

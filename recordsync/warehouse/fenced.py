@@ -13,9 +13,9 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from recordsync.core.models import Record, RecordChange, RejectedItem
+from recordsync.core.models import Game, Record, RecordChange, RejectedItem
 from recordsync.core.state import SyncState, Window, WindowProgress
-from recordsync.warehouse.values import WriteResult
+from recordsync.warehouse.values import CatalogueResult, WriteResult
 
 if TYPE_CHECKING:
     from recordsync.warehouse.store import Warehouse
@@ -131,6 +131,13 @@ class FencedWarehouse:
     def rounds_announced_missing(self, merchant_id: str, grace_seconds: float) -> list[str]:
         # Only marks rounds found (found_at): nothing a superseded holder could spoil.
         return self._warehouse.rounds_announced_missing(self._own(merchant_id), grace_seconds)
+
+    def commit_catalogue(
+        self, merchant_id: str, games: Sequence[Game], *, kept_ids: Collection[str] = ()
+    ) -> CatalogueResult:
+        return self._warehouse.commit_catalogue(
+            self._own(merchant_id), games, kept_ids=kept_ids, epoch=self._epoch
+        )
 
     def _own(self, merchant_id: str) -> str:
         if merchant_id != self._merchant_id:

@@ -12,10 +12,10 @@ holds many of them at once:
   merchant: the first process holds them all, a second holds none until the first is gone,
   as SQLite has one writer anyway.  An in-memory database has no other process to fear.
 
-The keys and names are those of ``Warehouse.merchant_lock``, so a single-merchant daemon and a
-fleet replica never sync one merchant at once either.  The calls are serialised by the
-session (``fleet``); a lost connection raises ``WarehouseUnavailableError`` (every lock is gone
-with it) and the next call connects afresh.
+The keys and names are those an older, single-merchant daemon took (``locks``), so it and a
+fleet replica never sync one merchant at once either, during an upgrade.  The calls are
+serialised by the session (``fleet``); a lost connection raises ``WarehouseUnavailableError``
+(every lock is gone with it) and the next call connects afresh.
 """
 
 from __future__ import annotations

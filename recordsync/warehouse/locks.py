@@ -1,29 +1,29 @@
-"""Per-merchant locks that the database or the operating system frees when their holder dies.
+"""The lock primitives of the fleet's merchant locks (``fleet_locks``), which the database or
+the operating system frees when their holder dies, so a crashed replica never blocks a
+takeover and no cleanup code of ours is needed:
 
-The service's lease (``recordsync.service.lease``) holds one of these, asked of
-``Warehouse.merchant_lock``; no cleanup code of ours is needed to free it, so a crashed daemon
-never blocks its own restart:
+- PostgreSQL: session advisory locks, ``pg_try_advisory_lock(key)`` with ``key`` a stable
+  64-bit hash of ``"recordsync:" + merchant_id`` (``lease_key``).  Advisory locks are per
+  database, so two warehouses on one server do not interfere.
+- MariaDB: ``GET_LOCK('recordsync:<database>:<merchant>', 0)`` (``mysql_lock_name``).  Lock
+  names are server-wide, hence the database in the name; names longer than 64 characters
+  (MySQL's limit) are hashed.
+- SQLite: an exclusive ``flock`` on a file beside the database (``FileLock``).
 
-- PostgreSQL: a session advisory lock, ``pg_try_advisory_lock(key)`` with ``key`` a stable
-  64-bit hash of ``"recordsync:" + merchant_id``.  Advisory locks are per database, so two
-  warehouses on one server do not interfere.
-- MariaDB: ``GET_LOCK('recordsync:<database>:<merchant>', 0)``.  Lock names are server-wide,
-  hence the database in the name; names longer than 64 characters (MySQL's limit) are hashed.
-- SQLite: an exclusive ``flock`` on ``<database file>.<merchant hash>.lock`` beside the
-  database.  An in-memory database lives in one process: no lock is needed.
+The keys and names never change: a replica of an older version (one merchant per process,
+before the fleet) took the same ones, so it and a fleet replica never sync one merchant at
+once during an upgrade.
 
 The database locks live on a dedicated connection (``LockConnection``: autocommit, outside any
-pool used for writes), built here from the warehouse engine's URL and kept open for the lock's
-life; the fleet session (``fleet``) holds all of a process's merchant locks on one of them.  When
-that connection is lost (a database restart, a killed session, a network failure) the lock is
-gone with it, and ``verify`` says so.
+pool used for writes), built from the warehouse engine's URL and kept open for the locks'
+life; the fleet session holds all of a process's merchant locks on one of them.  When that
+connection is lost (a database restart, a killed session, a network failure) the locks are
+gone with it, and the next call says so.
 
 A holder whose host or network dies goes silent: the server ends its session, freeing the lock,
 after about ``lease_seconds`` (PostgreSQL ``idle_session_timeout`` and TCP keepalives, MariaDB
 ``wait_timeout``).  On our side the same bound turns a heartbeat on a dead network into a
 failure instead of a hang.
-
-A lease row with an expiry would only be needed on a database with none of these locks.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, TypeVar
 
 import structlog
 from sqlalchemy import Connection, Engine, create_engine, pool, text
@@ -41,7 +41,7 @@ from sqlalchemy.engine import URL
 
 from recordsync.core.database_url import MYSQL_FAMILY
 from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
-from recordsync.warehouse.connection import sqlite_file, translate_errors
+from recordsync.warehouse.connection import translate_errors
 
 MYSQL_LOCK_NAME_MAX: Final = 64
 _CONNECT_TIMEOUT_S: Final = 10
@@ -67,65 +67,6 @@ def mysql_lock_name(database: str, merchant_id: str) -> str:
         return name
     digest = hashlib.sha256(f"{database}:{merchant_id}".encode()).hexdigest()
     return ("recordsync:" + digest)[:MYSQL_LOCK_NAME_MAX]
-
-
-def lock_file_path(database: str | os.PathLike[str], merchant_id: str) -> Path:
-    """``<database file>.<merchant hash>.lock``: beside the data, one per merchant."""
-    digest = hashlib.sha256(merchant_id.encode()).hexdigest()[:16]
-    return Path(f"{os.path.abspath(database)}.{digest}.lock")  # noqa: PTH100 - keeps symlinks
-
-
-class MerchantLock(Protocol):
-    """One merchant's lock on one backend; its user (the lease) serialises the calls."""
-
-    resource: str  # what is locked, for logs (never a password)
-
-    def try_acquire(self) -> bool:
-        """True when now held; False when another holder has it.  May raise
-        ``WarehouseUnavailableError``, after which it can be tried again."""
-        ...
-
-    def verify(self) -> bool:
-        """Is the lock still ours?  False (or an exception) means lost."""
-        ...
-
-    def release(self) -> None:
-        """Give the lock back if held and close everything; safe twice."""
-        ...
-
-
-def merchant_lock(url: URL, merchant_id: str, *, lease_seconds: int) -> MerchantLock:
-    """The lock for ``merchant_id`` in the warehouse at ``url`` (its engine's); not yet taken.
-
-    ``lease_seconds`` bounds how long a silent holder keeps a server lock (see above).
-    """
-    backend = url.get_backend_name()
-    if backend == "sqlite":
-        path = sqlite_file(url)
-        if path is None:
-            return _NoLock()
-        return FileLock(lock_file_path(path, merchant_id))
-    if backend == "postgresql":
-        return _PostgresLock(url, lease_key(merchant_id), lease_seconds=lease_seconds)
-    if backend in MYSQL_FAMILY:
-        name = mysql_lock_name(url.database or "", merchant_id)
-        return _MariaDbLock(url, name, lease_seconds=lease_seconds)
-    raise ConfigurationError(f"lease: unsupported warehouse database {backend!r}")
-
-
-class _NoLock:
-    """In-memory SQLite: the database dies with the process, so does any contention."""
-
-    resource = "in-memory sqlite (no lock needed)"
-
-    def try_acquire(self) -> bool:
-        return True
-
-    def verify(self) -> bool:
-        return True
-
-    def release(self) -> None:
-        pass
 
 
 class FileLock:
@@ -333,84 +274,3 @@ def file_lock_owner(path: Path) -> str | None:
         return None
     finally:
         os.close(fd)
-
-
-class _ServerLock:
-    """One merchant's lock on a ``LockConnection`` of its own."""
-
-    resource: str
-
-    def __init__(self, url: URL, *, lease_seconds: int) -> None:
-        self._conn = LockConnection(url, lease_seconds=lease_seconds)
-        self._held = False
-
-    def _scalar(self, sql: str, action: str, **params: object) -> object:
-        try:
-            return self._conn.scalar(sql, action, **params)
-        except WarehouseUnavailableError:
-            self._held = False
-            raise
-
-    def _unlock(self) -> None:
-        raise NotImplementedError
-
-    def release(self) -> None:
-        if self._held and self._conn.connected:
-            try:
-                self._unlock()
-            except Exception:  # noqa: BLE001 - closing the session releases it anyway
-                _log.debug("lease_unlock_failed", lease=self.resource)
-        self._held = False
-        self._conn.dispose()
-
-
-class _PostgresLock(_ServerLock):
-    def __init__(self, url: URL, key: int, *, lease_seconds: int) -> None:
-        super().__init__(url, lease_seconds=lease_seconds)
-        self._key = key
-        self.resource = f"postgresql advisory lock {key} on {url.database}"
-
-    def try_acquire(self) -> bool:
-        got = self._scalar("SELECT pg_try_advisory_lock(:key)", "lease", key=self._key)
-        self._held = bool(got)
-        return self._held
-
-    def verify(self) -> bool:
-        if not self._held:
-            return False
-        # A bigint key is stored as classid (high 32 bits), objid (low 32 bits), objsubid 1.
-        count = self._scalar(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
-            " AND pid = pg_backend_pid() AND objsubid = 1"
-            " AND classid::bigint = :high AND objid::bigint = :low",
-            "lease heartbeat",
-            high=(self._key >> 32) & 0xFFFFFFFF,
-            low=self._key & 0xFFFFFFFF,
-        )
-        return bool(count)
-
-    def _unlock(self) -> None:
-        self._scalar("SELECT pg_advisory_unlock(:key)", "lease release", key=self._key)
-
-
-class _MariaDbLock(_ServerLock):
-    def __init__(self, url: URL, name: str, *, lease_seconds: int) -> None:
-        super().__init__(url, lease_seconds=lease_seconds)
-        self._name = name
-        self.resource = f"mariadb lock {name!r}"
-
-    def try_acquire(self) -> bool:
-        got = self._scalar("SELECT GET_LOCK(:name, 0)", "lease", name=self._name)
-        self._held = got == 1
-        return self._held
-
-    def verify(self) -> bool:
-        if not self._held:
-            return False
-        ours = self._scalar(
-            "SELECT IS_USED_LOCK(:name) = CONNECTION_ID()", "lease heartbeat", name=self._name
-        )
-        return ours == 1
-
-    def _unlock(self) -> None:
-        self._scalar("SELECT RELEASE_LOCK(:name)", "lease release", name=self._name)

@@ -14,14 +14,15 @@ from datetime import datetime
 from typing import Any, Final
 
 import orjson
-from sqlalchemy import Connection, insert
+from sqlalchemy import Connection, insert, update
 
 from recordsync.core.models import Record, RecordChange, RejectedItem
 from recordsync.core.state import Window
 from recordsync.warehouse import sync_state
 from recordsync.warehouse.page_writer import PageWriter
-from recordsync.warehouse.schema import quarantined_records
+from recordsync.warehouse.schema import quarantined_records, records
 from recordsync.warehouse.staging import stage_page
+from recordsync.warehouse.types import money_units
 from recordsync.warehouse.upsert import collapse, split_unstorable
 from recordsync.warehouse.values import WriteResult
 
@@ -105,6 +106,61 @@ def commit_tail_page(
         now=now,
     )
     return result
+
+
+def commit_repair(
+    conn: Connection,
+    writer: PageWriter,
+    merchant_id: str,
+    *,
+    newer: Sequence[Record],
+    same_revision: Sequence[Record],
+    keep_revisions: bool,
+    now: datetime,
+) -> None:
+    """``recordsync verify --repair``: the platform's records written back, no cursor moved.
+
+    ``newer`` (rows missing or behind) go through the page upsert, under the same guard as
+    every page: a stored revision never goes down, so a row the tail moved on meanwhile keeps
+    its newer revision.  ``same_revision`` (rows that differ at the platform's revision) are
+    rewritten only where the warehouse still holds exactly that revision: the guard of the
+    upsert (``<``) leaves an equal revision alone, and a revision is immutable on the platform,
+    so the platform's copy is the right one.  Records the columns cannot hold are skipped (the
+    sync quarantined them when it read them); ``verify`` reports them as not repaired.
+    """
+    rows, _unfit = split_unstorable(collapse(newer))
+    if rows:
+        writer.write(conn, merchant_id, stage_page(rows, (), keep_revisions=keep_revisions), now)
+    fitting, _unfit = split_unstorable(collapse(same_revision))
+    for record in fitting:
+        conn.execute(
+            update(records)
+            .where(
+                records.c.merchant_id == merchant_id,
+                records.c.record_id == record.record_id,
+                records.c.revision == record.revision,
+            )
+            .values(
+                player_id=record.player_id,
+                game_id=record.game_id,
+                currency=record.currency,
+                round_id=record.round_id,
+                parent_round_id=record.parent_round_id,
+                bet_amount=record.bet_amount,
+                refund_amount=record.refund_amount,
+                payout_amount=record.payout_amount,
+                net_amount=record.net_amount,
+                status=record.status,
+                created_at=record.created_at,
+                settled_at=record.settled_at,
+                updated_at=record.updated_at,
+                synced_at=now,
+                bet_units=money_units(record.bet_amount),
+                refund_units=money_units(record.refund_amount),
+                payout_units=money_units(record.payout_amount),
+                net_units=money_units(record.net_amount),
+            )
+        )
 
 
 def _write_rows(

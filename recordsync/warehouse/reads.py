@@ -7,10 +7,13 @@ The BI views are read by ``summaries``.  Every function runs inside the transact
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import fields
+from datetime import datetime
 from typing import Any, Final
 
 from sqlalchemy import Column, Connection, case, func, select
 
+from recordsync.core.models import Record
 from recordsync.warehouse import sync_state
 from recordsync.warehouse.schema import (
     quarantined_records,
@@ -21,6 +24,8 @@ from recordsync.warehouse.schema import (
 from recordsync.warehouse.values import JobStatus, QuarantinedRecord, WarehouseStatus
 
 IN_LIST_CHUNK: Final = 500  # keep IN lists well under every backend's parameter limit
+# The columns of ``records`` that make a ``Record`` (the rest is bookkeeping: synced_at, units).
+_RECORD_COLUMNS: Final = tuple(records.c[f.name] for f in fields(Record))
 
 
 def status(conn: Connection, merchant_id: str) -> WarehouseStatus:
@@ -91,6 +96,34 @@ def stored_revisions(
         )
         found.update({row.record_id: row.revision for row in conn.execute(query)})
     return found
+
+
+def stored_records(
+    conn: Connection, merchant_id: str, record_ids: Collection[str]
+) -> dict[str, Record]:
+    """record_id -> the row held in ``records`` as a ``Record``, for the ids that exist."""
+    ids = list(record_ids)
+    found: dict[str, Record] = {}
+    for start in range(0, len(ids), IN_LIST_CHUNK):
+        query = select(*_RECORD_COLUMNS).where(
+            records.c.merchant_id == merchant_id,
+            records.c.record_id.in_(ids[start : start + IN_LIST_CHUNK]),
+        )
+        for row in conn.execute(query).mappings():
+            found[row["record_id"]] = Record(**row)
+    return found
+
+
+def record_ids_created(
+    conn: Connection, merchant_id: str, start: datetime, end: datetime
+) -> list[str]:
+    """The ids of the rows created in ``[start, end)``, as ``GET /v1/records`` selects them."""
+    query = select(records.c.record_id).where(
+        records.c.merchant_id == merchant_id,
+        records.c.created_at >= start,
+        records.c.created_at < end,
+    )
+    return list(conn.execute(query).scalars())
 
 
 def fetch_records(conn: Connection, merchant_id: str) -> dict[str, dict[str, Any]]:

@@ -14,7 +14,8 @@ that each stays a fixed record of its revision when this module changes; a test 
 migrated schema with these tables on every backend.  The BI views (revision 0003) are read
 through ``recordsync.warehouse.summaries``.  ``merchant_leases``, ``replicas`` and
 ``backfill_requests`` (revision 0004) are the fleet's: which holder's writes count, who is
-alive, and backfills handed to a merchant's holder.
+alive, and backfills handed to a merchant's holder.  ``games`` and ``game_localizations``
+(revision 0006) are the game catalogue, the dimension that names a record's ``game_id``.
 """
 
 from __future__ import annotations
@@ -231,6 +232,64 @@ round_events = Table(
     Column("found_at", utc_datetime(), nullable=True),
     UniqueConstraint("event_id", name="uq_round_events_event_id"),
     Index("ix_round_events_merchant_found", "merchant_id", "found_at", "received_at"),
+)
+
+# A ``recordsync verify`` handed to the merchant's holder (``verify_requests``, revision 0007):
+# the holder runs it inside the merchant's rate budget and stores its findings in ``result``
+# (the JSON document ``verify --format json`` prints); ``state`` is a ``values.BackfillState``.
+verify_requests = Table(
+    "verify_requests",
+    metadata,
+    Column("id", big_id(), primary_key=True, autoincrement=True),
+    Column("merchant_id", String(ID_LENGTH), nullable=False),
+    Column("created_from", utc_datetime(), nullable=False),
+    Column("created_to", utc_datetime(), nullable=False),
+    Column("repair", Boolean, nullable=False),
+    Column("state", String(PHASE_LENGTH), nullable=False),
+    Column("requested_at", utc_datetime(), nullable=False),
+    Column("started_at", utc_datetime(), nullable=True),
+    Column("finished_at", utc_datetime(), nullable=True),
+    Column("holder", String(ID_LENGTH), nullable=True),
+    Column("error", Text, nullable=True),
+    Column("result", large_text(), nullable=True),
+    Index("ix_verify_requests_merchant_state", "merchant_id", "state", "id"),
+)
+
+# Revision 0006, the game catalogue as a dimension (spec: Game; docs/bi.md).  One row per game
+# the merchant's catalogue ever listed; a game that leaves the catalogue keeps its row with
+# ``listed`` false and its ``last_seen_at`` frozen ("not seen since").  ``changed_at`` moves
+# when a pass finds the entry different; ``languages`` is the language tags joined by commas.
+# Icons are not kept (recordsync never downloads them).
+games = Table(
+    "games",
+    metadata,
+    Column("merchant_id", String(ID_LENGTH), primary_key=True),
+    Column("game_id", String(ID_LENGTH), primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("brand", Text, nullable=True),
+    Column("category", String(ID_LENGTH), nullable=True),
+    Column("category_name", Text, nullable=True),
+    Column("status", String(CODE_LENGTH), nullable=False),
+    Column("launch_supported", Boolean, nullable=False),
+    Column("provider_code", String(ID_LENGTH), nullable=True),
+    Column("provider_name", Text, nullable=True),
+    Column("client_version", String(ID_LENGTH), nullable=True),
+    Column("languages", Text, nullable=False),
+    Column("listed", Boolean, nullable=False),
+    Column("first_seen_at", utc_datetime(), nullable=False),
+    Column("last_seen_at", utc_datetime(), nullable=False),
+    Column("changed_at", utc_datetime(), nullable=False),
+)
+
+# A game's name per language (spec: Game, localizations[]): a table rather than a JSON column,
+# so that BI joins it the same way on every backend (docs/bi.md says why).
+game_localizations = Table(
+    "game_localizations",
+    metadata,
+    Column("merchant_id", String(ID_LENGTH), primary_key=True),
+    Column("game_id", String(ID_LENGTH), primary_key=True),
+    Column("language", String(CODE_LENGTH), primary_key=True),
+    Column("name", Text, nullable=False),
 )
 
 # Alembic's bookkeeping table, named for us so it cannot clash with a warehouse that already

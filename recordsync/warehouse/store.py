@@ -3,8 +3,8 @@
 Each read or write runs in ONE transaction, opened here and handed to the module that does
 the work: ``sync_state`` (where the sync stands), ``page_commits`` (a page's rows with its
 cursor; it says why they must commit together), ``reads`` and ``summaries`` (what was
-stored).  ``locks`` builds the merchant's lock, which lives on a connection of its own;
-``fleet`` the session of a process sharing the merchants with others.
+stored); ``fleet`` the session of a process sharing the merchants with others, whose locks
+(``fleet_locks``) live on a connection of their own.
 Any "server gone" error is raised as ``WarehouseUnavailableError`` (see ``connection``) after
 the transaction has rolled back; the caller waits and tries again with the same page.
 
@@ -31,19 +31,20 @@ from sqlalchemy.exc import IntegrityError
 
 from recordsync.core.database_url import SUPPORTED_BACKENDS, check_driver
 from recordsync.core.errors import ConfigurationError
-from recordsync.core.models import Record, RecordChange, RejectedItem
+from recordsync.core.models import Game, Record, RecordChange, RejectedItem
 from recordsync.core.round_events import RoundEvent, RoundEventReceipt
 from recordsync.core.state import REBUILD_JOB, SyncState, Window, WindowProgress
 from recordsync.warehouse import (
     backfill_requests,
+    catalogue,
     fleet_locks,
     leases,
-    locks,
     page_commits,
     reads,
     round_events,
     summaries,
     sync_state,
+    verify_requests,
 )
 from recordsync.warehouse.connection import (
     WRITE_OPTION,
@@ -53,15 +54,17 @@ from recordsync.warehouse.connection import (
 )
 from recordsync.warehouse.fenced import FencedWarehouse
 from recordsync.warehouse.fleet import FleetSession
-from recordsync.warehouse.locks import MerchantLock
 from recordsync.warehouse.migrate import schema_state
 from recordsync.warehouse.migrate import upgrade as upgrade_schema
 from recordsync.warehouse.page_writer import PageWriter, page_writer_for
 from recordsync.warehouse.values import (
     BackfillRequest,
+    CatalogueResult,
     DailySummary,
     Freshness,
+    GameName,
     QuarantinedRecord,
+    VerifyRequest,
     WarehouseStatus,
     WriteResult,
 )
@@ -333,6 +336,56 @@ class Warehouse:
                 now=now,
             )
 
+    def repair_records(
+        self,
+        merchant_id: str,
+        *,
+        newer: Sequence[Record],
+        same_revision: Sequence[Record],
+        epoch: int | None = None,
+    ) -> None:
+        """Write back what the platform returned, in one transaction (``verify --repair``).
+
+        The rows only, never a cursor, under the revision guards (``page_commits.
+        commit_repair`` says which); with ``epoch``, fenced like every page commit.
+        """
+        now = self._clock()
+        with self._write("repair records", merchant_id, epoch) as conn:
+            page_commits.commit_repair(
+                conn,
+                self._writer_for(conn),
+                merchant_id,
+                newer=newer,
+                same_revision=same_revision,
+                keep_revisions=self._keep_revisions,
+                now=now,
+            )
+
+    # -- the game catalogue (catalogue) ---------------------------------------------------------
+
+    def commit_catalogue(
+        self,
+        merchant_id: str,
+        games: Sequence[Game],
+        *,
+        kept_ids: Collection[str] = (),
+        epoch: int | None = None,
+    ) -> CatalogueResult:
+        """Store one whole catalogue pass in one transaction (``catalogue`` says how)."""
+        now = self._clock()
+        with self._write("commit catalogue", merchant_id, epoch) as conn:
+            return catalogue.commit_pass(conn, merchant_id, games, kept_ids=kept_ids, now=now)
+
+    def game_names(self, merchant_id: str) -> dict[str, GameName]:
+        """game_id -> its name and provider from the catalogue (every game ever listed)."""
+        with translate_errors("read game names"), self._engine.begin() as conn:
+            return catalogue.game_names(conn, merchant_id)
+
+    def fetch_games(self, merchant_id: str) -> dict[str, dict[str, Any]]:
+        """Every stored game row with its localized names (for tests and checks)."""
+        with translate_errors("fetch games"), self._engine.begin() as conn:
+            return catalogue.fetch_games(conn, merchant_id)
+
     @contextmanager
     def _write(self, action: str, merchant_id: str, epoch: int | None) -> Iterator[Connection]:
         """One write transaction; with an ``epoch``, fenced by its first statement."""
@@ -364,6 +417,18 @@ class Warehouse:
         with translate_errors("read stored revisions"), self._engine.begin() as conn:
             return reads.stored_revisions(conn, merchant_id, record_ids)
 
+    def stored_records(self, merchant_id: str, record_ids: Collection[str]) -> dict[str, Record]:
+        """record_id -> the stored row as a ``Record``, for the ids that exist (``verify``
+        compares them with the platform's field by field)."""
+        with translate_errors("read stored records"), self._engine.begin() as conn:
+            return reads.stored_records(conn, merchant_id, record_ids)
+
+    def record_ids_created(self, merchant_id: str, start: datetime, end: datetime) -> list[str]:
+        """The ids of the stored rows created in ``[start, end)`` (``verify`` looks for rows
+        the platform does not list)."""
+        with translate_errors("read record ids"), self._engine.begin() as conn:
+            return reads.record_ids_created(conn, merchant_id, start, end)
+
     # -- the BI views (docs/bi.md; summaries) ---------------------------------------------------
 
     def newest_record_day(self, merchant_id: str) -> date | None:
@@ -389,16 +454,6 @@ class Warehouse:
         """The merchant's row of ``sync_freshness``; None before the first (re)build."""
         with translate_errors("read freshness"), self._engine.begin() as conn:
             return summaries.freshness(conn, merchant_id)
-
-    # -- the merchant's lock (locks) ---------------------------------------------------------
-
-    def merchant_lock(self, merchant_id: str, *, lease_seconds: int) -> MerchantLock:
-        """The lock a lease holds for ``merchant_id``, not yet taken.
-
-        It connects on its own, from this engine's URL, never through the writers' pool: the
-        URL and the connection stay inside the warehouse package.
-        """
-        return locks.merchant_lock(self._engine.url, merchant_id, lease_seconds=lease_seconds)
 
     # -- the fleet (fleet, leases, backfill_requests) -----------------------------------------
 
@@ -497,6 +552,37 @@ class Warehouse:
         if self._engine.dialect.name == "postgresql":
             return round_events.PostgresFeed(self._engine.url, replica_id)
         return round_events.PollFeed(self._engine, replica_id, interval=poll_interval, sleep=sleep)
+
+    def request_verify(
+        self, merchant_id: str, start: datetime, end: datetime, *, repair: bool
+    ) -> int:
+        """Hand a verify of ``[start, end)`` to the merchant's holder; its request id."""
+        with translate_errors("request verify"), self._writer.begin() as conn:
+            return verify_requests.request(conn, merchant_id, start, end, repair=repair)
+
+    def pending_verifies(self, merchant_id: str) -> list[VerifyRequest]:
+        """The merchant's unfinished verify requests, oldest first (running ones a previous
+        holder did not finish included: run them again)."""
+        with translate_errors("read verify requests"), self._engine.begin() as conn:
+            return verify_requests.unfinished(conn, merchant_id)
+
+    def start_verify_request(self, request_id: int, holder: str) -> None:
+        """Mark an unfinished verify request running under ``holder``; LookupError when none."""
+        with translate_errors("start verify request"), self._writer.begin() as conn:
+            verify_requests.start(conn, request_id, holder)
+
+    def finish_verify_request(
+        self, request_id: int, *, result: str | None = None, failed: str | None = None
+    ) -> None:
+        """Mark an unfinished verify request done with its findings (JSON), or failed with the
+        reason (shown to the requester, so never a secret); LookupError when there is none."""
+        with translate_errors("finish verify request"), self._writer.begin() as conn:
+            verify_requests.finish(conn, request_id, result=result, failed=failed)
+
+    def verify_request(self, request_id: int) -> VerifyRequest | None:
+        """The verify request as it stands (the requester polls it)."""
+        with translate_errors("read verify request"), self._engine.begin() as conn:
+            return verify_requests.get(conn, request_id)
 
     # -- for tests and end-to-end checks -----------------------------------------------------
 

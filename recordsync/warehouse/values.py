@@ -131,3 +131,53 @@ class BackfillRequest:
     @property
     def finished(self) -> bool:
         return self.state in {BackfillState.DONE, BackfillState.FAILED}
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyRequest:
+    """A ``recordsync verify`` of ``[created_from, created_to)`` handed to the merchant's holder.
+
+    The holder runs it within the merchant's rate budget (with ``repair``, its writes fenced
+    by the holder's epoch) and stores the findings in ``result``, the JSON document of
+    ``verify --format json``; the requester follows the row until finished.  Times are the
+    database's.
+    """
+
+    id: int
+    merchant_id: str
+    created_from: datetime
+    created_to: datetime
+    repair: bool
+    state: BackfillState
+    requested_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    holder: str | None  # the replica that started it last
+    error: str | None  # why it failed
+    result: str | None  # the findings (JSON), once done
+
+    @property
+    def finished(self) -> bool:
+        return self.state in {BackfillState.DONE, BackfillState.FAILED}
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogueResult:
+    """What one committed catalogue pass changed (``catalogue.commit_pass``)."""
+
+    listed: int  # games the pass listed
+    added: int  # of those, first seen now
+    changed: int  # of those, found different from the stored row
+    unlisted: int  # stored games the pass no longer listed (rows kept, marked not seen since)
+
+
+@dataclass(frozen=True, slots=True)
+class GameName:
+    """How BI names a game: ``games`` row fields a report shows beside the game_id."""
+
+    game_id: str
+    name: str
+    provider_code: str | None
+    provider_name: str | None
+    category: str | None
+    listed: bool

@@ -6,6 +6,9 @@
 - Edge records: amounts at the per-transaction maximum, 1500 of them in one group (a sum
   beyond 64-bit units), negative nets, VOID with refunds, OPEN rounds, an unknown status,
   ``-0.00``, and rounds on both sides of a UTC midnight.
+- MERCHANT's game catalogue, as two catalogue passes store it, the second without the last
+  game (it left the catalogue: its row stays, unlisted); the edge games are not in it (a
+  game the catalogue never listed keeps its rows, unnamed).
 - A merchant with old data only (reports count back from the newest data day, not the clock)
   and one with an amount beyond +-922337203685477.5807 (SQLite cannot sum it exactly).
 """
@@ -22,9 +25,9 @@ from typing import Any
 
 import orjson
 
-from recordsync.core.models import Record, RecordChange
+from recordsync.core.models import Game, Record, RecordChange
 from recordsync.core.state import REBUILD_JOB, Window
-from recordsync.platform.parsing import parse_change, parse_record
+from recordsync.platform.parsing import parse_change, parse_game, parse_record
 from recordsync.sim import Simulator
 from recordsync.sim.config import SimConfig
 from recordsync.warehouse import Warehouse
@@ -47,6 +50,7 @@ class Dataset:
     records: dict[str, list[Record]]  # merchant -> its records at their newest revision
     changes: list[RecordChange]  # MERCHANT's change stream, in order
     projection_as_of: datetime
+    games: list[Game]  # MERCHANT's game catalogue (the edge records' games are not in it)
 
 
 def _round(record_id: str, **fields: Any) -> Record:
@@ -161,6 +165,7 @@ def dataset() -> Dataset:
         records={MERCHANT: truth + edge_records(), OLD_MERCHANT: old, HUGE_MERCHANT: huge},
         changes=changes,
         projection_as_of=SIM_NOW,
+        games=[parse_game(game.wire()) for game in sim.games().listed()],
     )
 
 
@@ -195,6 +200,9 @@ def load(warehouse: Warehouse, data: Dataset, *, projection_as_of: datetime) -> 
                 done=done,
                 position=f"page-{number}",
             )
+    warehouse.commit_catalogue(MERCHANT, data.games)
+    # A second pass without the last game: it left the catalogue, its row kept unlisted.
+    warehouse.commit_catalogue(MERCHANT, data.games[:-1])
     for number, page in enumerate(_pages(data.changes)):
         warehouse.commit_tail_page(
             MERCHANT,

@@ -114,6 +114,32 @@ def test_the_dashboard_reads_postgres_through_its_datasource_variable():
         assert subject in titles, subject
 
 
+@pytest.mark.parametrize("loaded", POSTGRES, indirect=True)
+def test_games_and_providers_are_shown_by_name(loaded):
+    """The panels about games show the catalogue's names, the game id beside them."""
+    by_title = {panel["title"]: panel for panel in all_panels(load_dashboard()["panels"])}
+    games = {game.game_id: game for game in dataset().games}
+    created = [record.created_at for record in dataset().records[MERCHANT]]
+    start, end = min(created), max(created) + timedelta(seconds=1)
+    for title, name_of in (
+        ("Top games by GGR ($currency)", lambda game: game.name),
+        ("GGR by game provider ($currency)", lambda game: game.provider_name),
+    ):
+        sql = by_title[title]["targets"][0]["rawSql"]
+        for currency in ("USD", "EUR"):
+            expanded = expand(sql, start=start, end=end).replace("'USDT'", f"'{currency}'")
+            with loaded.engine.connect() as conn:
+                result = conn.exec_driver_sql(expanded)
+                columns = list(result.keys())
+                rows = result.all()
+            assert rows, (title, currency)
+            shown = {
+                row[columns.index("game" if "games" in title.lower() else "provider")]
+                for row in rows
+            }
+            assert shown <= {name_of(game) for game in games.values()}, (title, shown)
+
+
 def test_every_macro_and_variable_of_the_dashboard_is_known_to_the_expansion():
     start = dataset().projection_as_of
     for where, sql in queries():

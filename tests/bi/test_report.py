@@ -50,6 +50,8 @@ def test_json_by_game_equals_python_sums_over_the_last_days_of_data(loaded):
     ordered = [(row["currency"], -Decimal(row["ggr_amount"])) for row in document["rows"]]
     assert ordered == sorted(ordered)
     got = {(row.pop("game_id"), row.pop("currency")): row for row in document["rows"]}
+    for row in got.values():
+        del row["game_name"], row["provider_name"]  # tests/bi/test_report_names.py
     assert got == {key: as_text(sums) for key, sums in expected.items()}
 
 

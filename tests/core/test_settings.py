@@ -492,3 +492,59 @@ def test_bad_events_settings_name_their_variable(environ, expected):
     with pytest.raises(ConfigurationError) as caught:
         load_settings({**BASE, **environ})
     assert expected in str(caught.value)
+
+
+def test_recordsync_config_names_the_file_and_config_wins_over_it(tmp_path):
+    """RECORDSYNC_CONFIG is the file when no --config is given (a unit's Environment=)."""
+    from_env = write_fleet(tmp_path, 'http_port = 9200\nmerchant_id = "m-env"\n')
+    other = tmp_path / "other.toml"
+    other.write_text('http_port = 9300\nmerchant_id = "m-option"\n', encoding="utf-8")
+    environ = {"RECORDSYNC_CONFIG": str(from_env)}
+    assert load_settings(environ, need_platform=False).http_port == 9200
+    chosen = load_settings(environ, config_path=other, need_platform=False)
+    assert (chosen.http_port, chosen.merchant().merchant_id) == (9300, "m-option")
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        load_settings({"RECORDSYNC_CONFIG": str(tmp_path / "missing.toml")})
+
+
+def test_recordsync_config_reaches_every_command(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RECORDSYNC_CONFIG", str(write_fleet(tmp_path, 'http_port = "x"\n')))
+    assert cli.main(["run"]) == 2
+    assert "RECORDSYNC_HTTP_PORT: 'x' is not a port" in capsys.readouterr().err
+
+
+def test_a_relative_secret_file_of_an_entry_is_beside_the_config_file(tmp_path, monkeypatch):
+    """A unit's credentials directory holds the file and the secrets; it differs per unit."""
+    credentials = tmp_path / "credentials"
+    credentials.mkdir()
+    (credentials / "merchants_brand-a").write_text(SECRET, encoding="utf-8")
+    (credentials / "merchants_brand-a").chmod(0o600)
+    config = credentials / "recordsync.toml"
+    config.write_text(
+        'base_url = "https://platform.example"\n'
+        '[[merchants]]\nmerchant_id = "brand-a"\nsecret_file = "merchants_brand-a"\n'
+        '[[merchants]]\nmerchant_id = "brand-b"\nsecret_file = "merchants_brand-b"\n',
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(tmp_path)  # not where the secrets are
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings({"RECORDSYNC_CONFIG": str(config)})
+    (line,) = str(caught.value).splitlines()
+    assert line.startswith("merchants[1] (brand-b).secret_file: cannot read ")
+    assert str(credentials / "merchants_brand-b") in line
+    (credentials / "merchants_brand-b").write_text(SECRET, encoding="utf-8")
+    (credentials / "merchants_brand-b").chmod(0o600)
+    settings = load_settings({"RECORDSYNC_CONFIG": str(config)})
+    assert settings.merchant("brand-a").secret == SecretSource.file(
+        credentials / "merchants_brand-a"
+    )
+
+
+def test_the_catalogue_interval_defaults_to_an_hour_and_zero_turns_it_off(tmp_path: Path) -> None:
+    assert load_settings(BASE).catalogue_interval == 3600.0
+    assert load_settings({**BASE, "RECORDSYNC_CATALOGUE_INTERVAL": "0"}).catalogue_interval == 0
+    config = tmp_path / "recordsync.toml"
+    config.write_text("catalogue_interval = 900\n")
+    assert load_settings({**BASE}, config_path=config).catalogue_interval == 900
+    with pytest.raises(ConfigurationError, match="RECORDSYNC_CATALOGUE_INTERVAL"):
+        load_settings({**BASE, "RECORDSYNC_CATALOGUE_INTERVAL": "-1"})

@@ -381,6 +381,7 @@ def test_every_named_metric_is_exposed_with_conventional_names(metrics, merchant
     client.on_rate_limited("records", 1.0)
     merchant.observe_write(0.1)
     merchant.drift_checked(0)
+    merchant.sync_failed("RuntimeError")
     metrics.set_lease_held(MERCHANT, held=True)
     metrics.set_replicas_live(2)
 
@@ -435,6 +436,8 @@ PER_MERCHANT = [
     (MetricName.ERRORS, {"kind": "ServerError"}, 1, 2),
     (MetricName.DRIFT_CHECKS, {}, 1, 2),
     (MetricName.DRIFT_ROWS_BEHIND, {}, 1, 2),
+    (MetricName.SYNC_FAILURES, {"kind": "RuntimeError"}, 1, 2),
+    (MetricName.CATALOGUE_REFRESHES, {}, 1, 2),
     (MetricName.LEASE_HELD, {}, 1, 0),
 ]
 # What a merchant handed to another replica leaves behind: its counters, and a lease of 0.
@@ -478,6 +481,8 @@ def feed(metrics, merchant_id, n, clock):
         sync.rebuild_started("change cursor expired")
         sync.error("ServerError")
         sync.drift_checked(WINDOW, n)
+        view.sync_failed("RuntimeError")
+        sync.catalogue_refreshed(24, 0.5)
     sync.tail_page(
         7 * n,
         has_more=n > 1,

@@ -16,7 +16,9 @@ from recordsync.warehouse.migrate import _config, current_revision, head_revisio
 from recordsync.warehouse.schema import VERSION_TABLE, metadata
 
 FLEET_TABLES = {"merchant_leases", "replicas", "backfill_requests"}
-EVENT_TABLES = {"round_events"}
+EVENT_TABLES = {"round_events"}  # revision 0005
+VERIFY_TABLES = {"verify_requests"}  # revision 0007
+CATALOGUE_TABLES = {"games", "game_localizations"}
 TABLES = {
     "records",
     "record_revisions",
@@ -26,8 +28,15 @@ TABLES = {
     VERSION_TABLE,
     *FLEET_TABLES,
     *EVENT_TABLES,
+    *VERIFY_TABLES,
+    *CATALOGUE_TABLES,
 }
-VIEWS = {"daily_game_summary", "daily_player_summary", "sync_freshness"}
+VIEWS = {
+    "daily_game_summary",
+    "daily_player_summary",
+    "sync_freshness",
+    "daily_game_summary_named",
+}
 RECORD_INDEXES = {
     "ix_records_merchant_created": ["merchant_id", "created_at"],
     "ix_records_merchant_updated": ["merchant_id", "updated_at"],
@@ -57,7 +66,7 @@ def test_migrations_build_the_schema_on_an_empty_database_and_are_idempotent(war
         store.close()
     assert tables == TABLES
     assert views == VIEWS
-    assert revision == head_revision() == "0005"
+    assert revision == head_revision() == "0007"
 
 
 def test_migrated_schema_matches_the_tables_the_code_uses(warehouse):
@@ -107,6 +116,7 @@ def test_scripts_are_found_from_the_source_checkout():
         "0003_bi_views.py",
         "0004_fleet.py",
         "0005_round_events.py",
+        "0006_games.py",
     ):
         assert (versions / name).is_file()
 
@@ -158,6 +168,8 @@ def test_the_bi_revisions_downgrade_to_0001_and_upgrade_again(warehouse):
         "record_revisions",
         *FLEET_TABLES,
         *EVENT_TABLES,
+        *VERIFY_TABLES,
+        *CATALOGUE_TABLES,
     }
     assert inspector.get_view_names() == []
     assert not any(c["name"].endswith("_units") for c in inspector.get_columns("records"))

@@ -1,0 +1,465 @@
+"""``recordsync verify``: is a range of the warehouse complete and exact?  A yes, or a list.
+
+The platform's records of ``[from, to)`` are read again (``GET /v1/records``, windows of at
+most 24 h aligned on UTC days, each paged by cursor) at the lowest budget priority and
+compared with the warehouse, record by record and field by field (what counts as which
+difference: ``recordsync.sync.verify``).
+
+The merchant's rate limit is spent by one process at a time (spec: Limits, "Record rate"; a
+second process cannot see the first one's budget).  So, like ``backfill``, verify first tries
+to take the merchant's lease:
+
+- no daemon holds the merchant: verify holds it for the run (a daemon starting meanwhile
+  waits), reads inside its own budget, and ``--repair`` writes are fenced by its own epoch;
+- a daemon holds it: the run is handed to that holder through the warehouse (a
+  ``verify_requests`` row), which runs the same ``verify_range`` inside ITS budget at the
+  lowest priority, beside its tail, with repairs fenced by its own epoch, and stores the
+  findings for this command to print.  One process spends the merchant's limit, and one
+  writer (the lease holder) writes, whichever way it runs.
+
+``--repair`` writes rows only, never a cursor, through the revision guards
+(``Warehouse.repair_records``): a stored revision never goes down, rows only the warehouse
+has are never deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import os
+import secrets as random_tokens
+import sys
+from collections.abc import Callable
+from contextlib import nullcontext
+from datetime import datetime
+from functools import partial
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+import orjson
+import structlog
+from prometheus_client import CollectorRegistry, write_to_textfile
+from rich.console import Console
+from rich.table import Table
+
+from recordsync.core.errors import (
+    ConfigurationError,
+    CursorExpiredError,
+    RecordSyncError,
+    ShutdownRequestedError,
+)
+from recordsync.core.models import RecordsPage
+from recordsync.core.settings import Settings
+from recordsync.core.state import Window
+from recordsync.core.stopping import Stopper
+from recordsync.logs import process_context
+from recordsync.metrics import record_verify_run
+from recordsync.platform.budget import Priority
+from recordsync.platform.client import PlatformClient
+from recordsync.service.app import App, open_app
+from recordsync.service.progress import RichProgress
+from recordsync.service.signals import stop_on_signals
+from recordsync.sync.events import SyncObserver
+from recordsync.sync.plan import plan_windows
+from recordsync.sync.resilience import StepRunner
+from recordsync.sync.verify import (
+    FAULTS,
+    DayTally,
+    Difference,
+    VerifyResult,
+    classify,
+    compare_page,
+    warehouse_only,
+)
+from recordsync.warehouse import BackfillState, Warehouse
+
+log = structlog.get_logger("recordsync")
+
+LEASE_SECONDS: Final = 10
+FOLLOW_EVERY: Final = 1.0  # seconds between looks at a request handed to the holder
+JOB: Final = "verify"
+FORMATS: Final = ("table", "json", "csv")
+COLUMNS: Final = ("day", "platform_rows", "warehouse_rows", *Difference, "repaired")
+
+
+def run_verify(
+    settings: Settings,
+    start: datetime,
+    end: datetime,
+    *,
+    merchant_id: str | None = None,
+    repair: bool = False,
+    fmt: str = "table",
+    metrics_file: Path | None = None,
+    out: TextIO | None = None,
+) -> int:
+    """Compare ``[start, end)`` of the merchant with the platform and print the findings.
+
+    Exit code: 0 when nothing is missing, behind or different, 1 otherwise (also when
+    ``--repair`` repaired everything it found: something was wrong and a person should know).
+    """
+    if not start < end:
+        raise ConfigurationError("verify: --from must be earlier than --to")
+    if fmt not in FORMATS:
+        raise ConfigurationError(f"verify: --format must be one of {', '.join(FORMATS)}")
+    out = out or sys.stdout
+    merchant = settings.merchant(merchant_id)
+    stopper = Stopper()
+    process_context.update(merchant_id=merchant.merchant_id, phase="verify")
+    progress = RichProgress(Console(file=sys.stderr)) if sys.stderr.isatty() else None
+    with (
+        stop_on_signals(stopper),
+        open_app(settings, merchant_id=merchant.merchant_id, stopper=stopper) as app,
+    ):
+        session = app.warehouse.fleet_session(
+            f"verify-{os.getpid()}-{random_tokens.token_hex(2)}", lease_seconds=LEASE_SECONDS
+        )
+        try:
+            epoch = session.try_hold(merchant.merchant_id)
+            document = None
+            if epoch is None:
+                holder = session.holders().get(merchant.merchant_id)
+                document, epoch = _follow_the_holder(
+                    app,
+                    start,
+                    end,
+                    repair=repair,
+                    stopper=stopper,
+                    holder=holder,
+                    try_hold=lambda: session.try_hold(merchant.merchant_id),
+                )
+            if document is None:
+                with progress or nullcontext():
+                    result = verify_range(
+                        app.client,
+                        app.warehouse,
+                        merchant.merchant_id,
+                        start,
+                        end,
+                        page_size=app.options.page_size,
+                        repair=repair,
+                        epoch=epoch,
+                        stopper=stopper,
+                        progress=progress,
+                    )
+                document = verify_document(result, merchant.merchant_id, start, end)
+        except ShutdownRequestedError:
+            log.info("verify_interrupted", action="nothing was concluded; run it again")
+            return 1
+        finally:
+            session.close()
+    _report(document, metrics_file)
+    render(document, fmt=fmt, out=out)
+    return 0 if document["clean"] else 1
+
+
+def _follow_the_holder(
+    app: App,
+    start: datetime,
+    end: datetime,
+    *,
+    repair: bool,
+    stopper: Stopper,
+    holder: str | None,
+    try_hold: Callable[[], int | None],
+) -> tuple[dict[str, Any] | None, int | None]:
+    """Hand the run to the daemon that holds the merchant: its findings once it is done.
+
+    While nobody has started the request, the lease is tried again: a holder that stopped
+    before taking it leaves the merchant free, and then this command runs the verify itself
+    (``(None, epoch)``: the request is marked failed, so no later holder runs it too).
+    """
+    merchant_id = app.merchant.merchant_id
+    runner = StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=True)
+    request_id = runner.run(
+        lambda: app.warehouse.request_verify(merchant_id, start, end, repair=repair),
+        what="request verify",
+    )
+    log.info("verify_handed_over", request_id=request_id, holder=holder)
+    while True:
+        request = runner.run(lambda: app.warehouse.verify_request(request_id), what="follow")
+        if request is None or request.state is BackfillState.FAILED:
+            reason = "the request disappeared" if request is None else request.error
+            raise RecordSyncError(f"verify request {request_id} failed at its holder: {reason}")
+        if request.state is BackfillState.DONE and request.result is not None:
+            document: dict[str, Any] = orjson.loads(request.result)
+            return document, None
+        if request.state is BackfillState.PENDING:
+            epoch = runner.run(try_hold, what="take the lease")
+            if epoch is not None:
+                with contextlib.suppress(LookupError):  # a holder finished it meanwhile
+                    app.warehouse.finish_verify_request(
+                        request_id, failed="run by the requester: no holder took it"
+                    )
+                log.info("verify_taken_back", request_id=request_id)
+                return None, epoch
+        stopper.sleep(FOLLOW_EVERY)
+
+
+def verify_range(
+    client: PlatformClient,
+    warehouse: Warehouse,
+    merchant_id: str,
+    start: datetime,
+    end: datetime,
+    *,
+    page_size: int,
+    repair: bool,
+    epoch: int | None,
+    stopper: Stopper,
+    progress: RichProgress | None = None,
+) -> VerifyResult:
+    """Read ``[start, end)`` from the platform a UTC day at a time and compare (and repair).
+
+    The command runs it when it holds the merchant; the daemon holding the merchant runs it
+    for a request handed over (``merchant_syncs``), with its own client, so its own budget.
+    ``epoch`` fences the repairs: the lease epoch of whichever of the two holds the merchant.
+    """
+    runner = StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=True)
+    windows = plan_windows(start, end)
+    if progress is not None:
+        progress.planned(JOB, "verify", len(windows), 0)
+    days: list[DayTally] = []
+    for window in windows:
+        while True:
+            try:
+                tally = _verify_window(
+                    client,
+                    warehouse,
+                    merchant_id,
+                    window,
+                    runner,
+                    page_size=page_size,
+                    repair=repair,
+                    epoch=epoch,
+                    on_page=_on_page(progress),
+                )
+                break
+            except CursorExpiredError:
+                # The window took longer than its cursor lives (24 h): read it again whole.
+                log.warning("verify_window_restarted", window_start=window.start.isoformat())
+        days.append(tally)
+        if progress is not None:
+            progress.page(JOB, 0, done=True)
+    return VerifyResult(days, repair=repair)
+
+
+def _verify_window(
+    client: PlatformClient,
+    warehouse: Warehouse,
+    merchant_id: str,
+    window: Window,
+    runner: StepRunner,
+    *,
+    page_size: int,
+    repair: bool,
+    epoch: int | None,
+    on_page: Callable[[int], None],
+) -> DayTally:
+    tally = DayTally(window.start.date())
+    # The warehouse's rows are listed BEFORE the platform's snapshot is taken: a row the tail
+    # stores later is then never mistaken for one the platform does not know.
+    stored_ids = runner.run(
+        lambda: warehouse.record_ids_created(merchant_id, window.start, window.end),
+        what="verify: read record ids",
+    )
+    tally.warehouse_rows = len(stored_ids)
+    listed: set[str] = set()
+    cursor: str | None = None
+    while True:
+        page: RecordsPage = runner.run(
+            _page_reader(client, window, cursor, page_size), what="verify: read records"
+        )
+        fresh = [record for record in page.records if record.record_id not in listed]
+        ids = [record.record_id for record in fresh]
+        stored = runner.run(
+            partial(warehouse.stored_records, merchant_id, ids), what="verify: read rows"
+        )
+        findings = compare_page(fresh, stored)
+        listed.update(ids)
+        on_page(len(ids))
+        for kind, record_id in findings.differences:
+            tally.note(kind, record_id)
+        if repair and (findings.newer or findings.same_revision):
+            runner.run(
+                partial(
+                    warehouse.repair_records,
+                    merchant_id,
+                    newer=findings.newer,
+                    same_revision=findings.same_revision,
+                    epoch=epoch,
+                ),
+                what="verify: repair",
+            )
+            fixed = [*findings.newer, *findings.same_revision]
+            after = runner.run(
+                partial(warehouse.stored_records, merchant_id, [r.record_id for r in fixed]),
+                what="verify: read repaired rows",
+            )
+            tally.repaired += sum(
+                1 for record in fixed if classify(record, after.get(record.record_id)) not in FAULTS
+            )
+        if not page.has_more or page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    tally.platform_rows = len(listed)
+    for record_id in warehouse_only(listed, stored_ids):
+        tally.note(Difference.WAREHOUSE_ONLY, record_id)
+    return tally
+
+
+def _on_page(progress: RichProgress | None) -> Callable[[int], None]:
+    """What the display learns of each page: the records compared."""
+    if progress is None:
+        return lambda _records: None
+    return lambda records: progress.page(JOB, records, done=False)
+
+
+def _page_reader(
+    client: PlatformClient, window: Window, cursor: str | None, page_size: int
+) -> Callable[[], RecordsPage]:
+    """One page of the window at the lowest priority: verify never delays the sync's reads."""
+    if cursor is None:
+        return lambda: client.records_first(
+            window.start, window.end, limit=page_size, priority=Priority.BACKGROUND
+        )
+    return lambda: client.records_next(cursor, limit=page_size, priority=Priority.BACKGROUND)
+
+
+def _report(document: dict[str, Any], metrics_file: Path | None) -> None:
+    """The run's log event, and its metrics for node_exporter's textfile collector."""
+    totals = document["totals"]
+    counts = {kind.value: totals[kind.value] for kind in Difference}
+    fields: dict[str, Any] = {
+        "created_from": document["created_from"],
+        "created_to": document["created_to"],
+        "platform_rows": totals["platform_rows"],
+        "warehouse_rows": totals["warehouse_rows"],
+        "repair": document["repair"],
+        "repaired": totals["repaired"],
+        **counts,
+    }
+    if document["clean"]:
+        log.info("verify_finished", **fields)
+    else:
+        log.error(
+            "verify_found_differences",
+            action="repaired what the platform returned"
+            if document["repair"]
+            else "run again with --repair, or investigate (docs/operations.md)",
+            **fields,
+        )
+    if metrics_file is not None:
+        registry = CollectorRegistry()
+        record_verify_run(
+            registry,
+            document["merchant_id"],
+            clean=document["clean"],
+            differences=counts,
+            repaired=totals["repaired"],
+        )
+        write_to_textfile(str(metrics_file), registry)
+
+
+# -- output -------------------------------------------------------------------------------------
+
+
+def render(document: dict[str, Any], *, fmt: str, out: TextIO) -> None:
+    """The findings (``verify_document``) as a table, JSON or CSV."""
+    if fmt == "json":
+        out.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif fmt == "csv":
+        out.write(_csv(document))
+    else:
+        _table(document, Console(file=out, width=120))
+
+
+def _row(day: DayTally) -> dict[str, Any]:
+    return {
+        "day": day.day.isoformat(),
+        "platform_rows": day.platform_rows,
+        "warehouse_rows": day.warehouse_rows,
+        **{kind.value: day.counts[kind] for kind in Difference},
+        "repaired": day.repaired,
+    }
+
+
+def _totals(result: VerifyResult) -> dict[str, Any]:
+    return {
+        "platform_rows": result.platform_rows,
+        "warehouse_rows": result.warehouse_rows,
+        **{kind.value: result.total(kind) for kind in Difference},
+        "repaired": result.repaired,
+    }
+
+
+def verify_document(
+    result: VerifyResult, merchant_id: str, start: datetime, end: datetime
+) -> dict[str, Any]:
+    """The findings as plain data: what ``--format json`` prints and a holder hands back."""
+    return {
+        "merchant_id": merchant_id,
+        "created_from": start.isoformat(),
+        "created_to": end.isoformat(),
+        "repair": result.repair,
+        "clean": result.clean,
+        "days": [_row(day) for day in result.days],
+        "totals": _totals(result),
+        "examples": {kind.value: result.examples(kind) for kind in Difference},
+    }
+
+
+def _csv(document: dict[str, Any]) -> str:
+    """One row per UTC day, then a ``total`` row."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(COLUMNS), lineterminator="\n")
+    writer.writeheader()
+    for day in document["days"]:
+        writer.writerow(day)
+    writer.writerow({"day": "total", **document["totals"]})
+    return buffer.getvalue()
+
+
+_HEADERS: Final = {
+    "platform_rows": "platform",
+    "warehouse_rows": "warehouse",
+    Difference.MISSING: "missing",
+    Difference.BEHIND: "behind",
+    Difference.DIFFERENT: "different",
+    Difference.WAREHOUSE_ONLY: "warehouse only",
+    Difference.AHEAD: "ahead",
+    "repaired": "repaired",
+}
+
+
+def _table(document: dict[str, Any], console: Console) -> None:
+    repair = document["repair"]
+    names = [str(name) for name in _HEADERS if repair or name != "repaired"]
+    table = Table(
+        title=f"{document['merchant_id']}: the platform's records against the warehouse",
+        caption=f"created in [{document['created_from']}, {document['created_to']})",
+    )
+    table.add_column("UTC day")
+    for name in names:
+        table.add_column(_HEADERS[name], justify="right")
+    for row in document["days"]:
+        table.add_row(row["day"], *(f"{row[name]:,}" for name in names))
+    table.add_section()
+    totals = document["totals"]
+    table.add_row("total", *(f"{totals[name]:,}" for name in names), style="bold")
+    console.print(table)
+    for kind in Difference:
+        examples = document["examples"][kind.value]
+        if examples:
+            more = totals[kind.value] - len(examples)
+            tail = f" and {more:,} more" if more > 0 else ""
+            console.print(f"{_HEADERS[kind]}: {', '.join(examples)}{tail}")
+    faults = sum(totals[kind.value] for kind in FAULTS)
+    if document["clean"]:
+        console.print("complete and exact: nothing missing, behind or different")
+    else:
+        verdict = f"{faults:,} rows missing, behind or different"
+        if repair:
+            verdict += f"; {totals['repaired']:,} repaired from the platform's records"
+        console.print(verdict)

@@ -1,0 +1,189 @@
+"""The game catalogue in the warehouse: one pass committed whole, read back for BI.
+
+A catalogue pass (every page of ``GET /v1/games``) is handed over complete and written in ONE
+transaction (``commit_pass``), so a reader sees the catalogue before the pass or after it,
+never half of it.  Within it, per game:
+
+- a game seen for the first time is inserted (``first_seen_at`` = ``last_seen_at`` =
+  ``changed_at`` = the pass time) with its localized names;
+- a game seen again gets ``last_seen_at`` = the pass time, and when anything BI shows differs
+  (name, status, provider, localizations...), its fields, its names and ``changed_at``;
+- a stored game the pass did not list keeps its row: ``listed`` becomes false and
+  ``last_seen_at`` stays at the last pass that listed it ("not seen since"); when the
+  catalogue lists it again it is ``listed`` again.
+
+``kept_ids`` are games the pass saw but could not read (a rejected item with a game id): they
+count as seen, their stored fields untouched, so a malformed entry never looks like a game
+that left the catalogue.  The pass time comes from the warehouse's clock: bookkeeping, not a
+sync boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, delete, insert, select, update
+
+from recordsync.core.models import Game
+from recordsync.warehouse.schema import game_localizations, games
+from recordsync.warehouse.values import CatalogueResult, GameName
+
+_COMPARED = (
+    "name",
+    "brand",
+    "category",
+    "category_name",
+    "status",
+    "launch_supported",
+    "provider_code",
+    "provider_name",
+    "client_version",
+    "languages",
+)
+
+
+def _fields(game: Game) -> dict[str, Any]:
+    return {
+        "name": game.name,
+        "brand": game.brand,
+        "category": game.category,
+        "category_name": game.category_name,
+        "status": game.status,
+        "launch_supported": game.launch_supported,
+        "provider_code": game.provider_code,
+        "provider_name": game.provider_name,
+        "client_version": game.client_version,
+        "languages": ",".join(game.languages),
+    }
+
+
+def _names(game: Game) -> dict[str, str]:
+    """language -> name; a language given twice keeps its last name (one row per language)."""
+    return {item.language: item.name for item in game.localizations}
+
+
+def commit_pass(
+    conn: Connection,
+    merchant_id: str,
+    listed: Sequence[Game],
+    *,
+    kept_ids: Collection[str] = (),
+    now: datetime,
+) -> CatalogueResult:
+    """Write one whole catalogue pass inside the caller's transaction (module docstring)."""
+    stored = {
+        row["game_id"]: row
+        for row in conn.execute(select(games).where(games.c.merchant_id == merchant_id)).mappings()
+    }
+    stored_names: dict[str, dict[str, str]] = {}
+    for name_row in conn.execute(
+        select(game_localizations).where(game_localizations.c.merchant_id == merchant_id)
+    ).mappings():
+        stored_names.setdefault(name_row["game_id"], {})[name_row["language"]] = name_row["name"]
+    unique = {game.game_id: game for game in listed}  # a repeated game: its last entry
+    added = changed = 0
+    for game_id, game in unique.items():
+        fields, names = _fields(game), _names(game)
+        row = stored.get(game_id)
+        key = and_(games.c.merchant_id == merchant_id, games.c.game_id == game_id)
+        if row is None:
+            added += 1
+            conn.execute(
+                insert(games).values(
+                    merchant_id=merchant_id,
+                    game_id=game_id,
+                    listed=True,
+                    first_seen_at=now,
+                    last_seen_at=now,
+                    changed_at=now,
+                    **fields,
+                )
+            )
+        elif (
+            any(row[name] != fields[name] for name in _COMPARED)
+            or names != stored_names.get(game_id, {})
+            or not row["listed"]
+        ):
+            changed += 1
+            conn.execute(
+                update(games)
+                .where(key)
+                .values(listed=True, last_seen_at=now, changed_at=now, **fields)
+            )
+        else:
+            conn.execute(update(games).where(key).values(last_seen_at=now))
+        if names != stored_names.get(game_id, {}):
+            _replace_names(conn, merchant_id, game_id, names)
+    seen = set(unique) | set(kept_ids)
+    kept = [game_id for game_id in kept_ids if game_id in stored and game_id not in unique]
+    if kept:
+        conn.execute(
+            update(games)
+            .where(games.c.merchant_id == merchant_id, games.c.game_id.in_(kept))
+            .values(last_seen_at=now)
+        )
+    gone = [game_id for game_id, row in stored.items() if game_id not in seen and row["listed"]]
+    if gone:
+        conn.execute(
+            update(games)
+            .where(games.c.merchant_id == merchant_id, games.c.game_id.in_(gone))
+            .values(listed=False, changed_at=now)
+        )
+    return CatalogueResult(listed=len(unique), added=added, changed=changed, unlisted=len(gone))
+
+
+def _replace_names(conn: Connection, merchant_id: str, game_id: str, names: dict[str, str]) -> None:
+    conn.execute(
+        delete(game_localizations).where(
+            game_localizations.c.merchant_id == merchant_id,
+            game_localizations.c.game_id == game_id,
+        )
+    )
+    if names:
+        conn.execute(
+            insert(game_localizations),
+            [
+                {"merchant_id": merchant_id, "game_id": game_id, "language": lang, "name": name}
+                for lang, name in names.items()
+            ],
+        )
+
+
+def game_names(conn: Connection, merchant_id: str) -> dict[str, GameName]:
+    """game_id -> how the catalogue names it, every game ever listed (listed or not)."""
+    rows = conn.execute(
+        select(
+            games.c.game_id,
+            games.c.name,
+            games.c.provider_code,
+            games.c.provider_name,
+            games.c.category,
+            games.c.listed,
+        ).where(games.c.merchant_id == merchant_id)
+    ).mappings()
+    return {
+        row["game_id"]: GameName(
+            game_id=row["game_id"],
+            name=row["name"],
+            provider_code=row["provider_code"],
+            provider_name=row["provider_name"],
+            category=row["category"],
+            listed=bool(row["listed"]),
+        )
+        for row in rows
+    }
+
+
+def fetch_games(conn: Connection, merchant_id: str) -> dict[str, dict[str, Any]]:
+    """Every stored game row with its ``localizations`` (language -> name), for tests."""
+    found = {
+        row["game_id"]: {**row, "localizations": {}}
+        for row in conn.execute(select(games).where(games.c.merchant_id == merchant_id)).mappings()
+    }
+    for row in conn.execute(
+        select(game_localizations).where(game_localizations.c.merchant_id == merchant_id)
+    ).mappings():
+        found[row["game_id"]]["localizations"][row["language"]] = row["name"]
+    return found

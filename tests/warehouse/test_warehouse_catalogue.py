@@ -1,0 +1,196 @@
+"""The game catalogue in the warehouse: a pass commits whole, a game that leaves keeps its row,
+localized names survive every backend's text handling (spec: Game; docs/bi.md)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import func, select
+
+from recordsync.core.errors import LeaseSupersededError
+from recordsync.core.models import Game, Localization
+from recordsync.warehouse import Warehouse
+from recordsync.warehouse.schema import games
+
+MERCHANT = "m-cat"
+# Where the backend cannot matter (pure bookkeeping over the same SQL), SQLite alone.
+SQLITE_ONLY = pytest.mark.parametrize("warehouse_url", ["sqlite"], indirect=True)
+T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
+
+
+def game(number: int, **overrides) -> Game:
+    values = {
+        "game_id": f"00000000-0000-4000-8000-{number:012d}",
+        "name": f"Dragon Fortune {number}",
+        "brand": "Megaways",
+        "category": "SLOT",
+        "category_name": "Slots",
+        "status": "AVAILABLE",
+        "launch_supported": True,
+        "provider_code": "PGS",
+        "provider_name": "Pocket Games Studio",
+        "client_version": "2.4.1",
+        "languages": ("en", "zh-CN", "ru"),
+        "localizations": (
+            Localization("zh-CN", f"龙之财富 {number}"),
+            Localization("ru", f"Удача дракона {number}"),
+            Localization("ja", "ドラゴン・フォーチュン 🐉"),
+        ),
+    }
+    values.update(overrides)
+    return Game(**values)
+
+
+class StepClock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def clocked(warehouse: Warehouse):
+    clock = StepClock()
+    store = Warehouse(warehouse.engine, clock=clock)
+    return store, clock
+
+
+def test_a_pass_stores_every_field_and_non_ascii_localized_names(clocked):
+    store, _ = clocked
+    result = store.commit_catalogue(MERCHANT, [game(1), game(2)])
+    assert (result.listed, result.added, result.changed, result.unlisted) == (2, 2, 0, 0)
+    row = store.fetch_games(MERCHANT)[game(1).game_id]
+    assert row["name"] == "Dragon Fortune 1"
+    assert (row["provider_code"], row["provider_name"]) == ("PGS", "Pocket Games Studio")
+    assert (row["category"], row["category_name"], row["status"]) == ("SLOT", "Slots", "AVAILABLE")
+    assert row["launch_supported"] is True
+    assert row["languages"] == "en,zh-CN,ru"
+    assert row["listed"] is True
+    assert row["first_seen_at"] == row["last_seen_at"] == row["changed_at"] == T0
+    assert row["localizations"] == {
+        "zh-CN": "龙之财富 1",
+        "ru": "Удача дракона 1",
+        "ja": "ドラゴン・フォーチュン 🐉",
+    }
+
+
+def test_a_game_that_disappears_keeps_its_row_marked_not_seen_since(clocked):
+    store, clock = clocked
+    store.commit_catalogue(MERCHANT, [game(1), game(2), game(3)])
+    clock.now = T0 + timedelta(hours=1)
+    result = store.commit_catalogue(MERCHANT, [game(1), game(3)])
+    assert (result.listed, result.added, result.changed, result.unlisted) == (2, 0, 0, 1)
+    rows = store.fetch_games(MERCHANT)
+    gone = rows[game(2).game_id]
+    assert gone["listed"] is False
+    assert gone["last_seen_at"] == T0, "not seen since the pass before"
+    assert gone["name"] == "Dragon Fortune 2", "the row and its names stay for BI"
+    assert gone["localizations"]["zh-CN"] == "龙之财富 2"
+    assert rows[game(1).game_id]["last_seen_at"] == clock.now
+    assert rows[game(1).game_id]["changed_at"] == T0, "seen again unchanged"
+    # Listed again later: back in the catalogue.
+    clock.now = T0 + timedelta(hours=2)
+    store.commit_catalogue(MERCHANT, [game(1), game(2), game(3)])
+    back = store.fetch_games(MERCHANT)[game(2).game_id]
+    assert (back["listed"], back["last_seen_at"]) == (True, clock.now)
+
+
+@SQLITE_ONLY
+def test_a_changed_game_moves_changed_at_and_replaces_its_names(clocked):
+    store, clock = clocked
+    store.commit_catalogue(MERCHANT, [game(1)])
+    clock.now = T0 + timedelta(hours=1)
+    renamed = game(
+        1,
+        name="Dragon Fortune Deluxe",
+        status="MAINTENANCE",
+        launch_supported=False,
+        localizations=(Localization("de", "Drachenglück Deluxe"),),
+    )
+    result = store.commit_catalogue(MERCHANT, [renamed])
+    assert result.changed == 1
+    row = store.fetch_games(MERCHANT)[renamed.game_id]
+    assert (row["name"], row["status"], row["launch_supported"]) == (
+        "Dragon Fortune Deluxe",
+        "MAINTENANCE",
+        False,
+    )
+    assert row["changed_at"] == clock.now
+    assert row["localizations"] == {"de": "Drachenglück Deluxe"}
+
+
+@SQLITE_ONLY
+def test_a_game_that_could_not_be_read_counts_as_seen_not_gone(clocked):
+    store, clock = clocked
+    store.commit_catalogue(MERCHANT, [game(1), game(2)])
+    clock.now = T0 + timedelta(hours=1)
+    result = store.commit_catalogue(MERCHANT, [game(1)], kept_ids=[game(2).game_id])
+    assert result.unlisted == 0
+    row = store.fetch_games(MERCHANT)[game(2).game_id]
+    assert (row["listed"], row["last_seen_at"], row["name"]) == (
+        True,
+        clock.now,
+        "Dragon Fortune 2",
+    )
+
+
+@SQLITE_ONLY
+def test_merchants_keep_their_own_catalogues(clocked):
+    store, _ = clocked
+    store.commit_catalogue(MERCHANT, [game(1)])
+    store.commit_catalogue("other", [game(1, name="Другая игра")])
+    store.commit_catalogue(MERCHANT, [])
+    assert store.fetch_games("other")[game(1).game_id]["listed"] is True
+    assert store.game_names("other")[game(1).game_id].name == "Другая игра"
+    assert store.game_names(MERCHANT)[game(1).game_id].listed is False
+
+
+def test_a_reader_never_sees_half_a_pass(warehouse):
+    """Readers count the listed games while passes of 100 replace passes of 100 others."""
+    store = warehouse
+    first = [game(number) for number in range(100)]
+    second = [game(number) for number in range(100, 200)]
+    store.commit_catalogue(MERCHANT, first)
+    stop = threading.Event()
+    seen: set[int] = set()
+
+    def read() -> None:
+        while not seen or not stop.is_set():
+            with store.engine.connect() as conn:
+                count = conn.execute(
+                    select(func.count())
+                    .select_from(games)
+                    .where(games.c.merchant_id == MERCHANT, games.c.listed.is_(True))
+                ).scalar_one()
+            seen.add(count)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for batch in (second, first):
+            store.commit_catalogue(MERCHANT, batch)
+    finally:
+        stop.set()
+        reader.join()
+    assert seen == {100}, f"a reader saw a partial pass: {sorted(seen)}"
+
+
+@SQLITE_ONLY
+def test_a_superseded_holder_cannot_commit_a_pass(warehouse):
+    first = warehouse.fleet_session("replica-a")
+    second = warehouse.fleet_session("replica-b")
+    try:
+        assert first.try_hold(MERCHANT) == 1
+        first.close()
+        assert second.try_hold(MERCHANT) == 2
+        with pytest.raises(LeaseSupersededError):
+            warehouse.fenced(MERCHANT, 1).commit_catalogue(MERCHANT, [game(1)])
+        assert warehouse.fetch_games(MERCHANT) == {}
+        warehouse.fenced(MERCHANT, 2).commit_catalogue(MERCHANT, [game(1)])
+        assert list(warehouse.fetch_games(MERCHANT)) == [game(1).game_id]
+    finally:
+        first.close()
+        second.close()
