@@ -117,6 +117,7 @@ def open_app(
             poll_interval=settings.poll_interval,
             snapshot_concurrency=settings.snapshot_concurrency,
             drift_interval=settings.drift_check_interval or None,
+            idle_commit_interval=settings.idle_commit_interval,
             stop_when_caught_up=stop_when_caught_up,
         )
         engine = SyncEngine(

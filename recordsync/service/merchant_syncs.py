@@ -168,6 +168,7 @@ class MerchantSyncs:
                 poll_interval=settings.poll_interval,
                 snapshot_concurrency=settings.snapshot_concurrency,
                 drift_interval=settings.drift_check_interval or None,
+                idle_commit_interval=settings.idle_commit_interval,
             )
             observers: list[SyncObserver] = [SyncMetricsObserver(metrics)]
             extra = self._extra_observer(run.merchant_id)
