@@ -87,6 +87,7 @@ class MerchantSyncs:
         self._lock = threading.Lock()
         self._replica_id = replica_id
         self._backfill_poll = backfill_poll
+        self._watcher: threading.Thread | None = None
 
     # -- fleet.Syncs ----------------------------------------------------------------------------
 
@@ -99,6 +100,7 @@ class MerchantSyncs:
             self._runs[merchant_id] = run
         self._metrics.set_lease_held(merchant_id, held=True)
         run.thread.start()
+        self._watch_once()
 
     def stop(self, merchant_id: str) -> None:
         with self._lock:
@@ -184,13 +186,6 @@ class MerchantSyncs:
             )
             run.client, run.options = client, options
             bound.info("merchant_sync_started")
-            watcher = threading.Thread(
-                target=self._watch_backfills,
-                args=(run,),
-                name=f"backfills-{run.merchant_id}",
-                daemon=True,
-            )
-            watcher.start()
             run.engine.run()
         except LeaseSupersededError as exc:
             bound.error(
@@ -201,22 +196,41 @@ class MerchantSyncs:
         except Exception:  # noqa: BLE001 - a bug in one merchant must not end the others
             bound.exception("merchant_sync_failed", action="released; the fleet retries it")
         finally:
-            run.stopper.stop()  # ends this merchant's backfill watcher and requested backfills
+            run.stopper.stop()  # ends the backfills requested for this merchant
             client.close()
             bound.info("merchant_sync_stopped")
 
     # -- backfills handed over by `recordsync backfill` -----------------------------------------
 
-    def _watch_backfills(self, run: _Run) -> None:
-        """Run the backfills requested for this merchant, inside its budget, beside its tail."""
-        runner = StepRunner(stopper=run.stopper, observer=SyncObserver(), fatal_is_final=False)
+    def _watch_once(self) -> None:
+        """Start the one backfill watcher of this process, unless it runs already."""
+        with self._lock:
+            if self._watcher is not None:
+                return
+            self._watcher = threading.Thread(
+                target=self._watch_backfills, name="backfill-requests", daemon=True
+            )
+        self._watcher.start()
+
+    def _watch_backfills(self) -> None:
+        """Run the backfills requested for the merchants held here, each inside its budget
+        beside its tail.  One thread and one query for every merchant held, however many."""
+        runner = StepRunner(stopper=self._stopper, observer=SyncObserver(), fatal_is_final=False)
         try:
-            while not run.stopper.stopped:
+            while not self._stopper.stopped:
+                with self._lock:
+                    ready = {
+                        merchant_id: run
+                        for merchant_id, run in self._runs.items()
+                        if run.options is not None and not run.stopper.stopped
+                    }
+                held = tuple(ready)
                 pending = runner.run(
-                    lambda: self._warehouse.pending_backfills(run.merchant_id),
+                    lambda: self._warehouse.pending_backfills(*held),  # noqa: B023 - run at once
                     what="read backfill requests",
                 )
                 for request in pending:
+                    run = ready[request.merchant_id]
                     if request.id not in run.backfills:
                         run.backfills.add(request.id)
                         threading.Thread(
@@ -225,7 +239,7 @@ class MerchantSyncs:
                             name=f"backfill-{request.id}",
                             daemon=True,
                         ).start()
-                run.stopper.sleep(self._backfill_poll)
+                self._stopper.sleep(self._backfill_poll)
         except ShutdownRequestedError:
             return
 
