@@ -16,3 +16,4 @@ run write_path
 run freshness
 run memory
 run peer_dlt
+run fleet
