@@ -262,7 +262,7 @@ def idle(merchants: int, size: Size, folder: Path, profile: Path | None = None) 
                     connections=warehouse.daemon_connections(),
                 )
                 if profile is not None:
-                    with profiling.py_spy(profile, rate=100, pid=ours):
+                    with profiling.py_spy(profile, rate=100, pid=ours, gil=True):
                         time.sleep(size.idle_seconds)
         finally:
             warehouse.close()
@@ -458,6 +458,11 @@ def main() -> int:
                 for count in counts
             ]
             report_idle(report, runs)
+            if args.profile is not None:
+                print("  where the idle daemon's CPU goes (py-spy --gil, share of the samples):")
+                for layer, share in profiling.summarise(args.profile):
+                    print(f"    {share * 100:5.1f}%  {layer}")
+                print(f"  raw samples: {args.profile}")
         if args.part in {"all", "backfill"}:
             report_backfill(report, backfill(size, folder, args.snapshot_concurrency))
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
