@@ -63,6 +63,7 @@ class JobHost:
             timezone=UTC,
         )
         self.scheduler.add_listener(self._failed, EVENT_JOB_ERROR)
+        self.worker_threads = worker_threads
         self._owners: dict[str, Jobs] = {}
         self._lock = threading.Lock()
         self._generations = itertools.count(1)
