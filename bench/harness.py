@@ -136,6 +136,8 @@ class SimProcess:
     process: subprocess.Popen[str]
     base_url: str
     records: int
+    # (merchant_id, secret) of each merchant when it serves several (``merchants=N``)
+    merchants: tuple[tuple[str, str], ...] = ()
 
     @property
     def pid(self) -> int:
@@ -152,8 +154,11 @@ def sim_process(
     rounds_per_day: int,
     record_requests: int = LIFTED_RATE,
     live_rate: float = 0.0,
+    merchants: int = 1,
     extra: Sequence[str] = (),
 ) -> Iterator[SimProcess]:
+    """The simulator; with ``merchants`` > 1 it serves that many derived merchants (their ids
+    and secrets as it announces them, ``records`` summed over all)."""
     command = [
         sys.executable,
         "-m",
@@ -170,22 +175,27 @@ def sim_process(
         str(record_requests),
         "--live-rate",
         str(live_rate),
+        *(("--merchants", str(merchants)) if merchants > 1 else ()),
         *extra,
     ]
     process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
         command, stdout=subprocess.PIPE, text=True, cwd=ROOT
     )
     try:
-        facts: dict[str, str] = {}
+        announced: list[dict[str, str]] = []  # one line per merchant, "records=" in each
+        base_url = ""
         assert process.stdout is not None
-        while "records" not in facts:
+        while len(announced) < merchants:
             line = process.stdout.readline()
             if not line:
                 raise RuntimeError(f"the simulator exited with {process.wait()}")
-            for part in line.split():
-                name, _, value = part.partition("=")
-                facts[name] = value
-        yield SimProcess(process, facts["base_url"], int(facts["records"]))
+            facts = dict(part.partition("=")[::2] for part in line.split())
+            base_url = facts.get("base_url", base_url)
+            if "records" in facts:
+                announced.append(facts)
+        records = sum(int(facts["records"]) for facts in announced)
+        served = tuple((facts["merchant_id"], facts["secret"]) for facts in announced)
+        yield SimProcess(process, base_url, records, served if merchants > 1 else ())
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -200,6 +210,21 @@ def process_cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     ticks = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def process_status(pid: int) -> dict[str, str]:
+    """A live process's ``/proc/<pid>/status`` fields (Linux): VmRSS, VmHWM, Threads, ..."""
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {name: value.strip() for name, _, value in (line.partition(":") for line in lines)}
+
+
+def resident_mb(pid: int, *, peak: bool = False) -> float:
+    """A live process's resident memory now (or its peak so far), in MB."""
+    return int(process_status(pid)["VmHWM" if peak else "VmRSS"].split()[0]) / 1024
+
+
+def thread_count(pid: int) -> int:
+    return int(process_status(pid)["Threads"])
 
 
 SERVER_PROCESSES: Final = {"postgres": {"postgres"}, "mariadb": {"mariadbd", "mysqld"}}

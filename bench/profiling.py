@@ -78,8 +78,11 @@ def available() -> bool:
 
 
 @contextlib.contextmanager
-def py_spy(output: Path, *, rate: int = 250) -> Iterator[None]:
-    """Sample this process while the block runs; raw collapsed stacks go to ``output``."""
+def py_spy(
+    output: Path, *, rate: int = 250, pid: int | None = None, gil: bool = False
+) -> Iterator[None]:
+    """Sample this process (or ``pid``) while the block runs; raw collapsed stacks go to
+    ``output``.  ``gil``: only the thread holding the GIL (Python's own CPU, no waits)."""
     executable = shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if executable is None:
         raise RuntimeError("py-spy is not installed in this venv: pip install py-spy")
@@ -88,12 +91,13 @@ def py_spy(output: Path, *, rate: int = 250) -> Iterator[None]:
             executable,
             "record",
             "--pid",
-            str(os.getpid()),
+            str(os.getpid() if pid is None else pid),
             "--format",
             "raw",
             "--rate",
             str(rate),
             "--threads",
+            *(("--gil",) if gil else ()),
             "--output",
             str(output),
         ],

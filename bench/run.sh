@@ -17,3 +17,4 @@ run freshness
 run freshness --events   # issue 12: poll every 20 s, woken by round-end notifications
 run memory
 run peer_dlt
+run fleet

@@ -122,6 +122,13 @@ class Settings:
         """What httpx's ``verify`` takes: a CA bundle path wins over the boolean."""
         return self.ca_bundle or self.tls_verify
 
+    @property
+    def idle_commit_interval(self) -> float:
+        """Seconds an idle tail may go without committing (``SyncOptions``): ten polls, and at
+        most a third of the readiness limit, so that readiness never sees an idle tail as
+        stuck."""
+        return min(10 * self.poll_interval, self.ready_multiple * self.poll_interval / 3)
+
 
 # -- reading values ------------------------------------------------------------------------------
 

@@ -119,6 +119,7 @@ def open_app(
             snapshot_concurrency=settings.snapshot_concurrency,
             drift_interval=settings.drift_check_interval or None,
             catalogue_interval=settings.catalogue_interval or None,
+            idle_commit_interval=settings.idle_commit_interval,
             stop_when_caught_up=stop_when_caught_up,
         )
         engine = SyncEngine(

@@ -67,6 +67,11 @@ class SyncMetricsObserver(SyncObserver):
             has_more=has_more, projection_as_of=projection_as_of, last_sequence=last_sequence
         )
 
+    def tail_polled(self, *, has_more: bool, projection_as_of: datetime | None) -> None:
+        self._metrics.tail_position(
+            has_more=has_more, projection_as_of=projection_as_of, last_sequence=None
+        )
+
     def quarantined(self, source: str, count: int) -> None:
         self._metrics.quarantined(source, count)
 

@@ -31,6 +31,10 @@ class SyncObserver:
     ) -> None:
         """A page of changes was committed with its cursor."""
 
+    def tail_polled(self, *, has_more: bool, projection_as_of: datetime | None) -> None:
+        """An empty change page left the cursor where it was: nothing to commit, but the
+        warehouse is now known to hold every change up to ``projection_as_of``."""
+
     def quarantined(self, source: str, count: int) -> None:
         """Items failed validation and were stored in the quarantine."""
 
@@ -87,6 +91,10 @@ class MultiObserver(SyncObserver):
                 projection_as_of=projection_as_of,
                 last_sequence=last_sequence,
             )
+
+    def tail_polled(self, *, has_more: bool, projection_as_of: datetime | None) -> None:
+        for observer in self.observers:
+            observer.tail_polled(has_more=has_more, projection_as_of=projection_as_of)
 
     def quarantined(self, source: str, count: int) -> None:
         for observer in self.observers:

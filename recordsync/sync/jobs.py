@@ -63,6 +63,7 @@ class JobHost:
             timezone=UTC,
         )
         self.scheduler.add_listener(self._failed, EVENT_JOB_ERROR)
+        self.worker_threads = worker_threads
         self._owners: dict[str, Jobs] = {}
         self._lock = threading.Lock()
         self._generations = itertools.count(1)
@@ -151,8 +152,11 @@ class Jobs:
     def run_until_stopped(self, done: threading.Event | None = None) -> None:
         """Start the jobs; return when the stopper stops (or ``done`` is set), jobs finished."""
         self.host.start()
+        # Without ``done`` only the stopper ends the wait (a failure stops it too): no need
+        # to wake up, which fifty merchants' engines would otherwise do 250 times a second.
+        period = 0.2 if done is not None else 60.0
         try:
-            while not self.stopper.wait(0.2):
+            while not self.stopper.wait(period):
                 if done is not None and done.is_set():
                     break
         finally:

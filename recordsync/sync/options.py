@@ -31,3 +31,7 @@ class SyncOptions:
     catalogue_interval: float | None = DEFAULT_CATALOGUE_INTERVAL
     # Demo and tests: stop once the snapshot is done and the tail has no backlog.
     stop_when_caught_up: bool = False
+    # An empty change page that leaves the cursor where it was has nothing to store; the tail
+    # still commits one (its time, its projection_as_of) once this many seconds passed since
+    # its last commit, so that the warehouse shows it alive (readiness, status).
+    idle_commit_interval: float = 10.0

@@ -10,6 +10,7 @@ resumes it from the job's windows, which keep its progress.  Times are the datab
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -57,12 +58,12 @@ def request(conn: Connection, merchant_id: str, start: datetime, end: datetime, 
     return int(key[0])
 
 
-def unfinished(conn: Connection, merchant_id: str) -> list[BackfillRequest]:
-    """The merchant's pending and running requests, oldest first."""
+def unfinished(conn: Connection, merchant_ids: Collection[str]) -> list[BackfillRequest]:
+    """The merchants' pending and running requests, oldest first."""
     query = (
         select(backfill_requests)
         .where(
-            backfill_requests.c.merchant_id == merchant_id,
+            backfill_requests.c.merchant_id.in_(merchant_ids),
             backfill_requests.c.state.in_(_UNFINISHED),
         )
         .order_by(backfill_requests.c.id)

@@ -491,11 +491,14 @@ class Warehouse:
         with translate_errors("request backfill"), self._writer.begin() as conn:
             return backfill_requests.request(conn, merchant_id, start, end, job)
 
-    def pending_backfills(self, merchant_id: str) -> list[BackfillRequest]:
-        """The merchant's unfinished requests, oldest first: pending ones, and running ones a
-        previous holder did not finish (resume them: their job's windows keep the progress)."""
+    def pending_backfills(self, *merchant_ids: str) -> list[BackfillRequest]:
+        """The merchants' unfinished requests, oldest first: pending ones, and running ones a
+        previous holder did not finish (resume them: their job's windows keep the progress).
+        One query for every merchant named, however many."""
+        if not merchant_ids:
+            return []
         with translate_errors("read backfill requests"), self._engine.begin() as conn:
-            return backfill_requests.unfinished(conn, merchant_id)
+            return backfill_requests.unfinished(conn, merchant_ids)
 
     def start_backfill_request(self, request_id: int, holder: str) -> None:
         """Mark an unfinished request running under ``holder``; LookupError when there is none."""
@@ -560,11 +563,13 @@ class Warehouse:
         with translate_errors("request verify"), self._writer.begin() as conn:
             return verify_requests.request(conn, merchant_id, start, end, repair=repair)
 
-    def pending_verifies(self, merchant_id: str) -> list[VerifyRequest]:
-        """The merchant's unfinished verify requests, oldest first (running ones a previous
-        holder did not finish included: run them again)."""
+    def pending_verifies(self, *merchant_ids: str) -> list[VerifyRequest]:
+        """The merchants' unfinished verify requests, oldest first (running ones a previous
+        holder did not finish included: run them again).  One query for every merchant named."""
+        if not merchant_ids:
+            return []
         with translate_errors("read verify requests"), self._engine.begin() as conn:
-            return verify_requests.unfinished(conn, merchant_id)
+            return verify_requests.unfinished(conn, merchant_ids)
 
     def start_verify_request(self, request_id: int, holder: str) -> None:
         """Mark an unfinished verify request running under ``holder``; LookupError when none."""

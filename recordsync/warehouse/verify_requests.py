@@ -12,6 +12,7 @@ database's.  States are ``BackfillState``'s: the same life.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -46,12 +47,12 @@ def request(
     return int(key[0])
 
 
-def unfinished(conn: Connection, merchant_id: str) -> list[VerifyRequest]:
-    """The merchant's pending and running requests, oldest first."""
+def unfinished(conn: Connection, merchant_ids: Collection[str]) -> list[VerifyRequest]:
+    """The merchants' pending and running requests, oldest first."""
     query = (
         select(verify_requests)
         .where(
-            verify_requests.c.merchant_id == merchant_id,
+            verify_requests.c.merchant_id.in_(merchant_ids),
             verify_requests.c.state.in_(_UNFINISHED),
         )
         .order_by(verify_requests.c.id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from sync.fakes import (
@@ -24,7 +25,7 @@ from recordsync.core.errors import ProjectionLagError, ServerError, WarehouseUna
 from recordsync.core.state import REBUILD_JOB, Phase
 from recordsync.core.stopping import Stopper
 from recordsync.platform.budget import Priority
-from recordsync.sync.tail import Tail, drain_tail
+from recordsync.sync.tail import Tail, drain_tail, tail_step
 
 CHANGED = [record(f"c{n}", 2, created=NOW - 5 * HOUR, updated=NOW - HOUR) for n in range(3)]
 
@@ -190,3 +191,61 @@ def test_run_returns_true_once_the_snapshot_is_done_and_the_tail_has_no_backlog(
     assert store.state.change_cursor == "c3"
     assert observer.phases[-1] == "tailing"
     assert set(store.rows) == {item.record_id for item in rows + CHANGED}
+
+
+class PollRecorder(RecordingObserver):
+    def __init__(self) -> None:
+        super().__init__()
+        self.polled: list[object] = []
+        self.pages = 0
+
+    def tail_polled(self, *, has_more, projection_as_of):
+        self.polled.append(projection_as_of)
+
+    def tail_page(self, changes, *, has_more, projection_as_of, last_sequence):
+        self.pages += 1
+
+
+def idle_step(
+    platform: FakePlatform, tail: Tail, **changes: object
+) -> tuple[FakeStore, PollRecorder]:
+    store = FakeStore(state=tailing_state())
+    observer = PollRecorder()
+    ctx = make_context(platform, store, observer=observer, **changes)
+    tail_step(ctx, tail, Stopper(parent=ctx.stopper), threading.Event())
+    return store, observer
+
+
+def test_an_idle_poll_soon_after_a_commit_stores_nothing_and_reports_the_poll():
+    """Fifty idle merchants in one process: no transaction for a page with nothing in it."""
+    tail = Tail("c3", committed_at=time.monotonic())
+
+    store, observer = idle_step(FakePlatform(), tail, idle_commit_interval=60.0)
+
+    assert store.tail_commits == []
+    assert observer.pages == 0
+    assert observer.polled == [NOW]  # freshness still moves: nothing after NOW is missing
+    assert tail.position == "c3"
+
+
+def test_an_idle_tail_still_commits_once_per_idle_commit_interval_and_at_its_start():
+    for committed_at in (None, time.monotonic() - 61.0):
+        tail = Tail("c3", committed_at=committed_at)
+
+        store, observer = idle_step(FakePlatform(), tail, idle_commit_interval=60.0)
+
+        assert store.tail_commits == [TailCommit(position="c3", next_cursor="c3", record_ids=[])]
+        assert observer.pages == 1
+        assert tail.committed_at is not None
+        assert time.monotonic() - tail.committed_at < 5.0
+
+
+def test_an_empty_page_with_a_new_cursor_is_committed_at_once():
+    platform = FakePlatform()
+    platform.add_changes("c3", [], next_cursor="c4", has_more=False)
+    tail = Tail("c3", committed_at=time.monotonic())
+
+    store, _ = idle_step(platform, tail, idle_commit_interval=60.0)
+
+    assert store.tail_commits == [TailCommit(position="c3", next_cursor="c4", record_ids=[])]
+    assert tail.position == "c4"

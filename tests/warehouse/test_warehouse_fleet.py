@@ -417,6 +417,14 @@ def test_backfill_requests_are_listed_oldest_first_per_merchant(warehouse):
     second = warehouse.request_backfill(M1, START - timedelta(days=7), START, "backfill:older")
     assert [request.id for request in warehouse.pending_backfills(M1)] == [first, second]
     assert [request.id for request in warehouse.pending_backfills(M2)] == [other]
+    # The holder's one watcher asks for every merchant it holds in one query.
+    both = warehouse.pending_backfills(M1, M2)
+    assert [(request.merchant_id, request.id) for request in both] == [
+        (M1, first),
+        (M2, other),
+        (M1, second),
+    ]
+    assert warehouse.pending_backfills() == []
 
 
 def test_unknown_or_empty_backfill_requests_are_refused(warehouse):
