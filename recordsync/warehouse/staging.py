@@ -20,6 +20,7 @@ Only PostgreSQL stages pages now (SQLite: ``sqlite_pages``; MariaDB: ``mariadb_p
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
@@ -46,6 +47,9 @@ class StagedRevision(NamedTuple):
     in_history: bool
 
 
+_new_staged: Final = functools.partial(tuple.__new__, StagedRevision)
+
+
 def stage_page(
     rows: Sequence[Record], changes: Sequence[RecordChange], *, keep_revisions: bool
 ) -> list[StagedRevision]:
@@ -56,9 +60,10 @@ def stage_page(
     every revision with its sequence and change time (``revisions.seen_revisions``).
     """
     if not keep_revisions or not changes:
-        return [
-            StagedRevision(row, None, None, is_top=True, in_history=keep_revisions) for row in rows
-        ]
+        # Every snapshot page takes this path: built by tuple.__new__ (C), not the generated
+        # keyword __new__ of the named tuple, which cost more than the page's encoding.
+        new = _new_staged
+        return [new((row, None, None, True, keep_revisions)) for row in rows]
     tops = {(row.record_id, row.revision): row for row in rows}
     staged = []
     for seen in seen_revisions(rows, changes):
