@@ -39,7 +39,13 @@ SIZES: Final = {
     "tiny": (0.5, 6_000),
     "full": (4.0, 100_000),
 }
-TARGETS: Final = {"sqlite": 40_000, "postgres": 20_000, "mariadb": 12_000}
+# Issue 14's targets, each judged where it is printed: MariaDB in records/s; PostgreSQL in our
+# own CPU per record (parse, validate, encode, write, revision history on), which decides how
+# many merchants a replica carries; SQLite, whose one writer is our process, as a share of
+# the standard-library baseline's rate in the same run.
+TARGETS: Final = {"mariadb": 15_000}
+POSTGRES_CPU_TARGET_US: Final = 20.0
+SQLITE_BASELINE_SHARE: Final = 0.5
 # The budget starts paused for one window after a (re)start, by design (budget.py,
 # cold_start): not a throughput cost, so the measurement starts after it.
 COLD_START_SECONDS: Final = 1.1
@@ -231,15 +237,16 @@ def main() -> int:
                 profile = Path(tempfile.gettempdir()) / f"recordsync-ingest-{backend}.txt"
             with harness.database(backend) as url:
                 outcome = backfilled(backend, url, profile)
-            target = TARGETS[backend]
+            target = TARGETS.get(backend)
             report.add(
                 f"recordsync -> {backend}, records/s",
                 outcome["rate"],
                 "rec/s",
-                target=f">= {target:,}",
-                met=outcome["rate"] >= target,
+                target="" if target is None else f">= {target:,}",
+                met=None if target is None else outcome["rate"] >= target,
             )
             _cpu_figures(report, f"recordsync -> {backend}", outcome)
+            _judge(report, backend, outcome, baseline)
             if args.without_history:
                 with harness.database(backend) as url:
                     bare = backfilled(backend, url, keep_revisions=False)
@@ -262,6 +269,30 @@ def main() -> int:
                     print(f"    {share * 100:5.1f}%  {layer}")
                 print(f"  raw samples: {profile}")
     return report.finish(check=args.check)
+
+
+def _judge(
+    report: harness.Report, backend: str, outcome: dict[str, Any], baseline: dict[str, Any]
+) -> None:
+    """Issue 14's figures for SQLite and PostgreSQL (MariaDB's is its records/s)."""
+    if backend == "sqlite":
+        share = outcome["rate"] / baseline["rate"]
+        report.add(
+            "  sqlite / stdlib baseline, same run",
+            share,
+            "x",
+            target=f">= {SQLITE_BASELINE_SHARE}",
+            met=share >= SQLITE_BASELINE_SHARE,
+        )
+    elif backend == "postgres":
+        cpu = outcome["cpu"] / max(outcome["records"], 1) * 1e6
+        report.add(
+            "  postgres: our CPU per record, judged",
+            cpu,
+            "us",
+            target=f"<= {POSTGRES_CPU_TARGET_US:.0f}",
+            met=cpu <= POSTGRES_CPU_TARGET_US,
+        )
 
 
 def _cpu_figures(report: harness.Report, name: str, outcome: dict[str, Any]) -> None:

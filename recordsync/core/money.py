@@ -10,6 +10,7 @@ pass ``per_transaction=True``.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from decimal import Decimal
 
 from recordsync.core.errors import InvalidRecordError
@@ -45,6 +46,20 @@ def amount_or_none(value: object) -> Decimal | None:
             _KNOWN.clear()
         _KNOWN[value] = amount
     return amount
+
+
+# Many amounts, each followed by a comma: one regex pass over a whole page's amounts.
+_MONEY_LIST = re.compile(rf"(?:{_MONEY.pattern},)*")
+
+
+def all_money(values: Collection[str]) -> bool:
+    """True when every string of ``values`` has the money form (``parse_money`` takes it).
+
+    One regex pass over the joined strings instead of a call per amount; the comma count
+    proves that no value itself holds the separator.
+    """
+    text = ",".join(values) + "," if values else ""
+    return text.count(",") == len(values) and _MONEY_LIST.fullmatch(text) is not None
 
 
 def parse_money(value: object, *, field: str, per_transaction: bool = False) -> Decimal:

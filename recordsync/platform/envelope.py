@@ -110,6 +110,12 @@ def decode_reply(
     raise _error(endpoint, status, headers, body, now)
 
 
+def is_json_success(status: int, headers: Mapping[str, str]) -> bool:
+    """True for a 200 answer with the JSON content type: one a page may be read from directly
+    (``parsing.usual_records_page``); any other goes through ``decode_reply``."""
+    return status == 200 and _is_json(_header(headers, "content-type"))  # noqa: PLR2004
+
+
 def _success(endpoint: str, status: int, headers: Mapping[str, str], body: bytes) -> Reply:
     document, request_id = _envelope(endpoint, headers, body)
     has_data = document.get("data") is not None

@@ -13,25 +13,26 @@ goes, and both tables are filled from the stage by ``INSERT ... SELECT`` (``page
 
 ``stage_page`` is pure; the encoders turn staged revisions into one tuple per row in
 ``STAGE_COLUMNS`` order, one encoder per backend, each a single comprehension because this
-runs for every record synced.  Money goes in as the exact decimal (text on SQLite, see
-``types``) plus its integer units; times as each backend stores them.
+runs for every record synced.  Money goes in as the exact decimal; the server derives the
+integer units of ``records`` from it (``page_writer``); times as the backend stores them.
+Only PostgreSQL stages pages now (SQLite: ``sqlite_pages``; MariaDB: ``mariadb_pages``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, Final, NamedTuple
 
-from sqlalchemy import BigInteger, Boolean, Column, MetaData, Table
+from sqlalchemy import Boolean, Column, MetaData, Table
 
 from recordsync.core.models import Record, RecordChange
 from recordsync.warehouse.revisions import seen_revisions
 from recordsync.warehouse.schema import record_revisions
 from recordsync.warehouse.types import (
     aware_utc,
-    money_units,
     sqlite_time_text,
 )
 
@@ -46,6 +47,9 @@ class StagedRevision(NamedTuple):
     in_history: bool
 
 
+_new_staged: Final = functools.partial(tuple.__new__, StagedRevision)
+
+
 def stage_page(
     rows: Sequence[Record], changes: Sequence[RecordChange], *, keep_revisions: bool
 ) -> list[StagedRevision]:
@@ -56,9 +60,10 @@ def stage_page(
     every revision with its sequence and change time (``revisions.seen_revisions``).
     """
     if not keep_revisions or not changes:
-        return [
-            StagedRevision(row, None, None, is_top=True, in_history=keep_revisions) for row in rows
-        ]
+        # Every snapshot page takes this path: built by tuple.__new__ (C), not the generated
+        # keyword __new__ of the named tuple, which cost more than the page's encoding.
+        new = _new_staged
+        return [new((row, None, None, True, keep_revisions)) for row in rows]
     tops = {(row.record_id, row.revision): row for row in rows}
     staged = []
     for seen in seen_revisions(rows, changes):
@@ -74,8 +79,6 @@ def stage_page(
     return staged
 
 
-UNITS_COLUMNS: Final = ("bet_units", "refund_units", "payout_units", "net_units")
-
 # The stage: a session's temporary table, never migrated (created by ``page_writer``).
 STAGE_TABLE: Final = "recordsync_stage"
 stage_metadata = MetaData()
@@ -90,7 +93,6 @@ stage = Table(
         for column in record_revisions.columns
         if column.name not in _SHARED
     ),
-    *(Column(name, BigInteger, nullable=True) for name in UNITS_COLUMNS),
     Column("is_top", Boolean(create_constraint=False), nullable=False),
     Column("in_history", Boolean(create_constraint=False), nullable=False),
     prefixes=["TEMPORARY"],
@@ -108,7 +110,6 @@ def _encoder(time: Callable[[datetime], Any], amount: Callable[[Decimal], Any]) 
     def encode(batch: Sequence[StagedRevision]) -> list[tuple[Any, ...]]:
         t = time
         m = amount
-        u = money_units
         return [
             (
                 r.record_id,
@@ -128,10 +129,6 @@ def _encoder(time: Callable[[datetime], Any], amount: Callable[[Decimal], Any]) 
                 t(r.updated_at),
                 sequence,
                 None if changed_at is None else t(changed_at),
-                u(r.bet_amount),
-                u(r.refund_amount),
-                u(r.payout_amount),
-                u(r.net_amount),
                 is_top,
                 in_history,
             )
@@ -146,10 +143,9 @@ def _as_is(amount: Decimal) -> Decimal:
 
 
 # psycopg binds aware datetimes to TIMESTAMPTZ itself (aware_utc only refuses naive ones) and
-# Decimal to NUMERIC; SQLite keeps the decimal string as sent (see ``types``).  MariaDB has no
-# stage (``mariadb_pages``).
+# Decimal to NUMERIC.  Only PostgreSQL has a stage: SQLite writes both tables by executemany
+# (``sqlite_pages``) and MariaDB by multi-row literals (``mariadb_pages``).
 _ENCODERS: Final[dict[str, StageEncoder]] = {
-    "sqlite": _encoder(sqlite_time_text, str),
     "postgresql": _encoder(aware_utc, _as_is),
 }
 

@@ -6,7 +6,7 @@ from decimal import Decimal
 import orjson
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
+from parsing_samples import record, records_page, tricky_overrides
 
 from recordsync.core.errors import InvalidRecordError, ProtocolError
 from recordsync.platform import parsing
@@ -19,28 +19,6 @@ from recordsync.platform.parsing import (
 )
 
 
-def record(**overrides):
-    raw = {
-        "record_id": "rec-1",
-        "revision": 3,
-        "player_id": "player-1",
-        "game_id": "game-1",
-        "currency": "USD",
-        "round_id": "round-1",
-        "parent_round_id": None,
-        "bet_amount": "10.00",
-        "refund_amount": "0",
-        "payout_amount": "25.5",
-        "net_amount": "15.50",
-        "status": "SETTLED",
-        "created_at": "2026-01-01T00:00:00.123Z",
-        "settled_at": "2026-01-01T00:00:05.000Z",
-        "updated_at": "2026-01-01T00:00:05.000Z",
-    }
-    raw.update(overrides)
-    return raw
-
-
 def change(sequence="1", **record_overrides):
     inner = record(**record_overrides)
     return {
@@ -50,18 +28,6 @@ def change(sequence="1", **record_overrides):
         "changed_at": "2026-01-01T00:00:06.000Z",
         "record": inner,
     }
-
-
-def records_page(items, **overrides):
-    data = {
-        "items": items,
-        "next_cursor": "c-2",
-        "has_more": True,
-        "snapshot_watermark": "42",
-        "projection_as_of": "2026-01-02T00:00:00.000001Z",
-    }
-    data.update(overrides)
-    return data
 
 
 def test_parse_record_happy_path_keeps_every_value_exact():
@@ -292,46 +258,6 @@ def test_capabilities_limits_and_unknown_fields():
 # -- the hot path (_usual_record) decides exactly as the full checks do ------------------------
 
 
-class _Text(str):
-    """A str subclass: the hot path leaves it to the full checks."""
-
-    __slots__ = ()
-
-
-TRICKY_VALUES = [
-    None,
-    "",
-    "x",
-    _Text("x"),
-    0,
-    -1,
-    7,
-    True,
-    False,
-    3.0,
-    [],
-    {},
-    "0",
-    "-0",
-    "-0.00",
-    "10.5",
-    "1e2",
-    "0.12345",
-    "+1",
-    "01",
-    "\uff11\uff12",  # fullwidth digits
-    _Text("10.00"),
-    "2026-01-01T00:00:00.000Z",
-    "2026-02-30T00:00:00.000Z",
-    "2026-01-01T00:00:00Z",
-    "2026-01-01T05:30:00.000+05:30",
-    "2026-01-01t00:00:00.000z",
-    "\uff12\uff10\uff12\uff16-01-01T00:00:00.000Z",
-    "2026-01-01T24:00:00.000Z",
-    "2026-01-01",
-]
-
-
 def _outcome(parse, raw):
     try:
         return parse(raw)
@@ -340,13 +266,7 @@ def _outcome(parse, raw):
 
 
 @settings(max_examples=500, deadline=None)
-@given(
-    st.dictionaries(
-        st.sampled_from(list(record())),
-        st.sampled_from(TRICKY_VALUES),
-        max_size=4,
-    )
-)
+@given(tricky_overrides())
 def test_the_hot_path_accepts_and_builds_exactly_what_the_full_checks_do(overrides):
     raw = record(**overrides)
     full = _outcome(parsing._checked_record, raw)
