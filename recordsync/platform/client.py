@@ -43,7 +43,7 @@ from recordsync.core.errors import (
 from recordsync.core.models import DEFAULT_LIMITS, Capabilities, ChangesPage, Limits, RecordsPage
 from recordsync.core.secret import Secret, SecretProvider
 from recordsync.core.times import format_time
-from recordsync.platform.budget import Priority, RateBudget
+from recordsync.platform.budget import Pace, Priority, RateBudget
 from recordsync.platform.envelope import Reply, decode_reply
 from recordsync.platform.parsing import parse_capabilities, parse_changes_page, parse_records_page
 from recordsync.platform.retry import RetryPolicy
@@ -134,6 +134,7 @@ class PlatformClient:
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
         self._observer: ClientObserver = observer or NullObserver()
         self._limits = DEFAULT_LIMITS
+        self._round_trip: float | None = None
         self._http = httpx.Client(
             transport=transport,
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
@@ -144,6 +145,12 @@ class PlatformClient:
     @property
     def budget(self) -> RateBudget:
         return self._budget
+
+    def pace(self) -> Pace:
+        """The budget's terms and the recent round trip of a request (sent to answered, a
+        moving average), so the snapshot can keep enough chains in flight."""
+        budget = self._budget
+        return Pace(budget.requests, budget.seconds, budget.margin, self._round_trip)
 
     def __repr__(self) -> str:
         base_url = self._origin + self._base_path
@@ -358,6 +365,8 @@ class PlatformClient:
             if slot is not None:
                 slot.cancel()  # gives the slot back only if it was never stamped
         seconds = time.perf_counter() - started
+        previous = self._round_trip
+        self._round_trip = seconds if previous is None else previous + (seconds - previous) / 4
         try:
             reply = decode_reply(endpoint, response.status_code, response.headers, response.content)
         except PlatformError as error:
