@@ -171,6 +171,11 @@ def main() -> int:
                 target="0",
                 met=not run.rate_limited,
             )
+            report.add(
+                f"  {name}: backfill CPU per record",
+                run.cpu_seconds / max(run.records, 1) * 1e6,
+                "us",
+            )
             report.add(f"  {name}: load average (1 min) after", run.load, "")
             report.add(
                 f"  {name}: records missing",
