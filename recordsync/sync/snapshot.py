@@ -3,9 +3,11 @@ with its window's cursor (spec, Records endpoints, "Rebuild without gaps", step 
 daemon reads the rebuild's windows ``[history_from, snapshot_end(anchor))``; the one-shot
 range backfill reads its own, beside the tail, never touching the tail's state.
 
-Windows are fetched by a few workers to hide request latency; every request goes through
+Windows are fetched by several workers to hide request latency; every request goes through
 the one budget and commits are serialised by one writer lock unless the warehouse takes
-concurrent commits (see ``context``).  Pages are streamed and dropped after their commit:
+concurrent commits (see ``context``).  A window is one cursor chain: when the measured round
+trip wants more chains in flight than there are windows being read (a short history, the end
+of a job), a chain cuts the rest of its window into more (``windows``), up to ``MAX_CHAINS``.  Pages are streamed and dropped after their commit:
 memory does not grow with the history.
 """
 
