@@ -7,8 +7,8 @@ Windows are fetched by several workers to hide request latency; every request go
 the one budget and commits are serialised by one writer lock unless the warehouse takes
 concurrent commits (see ``context``).  A window is one cursor chain: when the measured round
 trip wants more chains in flight than there are windows being read (a short history, the end
-of a job), a chain cuts the rest of its window into more (``windows``), up to ``MAX_CHAINS``.  Pages are streamed and dropped after their commit:
-memory does not grow with the history.
+of a job), a chain cuts the rest of its window into more (``windows``), up to ``MAX_CHAINS``.
+Pages are streamed and dropped after their commit: memory does not grow with the history.
 """
 
 from __future__ import annotations
