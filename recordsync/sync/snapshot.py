@@ -118,9 +118,12 @@ class PendingWindows:
         """Chains that keep the budget busy at the measured round trip (None: not measured)."""
         if pace.round_trip is None:
             return None
-        cycle = pace.round_trip + (self.commit_seconds or 0.0)
         return chains_needed(
-            requests=pace.requests, seconds=pace.seconds, margin=pace.margin, cycle=cycle
+            requests=pace.requests,
+            seconds=pace.seconds,
+            margin=pace.margin,
+            round_trip=pace.round_trip,
+            work=self.commit_seconds or 0.0,
         )
 
     def reserve(self, wanted: int, pages_left: float) -> int:
@@ -184,9 +187,10 @@ def first_plan(ctx: SyncContext, start: datetime, end: datetime) -> list[Window]
     if pace.round_trip is None:
         return plan_windows(start, end)
     chains = chains_needed(
-        requests=pace.requests, seconds=pace.seconds, margin=pace.margin, cycle=pace.round_trip
+        requests=pace.requests, seconds=pace.seconds, margin=pace.margin, round_trip=pace.round_trip
     )
-    return plan_for_chains(start, end, chains)
+    # No page was committed yet, so the work is unknown: no more chains than configured.
+    return plan_for_chains(start, end, min(chains, ctx.options.snapshot_concurrency))
 
 
 def plan_snapshot(ctx: SyncContext, job: str, stopper: Stopper) -> PendingWindows | None:

@@ -37,14 +37,26 @@ MAX_CHAINS: Final = 12
 MIN_PAGES_PER_PIECE: Final = 3.0
 
 
-def chains_needed(*, requests: int, seconds: float, margin: float, cycle: float) -> int:
-    """Chains to keep in flight so the budget never waits for one: a request may start every
-    ``(seconds + margin) / requests`` and a chain is busy for ``cycle`` seconds per page
-    (round trip plus commit); one spare absorbs jitter.  At least 1, at most ``MAX_CHAINS``."""
-    if requests < 1 or not seconds > 0 or margin < 0 or cycle < 0:
-        raise ValueError("requests >= 1, seconds > 0, margin >= 0 and cycle >= 0 expected")
+def chains_needed(
+    *, requests: int, seconds: float, margin: float, round_trip: float, work: float = 0.0
+) -> int:
+    """Chains to keep in flight so the budget never waits for one, at least 1 and at most
+    ``MAX_CHAINS``.
+
+    A request may start every ``(seconds + margin) / requests`` and a chain is busy for
+    ``round_trip + work`` seconds per page (``work``: parsing and committing it); one spare
+    absorbs jitter.  Only the round trip is waiting that other chains can overlap: the work
+    shares one interpreter and often one writer, so with a budget faster than the work (a
+    lifted limit) no more than ``round_trip / work + 2`` chains are of any use, and more would
+    only hold more pages in memory.
+    """
+    if requests < 1 or not seconds > 0 or margin < 0 or round_trip < 0 or work < 0:
+        raise ValueError("requests >= 1, seconds > 0 and margin, round_trip, work >= 0 expected")
     spacing = (seconds + margin) / requests
-    return max(1, min(MAX_CHAINS, math.ceil(cycle / spacing) + 1))
+    chains = math.ceil((round_trip + work) / spacing) + 1
+    if work > 0:
+        chains = min(chains, math.ceil(round_trip / work) + 2)
+    return max(1, min(MAX_CHAINS, chains))
 
 
 def split_range(start: datetime, end: datetime, parts: int) -> list[Window]:

@@ -100,23 +100,33 @@ def test_split_refuses_bounds_finer_than_a_millisecond_and_empty_ranges() -> Non
 
 
 @pytest.mark.parametrize(
-    ("cycle", "expected"),
+    ("round_trip", "work", "expected"),
     [
-        (0.0, 1),  # answers at once: one chain could keep up, the spare makes two
-        (0.01, 2),
-        (0.5, 2),  # a request every 0.525 s: one in flight, one spare
-        (1.1, 4),  # 1 s latency plus a commit: three in flight and a spare
-        (3.1, 7),  # 3 s: six in flight and a spare
-        (60.0, MAX_CHAINS),
+        (0.0, 0.0, 1),  # answers at once: one chain keeps up
+        (0.01, 0.0, 2),  # one in flight, one spare
+        (0.4, 0.1, 2),  # a request every 0.525 s: one in flight, one spare
+        (1.0, 0.1, 4),  # 1 s latency plus a commit: three in flight and a spare
+        (3.0, 0.1, 7),  # 3 s: six in flight and a spare
+        (60.0, 0.0, MAX_CHAINS),
     ],
 )
-def test_chains_needed_for_the_default_budget(cycle: float, expected: int) -> None:
-    assert chains_needed(requests=2, seconds=1.0, margin=0.05, cycle=cycle) == expected
+def test_chains_needed_for_the_default_budget(round_trip: float, work: float, expected: int):
+    assert (
+        chains_needed(requests=2, seconds=1.0, margin=0.05, round_trip=round_trip, work=work)
+        == expected
+    )
+
+
+def test_with_a_lifted_limit_only_the_round_trip_is_worth_more_chains() -> None:
+    lifted = {"requests": 100_000, "seconds": 1.0, "margin": 0.05}
+    assert chains_needed(**lifted, round_trip=0.01, work=0.1) == 3
+    assert chains_needed(**lifted, round_trip=0.5, work=0.1) == 7
+    assert chains_needed(**lifted, round_trip=0.01) == MAX_CHAINS
 
 
 def test_chains_needed_refuses_nonsense() -> None:
     with pytest.raises(ValueError, match="expected"):
-        chains_needed(requests=0, seconds=1.0, margin=0.05, cycle=1.0)
+        chains_needed(requests=0, seconds=1.0, margin=0.05, round_trip=1.0)
 
 
 @pytest.mark.parametrize(
@@ -160,7 +170,7 @@ def test_a_short_backfill_is_cut_for_more_chains_and_reads_every_record() -> Non
     result = make_engine(platform, store, page_size=5).backfill(START, END)
 
     windows = store.windows(backfill_job(START, END))
-    assert len(windows) >= chains_needed(requests=2, seconds=1.0, margin=0.05, cycle=3.0)
+    assert len(windows) >= chains_needed(requests=2, seconds=1.0, margin=0.05, round_trip=3.0)
     assert_tiles([item.window for item in windows], START, END)
     assert all(item.done for item in windows)
     assert set(store.rows) == {item.record_id for item in DENSE}
