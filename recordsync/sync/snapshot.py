@@ -126,6 +126,15 @@ class PendingWindows:
             work=self.commit_seconds or 0.0,
         )
 
+    def grow(self, wanted: int) -> None:
+        """Start workers for queued windows while fewer run than ``wanted`` chains: a job
+        of more windows than configured workers (a week at 3 s) needs them, not cuts."""
+        with self.lock:
+            started = min(min(wanted, self.most_workers) - self.running, len(self.queue))
+            self.running += max(started, 0)
+        if started > 0 and self.spawn is not None:
+            self.spawn(started)
+
     def reserve(self, wanted: int, pages_left: float) -> int:
         """Into how many windows this chain cuts the rest of its own; the new ones count as
         queued at once, so two chains deciding together do not both cut for the same gap
@@ -351,6 +360,7 @@ def split_if_wanted(
     wanted = snapshot.chains_wanted(ctx.client.pace())
     if wanted is None or not page.records:
         return None
+    snapshot.grow(wanted)
     read_up_to = max(record.created_at for record in page.records)
     covered = (read_up_to - window.start) / MILLISECOND
     if covered <= 0:

@@ -9,12 +9,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sync.fakes import HOUR, NOW, FakePlatform, FakeStore, make_engine, record
+from sync.fakes import HOUR, MERCHANT, NOW, FakePlatform, FakeStore, make_engine, record
 from synccheck import KillAfterSplit
 
-from recordsync.core.state import Window, backfill_job
+from recordsync.core.state import Window, WindowProgress, backfill_job
 from recordsync.core.times import MILLISECOND, ceil_ms, floor_ms
 from recordsync.platform.budget import Pace
+from recordsync.sync.snapshot import PendingWindows
 from recordsync.sync.windows import (
     MAX_CHAINS,
     MAX_WINDOW,
@@ -201,3 +202,21 @@ def test_a_split_snapshot_killed_mid_way_resumes_to_every_record() -> None:
     # Only what was left was read again: no window done before the crash is started anew.
     started = {call.at for call in platform.calls[before:] if call.endpoint == "records_first"}
     assert not started & done_before
+
+
+def test_more_windows_than_workers_get_more_workers_before_any_cut() -> None:
+    chunks = [Window(START + n * HOUR, START + (n + 1) * HOUR) for n in range(7)]
+    pending = [WindowProgress(MERCHANT, "job", chunk, None, None, False, 0) for chunk in chunks]
+    snapshot = PendingWindows(pending, workers=2, most_workers=MAX_CHAINS)
+    spawned: list[int] = []
+    snapshot.spawn = spawned.append
+    snapshot.start()
+    first, second = snapshot.take(), snapshot.take()
+    assert first is not None
+    assert second is not None
+
+    snapshot.grow(7)  # 7 chains wanted, 2 read, 5 windows queued: 5 more workers
+    snapshot.grow(7)  # and no more
+    assert spawned == [5]
+    # Nothing is cut while queued windows still have workers coming for them.
+    assert snapshot.reserve(7, pages_left=100.0) == 1
