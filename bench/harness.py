@@ -397,3 +397,17 @@ def run_child(command: Sequence[str], env: dict[str, str], *, timeout: float) ->
 def iso_ms(value: datetime) -> str:
     """RFC3339 UTC with milliseconds, as the records endpoint takes it."""
     return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def backfill_command(start: datetime, end: datetime) -> list[str]:
+    """``python -m recordsync backfill`` of ``[start, end)``, as a user would run it."""
+    return [
+        sys.executable,
+        "-m",
+        "recordsync",
+        "backfill",
+        "--from",
+        iso_ms(start),
+        "--to",
+        iso_ms(end),
+    ]

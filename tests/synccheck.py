@@ -3,12 +3,14 @@ comparison that matters: the warehouse equals the platform's truth, field by fie
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,10 @@ from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.models import Record
 from recordsync.core.secret import Secret, SecretSource
 from recordsync.core.settings import MerchantSettings, Settings
+from recordsync.core.state import Window
 from recordsync.platform.parsing import parse_record
-from recordsync.sim import Simulator
+from recordsync.sim import SimConfig, Simulator
+from recordsync.sync.events import SyncObserver
 from recordsync.warehouse import Warehouse
 
 RECORD_FIELDS = [field.name for field in dataclasses.fields(Record)]
@@ -139,3 +143,32 @@ def stop_gracefully(process: subprocess.Popen[bytes]) -> tuple[int, float]:
     process.send_signal(signal.SIGTERM)
     code = process.wait(timeout=15)
     return code, time.monotonic() - started
+
+
+class KillAfterSplit(SyncObserver):
+    """Raises out of a page's commit hook (ending the run as a kill -9 would: nothing after
+    it runs) once windows were re-planned by a split and ``pages`` pages were committed."""
+
+    def __init__(self, pages: int) -> None:
+        self.plans = 0
+        self.pages = 0
+        self.kill_at = pages
+
+    def windows_planned(self, job: str, total: int, done: int) -> None:
+        self.plans += 1
+
+    def window_page(self, job: str, window: Window, records: int, *, done: bool) -> None:
+        self.pages += 1
+        if self.plans > 1 and self.pages >= self.kill_at:
+            raise RuntimeError("kill -9")
+
+
+@contextlib.contextmanager
+def running(config: SimConfig) -> Iterator[Simulator]:
+    """A simulator on loopback for the block."""
+    simulator = Simulator(config)
+    simulator.start()
+    try:
+        yield simulator
+    finally:
+        simulator.stop()

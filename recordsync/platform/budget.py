@@ -42,6 +42,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import IntEnum
 
 # How long an acquired slot may stay neither stamped nor cancelled before it is presumed sent
@@ -60,6 +61,17 @@ class Priority(IntEnum):
     TAIL = 0
     SNAPSHOT = 1
     BACKGROUND = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """What decides how many requests must be in flight to use the budget in full: its terms
+    and the measured round trip of a request (None before the first answer)."""
+
+    requests: int
+    seconds: float
+    margin: float
+    round_trip: float | None
 
 
 class Slot:

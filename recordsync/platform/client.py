@@ -51,7 +51,7 @@ from recordsync.core.models import (
 )
 from recordsync.core.secret import Secret, SecretProvider
 from recordsync.core.times import format_time
-from recordsync.platform.budget import Priority, RateBudget, default_query_budget
+from recordsync.platform.budget import Pace, Priority, RateBudget, default_query_budget
 from recordsync.platform.envelope import Reply, decode_reply, is_json_success
 from recordsync.platform.parsing import (
     parse_capabilities,
@@ -153,6 +153,7 @@ class PlatformClient:
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
         self._observer: ClientObserver = observer or NullObserver()
         self._limits = DEFAULT_LIMITS
+        self._round_trip: float | None = None
         self._http = httpx.Client(
             transport=transport,
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
@@ -167,6 +168,12 @@ class PlatformClient:
     @property
     def query_budget(self) -> RateBudget:
         return self._query_budget
+
+    def pace(self) -> Pace:
+        """The budget's terms and the recent round trip of a request (sent to answered, a
+        moving average), so the snapshot can keep enough chains in flight."""
+        budget = self._budget
+        return Pace(budget.requests, budget.seconds, budget.margin, self._round_trip)
 
     def __repr__(self) -> str:
         base_url = self._origin + self._base_path
@@ -427,6 +434,9 @@ class PlatformClient:
             if slot is not None:
                 slot.cancel()  # gives the slot back only if it was never stamped
         seconds = time.perf_counter() - started
+        if endpoint != GAMES:  # the records' and changes' round trip, apart from the catalogue's
+            previous = self._round_trip
+            self._round_trip = seconds if previous is None else previous + (seconds - previous) / 4
         status = response.status_code
         if endpoint == RECORDS and is_json_success(status, response.headers):
             # The hot path: the page straight from the bytes, or None and the usual path below.

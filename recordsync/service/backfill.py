@@ -108,7 +108,11 @@ def _follow_the_holder(
             lambda: app.warehouse.load_windows(merchant_id, job), what="follow backfill"
         )
         done = sum(1 for window in windows if window.done)
-        if progress is not None:
+        if progress is not None and windows and len(windows) != total:
+            # The holder planned its own windows, or cut some for more chains as it read.
+            total = len(windows)
+            progress.windows_planned(job, total, done)
+        elif progress is not None:
             for window in windows[done_before:done]:
                 progress.window_page(job, window.window, 0, done=True)
         done_before = max(done_before, done)

@@ -57,6 +57,7 @@ from recordsync.sync.events import MultiObserver, SyncObserver
 from recordsync.sync.jobs import JobHost
 from recordsync.sync.options import DEFAULT_CROSS_CHECK_INTERVAL
 from recordsync.sync.resilience import StepRunner
+from recordsync.sync.windows import MAX_CHAINS
 from recordsync.warehouse import BackfillRequest, VerifyRequest, Warehouse
 
 log = structlog.get_logger("recordsync")
@@ -289,6 +290,9 @@ class MerchantSyncs:
                 settings.snapshot_concurrency,
                 self._host.worker_threads,
                 len(settings.merchants),
+            ),
+            snapshot_most_chains=fair_concurrency(
+                MAX_CHAINS, self._host.worker_threads, len(settings.merchants)
             ),
             drift_interval=settings.drift_check_interval or None,
             idle_commit_interval=settings.idle_commit_interval,

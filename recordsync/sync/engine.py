@@ -126,7 +126,8 @@ class SyncEngine:
         tail = Tail(position=state.change_cursor)
         snapshot = plan_snapshot(ctx, REBUILD_JOB, generation)
         snapshot_done = snapshot.done if snapshot is not None else None
-        jobs = Jobs(generation, workers=options.snapshot_concurrency, host=self._host)
+        workers = options.snapshot_concurrency if snapshot is None else snapshot.most_workers
+        jobs = Jobs(generation, workers=workers, host=self._host)
         self._jobs = jobs
         jobs.every(
             "tail",

@@ -19,6 +19,10 @@ class SyncOptions:
     page_size: int = 1000
     poll_interval: float = 1.0
     snapshot_concurrency: int = 4
+    # The most chains a snapshot may grow to when the round trip asks for more (windows.py);
+    # None: windows.MAX_CHAINS.  A daemon sharing its worker threads among merchants sets
+    # each merchant's share, so that no merchant's growth starves the others.
+    snapshot_most_chains: int | None = None
     snapshot_overlap: timedelta = DEFAULT_SNAPSHOT_OVERLAP
     # Seconds between drift checks of the last closed day; None turns them off.
     drift_interval: float | None = DEFAULT_DRIFT_INTERVAL

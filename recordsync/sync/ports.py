@@ -24,7 +24,7 @@ from recordsync.core.models import (
     RejectedItem,
 )
 from recordsync.core.state import SyncState, Window, WindowProgress
-from recordsync.platform.budget import Priority
+from recordsync.platform.budget import Pace, Priority
 
 
 class RecordSource(Protocol):
@@ -56,6 +56,9 @@ class RecordSource(Protocol):
         priority: Priority = Priority.TAIL,
     ) -> ChangesPage:
         """One page of the change stream: exactly one of cursor, since and from_now."""
+
+    def pace(self) -> Pace:
+        """The budget's terms and the measured round trip of a request."""
 
 
 class SyncStore(Protocol):
@@ -102,6 +105,11 @@ class SyncStore(Protocol):
 
     def restart_window(self, merchant_id: str, job: str, window: Window) -> None:
         """Forget a window's cursor after 410 CURSOR_EXPIRED."""
+
+    def split_window(
+        self, merchant_id: str, job: str, window: Window, pieces: Sequence[Window]
+    ) -> None:
+        """End ``window`` where ``pieces`` begin (done) and add ``pieces``, atomically."""
 
     def commit_tail_page(
         self,

@@ -3,29 +3,41 @@ with its window's cursor (spec, Records endpoints, "Rebuild without gaps", step 
 daemon reads the rebuild's windows ``[history_from, snapshot_end(anchor))``; the one-shot
 range backfill reads its own, beside the tail, never touching the tail's state.
 
-Windows are fetched by a few workers to hide request latency; every request goes through
+Windows are fetched by several workers to hide request latency; every request goes through
 the one budget and commits are serialised by one writer lock unless the warehouse takes
-concurrent commits (see ``context``).  Pages are streamed and dropped after their commit:
-memory does not grow with the history.
+concurrent commits (see ``context``).  A window is one cursor chain: when the measured round
+trip wants more chains in flight than there are windows being read (a short history, the end
+of a job), a chain cuts the rest of its window into more (``windows``), up to ``MAX_CHAINS``.
+Pages are streamed and dropped after their commit: memory does not grow with the history.
 """
 
 from __future__ import annotations
 
-import queue
+import itertools
 import threading
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from recordsync.core.errors import ConfigurationError, CursorExpiredError
-from recordsync.core.state import REBUILD_JOB, Phase, WindowProgress, backfill_job
+from recordsync.core.models import RecordsPage
+from recordsync.core.state import REBUILD_JOB, Phase, Window, WindowProgress, backfill_job
 from recordsync.core.stopping import Stopper
-from recordsync.platform.budget import Priority
+from recordsync.core.times import MILLISECOND
+from recordsync.platform.budget import Pace, Priority
 from recordsync.sync.context import SyncContext
 from recordsync.sync.jobs import JobHost, Jobs
 from recordsync.sync.plan import hand_out_order, plan_windows
 from recordsync.sync.resilience import StepRunner
+from recordsync.sync.windows import (
+    MAX_CHAINS,
+    chains_needed,
+    plan_for_chains,
+    resplit,
+    resplit_parts,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,22 +48,123 @@ class BackfillResult:
 
 
 class PendingWindows:
-    """The windows of one job still to read, shared by its worker jobs in hand-out order."""
+    """The windows of one job still to read, shared by its worker jobs in hand-out order.
 
-    def __init__(self, pending: Sequence[WindowProgress], workers: int) -> None:
-        self.queue: queue.SimpleQueue[WindowProgress] = queue.SimpleQueue()
-        for item in hand_out_order(pending):
-            self.queue.put(item)
+    Workers take windows until none is left; a chain that re-splits the rest of its window
+    (``windows.resplit``) offers the new pieces here, and more workers are started for them
+    (``spawn``, set by ``schedule_snapshot``), up to ``most_workers``.  ``done`` is set when
+    the last worker finds nothing left to read.
+    """
+
+    def __init__(
+        self,
+        pending: Sequence[WindowProgress],
+        workers: int,
+        *,
+        total: int | None = None,
+        most_workers: int | None = None,
+    ) -> None:
+        self.queue: deque[WindowProgress] = deque(hand_out_order(pending))
         self.workers = workers
-        self.finished_workers = 0
+        self.most_workers = max(workers, most_workers or workers)
+        self.total = len(pending) if total is None else total
+        self.finished = self.total - len(pending)
+        self.running = 0  # workers started and not yet finished
+        self.in_flight = 0  # windows taken by a worker and not finished
+        self.reserved = 0  # windows a chain is cutting from its own, not yet queued
+        self.abandoned = False
+        self.spawn: Callable[[int], None] | None = None
+        self.commit_seconds: float | None = None  # moving average of one page's commit
         self.done = threading.Event()
         self.lock = threading.Lock()
 
-    def worker_finished(self, *, completed: bool) -> None:
+    def start(self) -> int:
         with self.lock:
-            self.finished_workers += 1
-            if completed and self.finished_workers == self.workers and self.queue.empty():
+            self.running += self.workers
+        return self.workers
+
+    def take(self) -> WindowProgress | None:
+        """The next window to read, or None: this worker ends (the last one sets ``done``)."""
+        with self.lock:
+            if self.queue:
+                self.in_flight += 1
+                return self.queue.popleft()
+            self.running -= 1
+            if self.running == 0 and not self.abandoned:
                 self.done.set()
+            return None
+
+    def window_finished(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
+            self.finished += 1
+
+    def worker_stopped(self, *, reading: bool) -> None:
+        """A worker ends without finishing (a stop or an error): the job is not done."""
+        with self.lock:
+            self.abandoned = True
+            self.running -= 1
+            if reading:
+                self.in_flight -= 1
+
+    def committed(self, seconds: float) -> None:
+        with self.lock:
+            previous = self.commit_seconds
+            self.commit_seconds = (
+                seconds if previous is None else previous + (seconds - previous) / 4
+            )
+
+    def chains_wanted(self, pace: Pace) -> int | None:
+        """Chains that keep the budget busy at the measured round trip (None: not measured)."""
+        if pace.round_trip is None:
+            return None
+        return chains_needed(
+            requests=pace.requests,
+            seconds=pace.seconds,
+            margin=pace.margin,
+            round_trip=pace.round_trip,
+            work=self.commit_seconds or 0.0,
+        )
+
+    def grow(self, wanted: int) -> None:
+        """Start workers for queued windows while fewer run than ``wanted`` chains: a job
+        of more windows than configured workers (a week at 3 s) needs them, not cuts."""
+        with self.lock:
+            started = min(min(wanted, self.most_workers) - self.running, len(self.queue))
+            self.running += max(started, 0)
+        if started > 0 and self.spawn is not None:
+            self.spawn(started)
+
+    def reserve(self, wanted: int, pages_left: float) -> int:
+        """Into how many windows this chain cuts the rest of its own; the new ones count as
+        queued at once, so two chains deciding together do not both cut for the same gap
+        (``offer`` or ``release`` settles the reservation)."""
+        with self.lock:
+            parts = resplit_parts(
+                wanted=wanted,
+                in_flight=self.in_flight,
+                queued=len(self.queue) + self.reserved,
+                pages_left=pages_left,
+            )
+            self.reserved += parts - 1
+            return parts
+
+    def release(self, parts: int) -> None:
+        with self.lock:
+            self.reserved -= parts - 1
+
+    def offer(self, cut: int, pieces: Sequence[WindowProgress]) -> None:
+        """A chain's window was cut into ``cut`` new windows, read on by that chain but
+        ``pieces``, which are queued, with new workers for them where allowed."""
+        with self.lock:
+            self.reserved -= len(pieces)
+            self.queue.extend(pieces)
+            self.total += cut
+            self.finished += 1  # the window that was cut ends where its pieces begin
+            started = min(len(pieces), self.most_workers - self.running)
+            self.running += max(started, 0)
+        if started > 0 and self.spawn is not None:
+            self.spawn(started)
 
 
 def backfill(
@@ -63,17 +176,30 @@ def backfill(
     job = backfill_job(start, end)
     ctx.phase("backfill")
     with ctx.writer:
-        ctx.warehouse.ensure_job(ctx.options.merchant_id, job, plan_windows(start, end))
+        ctx.warehouse.ensure_job(ctx.options.merchant_id, job, first_plan(ctx, start, end))
     generation = Stopper(parent=ctx.stopper)
     snapshot = plan_snapshot(ctx, job, generation)
     if snapshot is not None:
-        jobs = Jobs(generation, workers=ctx.options.snapshot_concurrency, host=host)
+        jobs = Jobs(generation, workers=snapshot.most_workers, host=host)
         schedule_snapshot(ctx, jobs, job, snapshot, generation, fatal_is_final=True)
         jobs.run_until_stopped(done=snapshot.done)
     progress = ctx.warehouse.load_windows(ctx.options.merchant_id, job)
     return BackfillResult(
         job=job, windows=len(progress), records=sum(item.records for item in progress)
     )
+
+
+def first_plan(ctx: SyncContext, start: datetime, end: datetime) -> list[Window]:
+    """A new job's windows: days, cut further for as many chains as the round trip measured
+    so far needs (none measured: days; the chains re-split their windows as they go)."""
+    pace = ctx.client.pace()
+    if pace.round_trip is None:
+        return plan_windows(start, end)
+    chains = chains_needed(
+        requests=pace.requests, seconds=pace.seconds, margin=pace.margin, round_trip=pace.round_trip
+    )
+    # No page was committed yet, so the work is unknown: no more chains than configured.
+    return plan_for_chains(start, end, min(chains, ctx.options.snapshot_concurrency))
 
 
 def plan_snapshot(ctx: SyncContext, job: str, stopper: Stopper) -> PendingWindows | None:
@@ -88,7 +214,13 @@ def plan_snapshot(ctx: SyncContext, job: str, stopper: Stopper) -> PendingWindow
     if not pending:
         return None
     ctx.log.info("snapshot_started", job=job, windows=len(progress), pending=len(pending))
-    return PendingWindows(pending, workers=min(ctx.options.snapshot_concurrency, len(pending)))
+    concurrency = ctx.options.snapshot_concurrency
+    return PendingWindows(
+        pending,
+        workers=min(concurrency, len(pending)),
+        total=len(progress),
+        most_workers=max(concurrency, ctx.options.snapshot_most_chains or MAX_CHAINS),
+    )
 
 
 def schedule_snapshot(
@@ -100,37 +232,54 @@ def schedule_snapshot(
     *,
     fatal_is_final: bool,
 ) -> None:
-    """One worker job per reader; each takes windows until none is left."""
+    """One worker job per reader; each takes windows until none is left.  A chain that
+    re-splits its window starts more workers for the pieces (``PendingWindows.offer``)."""
     runner = ctx.runner(stopper, fatal_is_final=fatal_is_final)
+    numbers = itertools.count()
 
     def worker() -> None:
-        completed = False
+        reading = False
         try:
             while not stopper.stopped:
-                try:
-                    item = snapshot.queue.get_nowait()
-                except queue.Empty:
-                    completed = True
+                item = snapshot.take()
+                if item is None:
+                    if snapshot.done.is_set():
+                        ctx.log.info("snapshot_finished", job=job)
                     return
-                read_window(ctx, job, item, runner)
-        finally:
-            snapshot.worker_finished(completed=completed)
-            if snapshot.done.is_set() and completed:
-                ctx.log.info("snapshot_finished", job=job)
+                reading = True
+                read_window(ctx, job, item, runner, snapshot)
+                reading = False
+                snapshot.window_finished()
+            snapshot.worker_stopped(reading=False)
+        except BaseException:
+            snapshot.worker_stopped(reading=reading)
+            raise
 
-    for number in range(snapshot.workers):
-        jobs.once(f"snapshot-{number}", worker)
+    def spawn(count: int) -> None:
+        for _ in range(count):
+            jobs.once(f"snapshot-{next(numbers)}", worker)
+
+    snapshot.spawn = spawn
+    spawn(snapshot.start())
 
 
-def read_window(ctx: SyncContext, job: str, progress: WindowProgress, runner: StepRunner) -> None:
-    """Read one window to its end from where its committed cursor says."""
+def read_window(
+    ctx: SyncContext,
+    job: str,
+    progress: WindowProgress,
+    runner: StepRunner,
+    snapshot: PendingWindows | None = None,
+) -> None:
+    """Read one window to its end from where its committed cursor says; with ``snapshot``,
+    cut the rest of the window for more chains when the measured round trip needs them."""
     window = progress.window
     cursor = progress.cursor
     issued_at = progress.cursor_issued_at
+    records_read = progress.records
     done = False
 
     def step() -> None:
-        nonlocal cursor, issued_at, done
+        nonlocal window, cursor, issued_at, done, records_read
         try:
             page = ctx.records_page(window.start, window.end, cursor, Priority.SNAPSHOT)
         except CursorExpiredError as exc:
@@ -148,14 +297,15 @@ def read_window(ctx: SyncContext, job: str, progress: WindowProgress, runner: St
             )
             with ctx.writer:
                 ctx.warehouse.restart_window(ctx.options.merchant_id, job, window)
-            cursor, issued_at = None, None
+            cursor, issued_at, records_read = None, None, 0
             return
         position = cursor or f"first:{window.start.isoformat()}/{window.end.isoformat()}"
         if cursor is None:
             issued_at = page.projection_as_of
         finished = not page.has_more
-        started = time.perf_counter()
         with ctx.writer:
+            # Timed inside the writer lock: the commit itself, not the wait for other chains'.
+            started = time.perf_counter()
             ctx.warehouse.commit_window_page(
                 ctx.options.merchant_id,
                 job,
@@ -167,7 +317,8 @@ def read_window(ctx: SyncContext, job: str, progress: WindowProgress, runner: St
                 done=finished,
                 position=position,
             )
-        ctx.observer.page_written(job, time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+        ctx.observer.page_written(job, seconds)
         ctx.after_commit(job, page.records, page.rejected, page.request_id)
         ctx.observer.window_page(job, window, len(page.records), done=finished)
         if finished and job == REBUILD_JOB:
@@ -175,7 +326,73 @@ def read_window(ctx: SyncContext, job: str, progress: WindowProgress, runner: St
             if state is not None and state.phase is Phase.TAILING:
                 ctx.phase(Phase.TAILING.value)
         cursor, done = page.next_cursor, finished
+        records_read += len(page.records)
+        if snapshot is not None:
+            snapshot.committed(seconds)
+            cut = (
+                None
+                if finished
+                else split_if_wanted(ctx, job, window, page, read=records_read, snapshot=snapshot)
+            )
+            if cut is not None:
+                window, cursor, issued_at, records_read = cut, None, None, 0
 
     while not done:
         runner.run(step, what=f"{job} window {window.start.isoformat()}")
     ctx.log.debug("window_done", job=job, window_start=window.start.isoformat())
+
+
+def split_if_wanted(
+    ctx: SyncContext,
+    job: str,
+    window: Window,
+    page: RecordsPage,
+    *,
+    read: int,
+    snapshot: PendingWindows,
+) -> Window | None:
+    """Cut the rest of ``window`` into more windows when the measured round trip wants more
+    chains than are in flight; the window this chain reads on, or None when left whole.
+
+    The cut is committed before any piece is read: a process killed before it resumes the
+    window's chain from its cursor, one killed after it reads the pieces.
+    """
+    wanted = snapshot.chains_wanted(ctx.client.pace())
+    if wanted is None or not page.records:
+        return None
+    snapshot.grow(wanted)
+    read_up_to = max(record.created_at for record in page.records)
+    covered = (read_up_to - window.start) / MILLISECOND
+    if covered <= 0:
+        return None
+    left = (window.end - read_up_to) / MILLISECOND
+    pages_left = read / covered * left / ctx.options.page_size
+    parts = snapshot.reserve(wanted, pages_left)
+    pieces = resplit(window, read_up_to, parts)
+    if len(pieces) != parts or parts <= 1:
+        snapshot.release(parts)
+        return None
+    try:
+        with ctx.writer:
+            ctx.warehouse.split_window(ctx.options.merchant_id, job, window, pieces)
+    except BaseException:
+        snapshot.release(parts)
+        raise
+    merchant_id = ctx.options.merchant_id
+    snapshot.offer(
+        len(pieces),
+        [
+            WindowProgress(merchant_id, job, piece, None, None, done=False, records=0)
+            for piece in pieces[1:]
+        ],
+    )
+    ctx.observer.windows_planned(job, snapshot.total, snapshot.finished)
+    ctx.log.info(
+        "window_split",
+        job=job,
+        window_start=window.start.isoformat(),
+        at=pieces[0].start.isoformat(),
+        pieces=len(pieces),
+        chains_wanted=wanted,
+    )
+    return pieces[0]

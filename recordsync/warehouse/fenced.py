@@ -101,6 +101,11 @@ class FencedWarehouse:
     def restart_window(self, merchant_id: str, job: str, window: Window) -> None:
         self._warehouse.restart_window(self._own(merchant_id), job, window, epoch=self._epoch)
 
+    def split_window(
+        self, merchant_id: str, job: str, window: Window, pieces: Sequence[Window]
+    ) -> None:
+        self._warehouse.split_window(self._own(merchant_id), job, window, pieces, epoch=self._epoch)
+
     def commit_tail_page(
         self,
         merchant_id: str,

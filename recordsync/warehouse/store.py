@@ -259,6 +259,20 @@ class Warehouse:
         with self._write("restart window", merchant_id, epoch) as conn:
             sync_state.restart_window(conn, merchant_id, job, window, now=self._clock())
 
+    def split_window(
+        self,
+        merchant_id: str,
+        job: str,
+        window: Window,
+        pieces: Sequence[Window],
+        *,
+        epoch: int | None = None,
+    ) -> None:
+        """End a window where ``pieces`` begin and add them, in one transaction: its chain
+        read everything before the first piece, each piece gets a chain of its own."""
+        with self._write("split window", merchant_id, epoch) as conn:
+            sync_state.split_window(conn, merchant_id, job, window, pieces, now=self._clock())
+
     # -- pages (page_commits) ----------------------------------------------------------------
 
     def commit_window_page(

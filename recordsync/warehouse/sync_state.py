@@ -8,6 +8,7 @@ moves in the same transaction as the rows it covers (``page_commits``).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -162,6 +163,37 @@ def restart_window(
     )
     if moved.rowcount != 1:
         raise LookupError(f"no window {_window_name(merchant_id, job, window)}")
+
+
+def split_window(
+    conn: Connection,
+    merchant_id: str,
+    job: str,
+    window: Window,
+    pieces: Sequence[Window],
+    *,
+    now: datetime,
+) -> None:
+    """End ``window`` where ``pieces`` begin (done, its chain dropped) and add ``pieces``,
+    which cover the rest of it, each to be read by a chain of its own."""
+    if not pieces or pieces[-1].end != window.end or not window.start < pieces[0].start:
+        raise ValueError("the pieces must cover the end of the window")
+    for left, right in itertools.pairwise(pieces):
+        if left.end != right.start:
+            raise ValueError("the pieces must follow one another without gap or overlap")
+    check_windows(pieces)
+    moved = conn.execute(
+        _window_update(merchant_id, job, window).values(
+            window_end=pieces[0].start,
+            cursor=None,
+            cursor_issued_at=None,
+            done=True,
+            updated_at=now,
+        )
+    )
+    if moved.rowcount != 1:
+        raise LookupError(f"no window {_window_name(merchant_id, job, window)}")
+    _insert_windows(conn, merchant_id, job, pieces, now)
 
 
 def advance_tail(

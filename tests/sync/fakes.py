@@ -20,7 +20,7 @@ from recordsync.core.errors import CursorExpiredError, ShutdownRequestedError
 from recordsync.core.models import ChangesPage, Record, RecordChange, RecordsPage, RejectedItem
 from recordsync.core.state import REBUILD_JOB, Phase, SyncState, Window, WindowProgress
 from recordsync.core.stopping import Stopper
-from recordsync.platform.budget import Priority
+from recordsync.platform.budget import Pace, Priority
 from recordsync.sync.context import SyncContext
 from recordsync.sync.engine import SyncEngine, SyncOptions
 from recordsync.sync.events import SyncObserver
@@ -89,6 +89,7 @@ class FakePlatform:
         self.records = sorted(records, key=lambda item: (item.created_at, item.record_id))
         self.change_pages: dict[str, ChangesPage] = {}
         self.anchors_without_time = 0  # how many anchor pages come without projection_as_of
+        self.round_trip: float | None = None  # what pace() says was measured
         self.calls: list[Call] = []
         self._failures: dict[tuple[str, str], list[BaseException]] = {}
         self._anchors = 0
@@ -128,6 +129,10 @@ class FakePlatform:
             raise error
 
     # -- RecordSource ------------------------------------------------------------------------
+
+    def pace(self) -> Pace:
+        """No round trip measured unless a test sets ``round_trip``: windows are not re-split."""
+        return Pace(2, 1.0, 0.05, self.round_trip)
 
     def changes(
         self,
@@ -318,6 +323,18 @@ class FakeStore:
             self._called("restart_window")
             held = self.jobs[job][window]
             self.jobs[job][window] = replace(held, cursor=None, cursor_issued_at=None, records=0)
+
+    def split_window(
+        self, merchant_id: str, job: str, window: Window, pieces: Sequence[Window]
+    ) -> None:
+        with self._lock:
+            self._called("split_window")
+            windows = self.jobs[job]
+            held = windows.pop(window)
+            assert pieces[-1].end == window.end
+            cut = Window(window.start, pieces[0].start)
+            windows[cut] = replace(held, window=cut, cursor=None, cursor_issued_at=None, done=True)
+            windows.update(_progress(merchant_id, job, pieces))
 
     def commit_tail_page(
         self,

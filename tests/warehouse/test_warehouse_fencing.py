@@ -26,7 +26,7 @@ from warehouse.warehouse_samples import (
 
 from recordsync.core.errors import LeaseSupersededError
 from recordsync.core.models import RejectedItem
-from recordsync.core.state import REBUILD_JOB
+from recordsync.core.state import REBUILD_JOB, Window
 from recordsync.warehouse import FencedWarehouse, Warehouse
 
 BACKFILL_JOB = "backfill:2024-02-01/2024-02-03"
@@ -65,6 +65,11 @@ def restart_window(store: FencedWarehouse) -> None:
     store.restart_window(MERCHANT, REBUILD_JOB, WINDOW)
 
 
+def split_window(store: FencedWarehouse) -> None:
+    middle = WINDOW.start + (WINDOW.end - WINDOW.start) / 2
+    store.split_window(MERCHANT, REBUILD_JOB, WINDOW, [Window(middle, WINDOW.end)])
+
+
 def ensure_job(store: FencedWarehouse) -> None:
     store.ensure_job(MERCHANT, BACKFILL_JOB, windows(2, T0 - 30 * timedelta(days=1)))
 
@@ -84,6 +89,7 @@ WRITES: list[Callable[[FencedWarehouse], None]] = [
     commit_window_page,
     commit_tail_page,
     restart_window,
+    split_window,
     ensure_job,
     start_rebuild,
 ]

@@ -146,6 +146,28 @@ def test_restart_window_forgets_the_cursor_and_keeps_the_rows(warehouse):
         warehouse.restart_window(MERCHANT, "backfill:none", plan[0])
 
 
+def test_split_window_ends_the_window_where_its_pieces_begin_in_one_transaction(warehouse):
+    plan = windows(2)
+    rebuild(warehouse, plan)
+    window_page(warehouse, plan[0], records=[make_record()])
+    at = plan[0].start + timedelta(hours=10)
+    middle = at + (plan[0].end - at) / 2
+    pieces = [Window(at, middle), Window(middle, plan[0].end)]
+    warehouse.split_window(MERCHANT, REBUILD_JOB, plan[0], pieces)
+    progress = warehouse.load_windows(MERCHANT, REBUILD_JOB)
+    assert [p.window for p in progress] == [Window(plan[0].start, at), *pieces, plan[1]]
+    cut = progress[0]
+    assert (cut.done, cut.cursor, cut.cursor_issued_at, cut.records) == (True, None, None, 1)
+    assert [(p.done, p.cursor, p.records) for p in progress[1:3]] == [(False, None, 0)] * 2
+    # The pieces are still to read: the rebuild is not finished.
+    assert warehouse.load_state(MERCHANT).phase is Phase.SNAPSHOT
+    with pytest.raises(ValueError, match="cover"):
+        warehouse.split_window(MERCHANT, REBUILD_JOB, plan[1], [Window(at, middle)])
+    with pytest.raises(LookupError):
+        warehouse.split_window(MERCHANT, REBUILD_JOB, plan[0], pieces)
+    assert len(warehouse.load_windows(MERCHANT, REBUILD_JOB)) == 4
+
+
 def test_ensure_job_registers_a_backfill_once_and_leaves_the_sync_state_alone(warehouse):
     plan = windows(3)
     job = backfill_job(plan[0].start, plan[-1].end)

@@ -1,0 +1,240 @@
+"""Windows planned for concurrency (``sync.windows``): the pure rules, then a snapshot that
+re-splits its windows as it goes and is resumed after a crash, on the fakes."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sync.fakes import HOUR, MERCHANT, NOW, FakePlatform, FakeStore, make_engine, record
+from synccheck import KillAfterSplit
+
+from recordsync.core.state import Window, WindowProgress, backfill_job
+from recordsync.core.stopping import Stopper
+from recordsync.core.times import MILLISECOND, ceil_ms, floor_ms
+from recordsync.platform.budget import Pace
+from recordsync.sync.snapshot import PendingWindows, plan_snapshot
+from recordsync.sync.windows import (
+    MAX_CHAINS,
+    MAX_WINDOW,
+    MIN_PAGES_PER_PIECE,
+    chains_needed,
+    plan_for_chains,
+    resplit,
+    resplit_parts,
+    split_range,
+)
+
+EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
+times = st.integers(min_value=0, max_value=20 * 86_400_000_000).map(
+    lambda micros: EPOCH + timedelta(microseconds=micros)
+)
+whole_ms = st.integers(min_value=0, max_value=20 * 86_400_000).map(
+    lambda ms: EPOCH + ms * MILLISECOND
+)
+
+
+def assert_tiles(windows: list[Window], start: datetime, end: datetime) -> None:
+    """The windows cover ``[start, end)`` exactly, in order, each > 0 and <= 24 h, on ms."""
+    assert windows[0].start == start
+    assert windows[-1].end == end
+    for left, right in itertools.pairwise(windows):
+        assert left.end == right.start
+    for window in windows:
+        assert timedelta(0) < window.end - window.start <= MAX_WINDOW
+        assert window.start.microsecond % 1000 == 0
+        assert window.end.microsecond % 1000 == 0
+
+
+@given(times, times, st.integers(min_value=1, max_value=40))
+def test_a_plan_covers_its_range_exactly_in_windows_of_at_most_a_day(
+    first: datetime, second: datetime, chains: int
+) -> None:
+    start, end = min(first, second), max(first, second)
+    windows = plan_for_chains(start, end, chains)
+    # Taken to whole milliseconds outward: never less than asked for.
+    low, high = floor_ms(start), ceil_ms(end)
+    if low == high:
+        assert windows == []
+        return
+    assert_tiles(windows, low, high)
+    span = high - low
+    days = -(-span // MAX_WINDOW)
+    # As many windows as the chains need (if the range has that many milliseconds), no more
+    # than that or than the days need: each extra window is one more partial page.
+    assert len(windows) == min(max(chains, days), span // MILLISECOND)
+
+
+@given(whole_ms, st.integers(min_value=1, max_value=10 * 86_400_000), st.integers(1, 50))
+def test_split_pieces_are_equal_to_the_millisecond(
+    start: datetime, span_ms: int, parts: int
+) -> None:
+    end = start + span_ms * MILLISECOND
+    windows = split_range(start, end, parts)
+    assert_tiles(windows, start, end)
+    lengths = {window.end - window.start for window in windows}
+    assert max(lengths) - min(lengths) <= MILLISECOND
+
+
+@given(whole_ms, st.integers(min_value=2, max_value=86_400_000), times, st.integers(0, 20))
+def test_a_resplit_covers_the_rest_of_the_window_from_the_last_records_millisecond(
+    start: datetime, span_ms: int, read_up_to: datetime, parts: int
+) -> None:
+    window = Window(start, start + span_ms * MILLISECOND)
+    pieces = resplit(window, read_up_to, parts)
+    at = read_up_to.replace(microsecond=read_up_to.microsecond // 1000 * 1000)
+    if parts <= 1 or not window.start < at < window.end:
+        assert pieces == []
+        return
+    # Every record before the last one's millisecond was read: the pieces start there.
+    assert_tiles(pieces, at, window.end)
+    assert 1 < len(pieces) <= parts
+
+
+def test_split_refuses_bounds_finer_than_a_millisecond_and_empty_ranges() -> None:
+    with pytest.raises(ValueError, match="milliseconds"):
+        split_range(EPOCH + timedelta(microseconds=1), EPOCH + HOUR, 2)
+    with pytest.raises(ValueError, match="empty"):
+        split_range(EPOCH, EPOCH, 2)
+
+
+@pytest.mark.parametrize(
+    ("round_trip", "work", "expected"),
+    [
+        (0.0, 0.0, 1),  # answers at once: one chain keeps up
+        (0.01, 0.0, 2),  # one in flight, one spare
+        (0.4, 0.1, 2),  # a request every 0.525 s: one in flight, one spare
+        (1.0, 0.1, 4),  # 1 s latency plus a commit: three in flight and a spare
+        (3.0, 0.1, 7),  # 3 s: six in flight and a spare
+        (60.0, 0.0, MAX_CHAINS),
+    ],
+)
+def test_chains_needed_for_the_default_budget(round_trip: float, work: float, expected: int):
+    assert (
+        chains_needed(requests=2, seconds=1.0, margin=0.05, round_trip=round_trip, work=work)
+        == expected
+    )
+
+
+def test_with_a_lifted_limit_only_the_round_trip_is_worth_more_chains() -> None:
+    lifted = {"requests": 100_000, "seconds": 1.0, "margin": 0.05}
+    assert chains_needed(**lifted, round_trip=0.01, work=0.1) == 3
+    assert chains_needed(**lifted, round_trip=0.5, work=0.1) == 7
+    assert chains_needed(**lifted, round_trip=0.01) == MAX_CHAINS
+
+
+def test_chains_needed_refuses_nonsense() -> None:
+    with pytest.raises(ValueError, match="expected"):
+        chains_needed(requests=0, seconds=1.0, margin=0.05, round_trip=1.0)
+
+
+@pytest.mark.parametrize(
+    ("wanted", "in_flight", "queued", "pages_left", "expected"),
+    [
+        (4, 4, 0, 100.0, 1),  # enough chains: read on
+        (4, 2, 2, 100.0, 1),  # the queue fills the gap
+        (7, 2, 0, 100.0, 6),  # five more chains: this one and five new pieces
+        (7, 2, 0, 3 * MIN_PAGES_PER_PIECE, 3),  # only as many pieces as hold a few pages
+        (7, 2, 0, MIN_PAGES_PER_PIECE * 2 - 0.1, 1),  # too little left to cut
+    ],
+)
+def test_resplit_parts(
+    wanted: int, in_flight: int, queued: int, pages_left: float, expected: int
+) -> None:
+    parts = resplit_parts(wanted=wanted, in_flight=in_flight, queued=queued, pages_left=pages_left)
+    assert parts == expected
+
+
+# -- the snapshot re-splits as it goes (fakes) ------------------------------------------------
+
+START = datetime(2024, 3, 4, 1, tzinfo=UTC)
+END = datetime(2024, 3, 4, 21, tzinfo=UTC)  # one window by days
+DENSE = [
+    record(f"r{n:03}", created=START + n * 6 * timedelta(minutes=1), updated=NOW)
+    for n in range(200)
+]
+
+
+class SlowPlatform(FakePlatform):
+    """Says a 3 s round trip was measured once it answered a first request."""
+
+    def pace(self) -> Pace:
+        return Pace(2, 1.0, 0.05, 3.0 if self.calls else None)
+
+
+def test_a_short_backfill_is_cut_for_more_chains_and_reads_every_record() -> None:
+    store = FakeStore()
+    platform = SlowPlatform(records=DENSE)
+
+    result = make_engine(platform, store, page_size=5).backfill(START, END)
+
+    windows = store.windows(backfill_job(START, END))
+    assert len(windows) >= chains_needed(requests=2, seconds=1.0, margin=0.05, round_trip=3.0)
+    assert_tiles([item.window for item in windows], START, END)
+    assert all(item.done for item in windows)
+    assert set(store.rows) == {item.record_id for item in DENSE}
+    assert result.records >= len(DENSE)  # a cut may read its millisecond's records twice
+
+
+def test_a_split_snapshot_killed_mid_way_resumes_to_every_record() -> None:
+    store = FakeStore()
+    crash = KillAfterSplit(pages=25)
+    # One platform for both processes: its cursors outlive the process that got them.
+    platform = SlowPlatform(records=DENSE)
+    with pytest.raises(RuntimeError, match="kill -9"):
+        make_engine(platform, store, page_size=5, observer=crash).backfill(START, END)
+    job = backfill_job(START, END)
+    left = [item for item in store.windows(job) if not item.done]
+    assert left, "the crash came before the end"
+    assert len(store.windows(job)) > 1, "the crash came after a split"
+    assert_tiles([item.window for item in store.windows(job)], START, END)
+
+    done_before = {item.window.start.isoformat() for item in store.windows(job) if item.done}
+    # A new process: the same command, the same store.
+    before = len(platform.calls)
+    make_engine(platform, store, page_size=5).backfill(START, END)
+
+    assert_tiles([item.window for item in store.windows(job)], START, END)
+    assert all(item.done for item in store.windows(job))
+    assert set(store.rows) == {item.record_id for item in DENSE}
+    # Only what was left was read again: no window done before the crash is started anew.
+    started = {call.at for call in platform.calls[before:] if call.endpoint == "records_first"}
+    assert not started & done_before
+
+
+def test_more_windows_than_workers_get_more_workers_before_any_cut() -> None:
+    chunks = [Window(START + n * HOUR, START + (n + 1) * HOUR) for n in range(7)]
+    pending = [WindowProgress(MERCHANT, "job", chunk, None, None, False, 0) for chunk in chunks]
+    snapshot = PendingWindows(pending, workers=2, most_workers=MAX_CHAINS)
+    spawned: list[int] = []
+    snapshot.spawn = spawned.append
+    snapshot.start()
+    first, second = snapshot.take(), snapshot.take()
+    assert first is not None
+    assert second is not None
+
+    snapshot.grow(7)  # 7 chains wanted, 2 read, 5 windows queued: 5 more workers
+    snapshot.grow(7)  # and no more
+    assert spawned == [5]
+    # Nothing is cut while queued windows still have workers coming for them.
+    assert snapshot.reserve(7, pages_left=100.0) == 1
+
+
+@pytest.mark.parametrize(("most_chains", "expected"), [(None, MAX_CHAINS), (3, 4), (6, 6)])
+def test_a_snapshot_grows_to_at_most_its_share_of_a_shared_host(
+    most_chains: int | None, expected: int
+) -> None:
+    """A daemon of many merchants gives each its share (merchant_syncs.fair_concurrency):
+    a merchant's growth must not take the threads the others' chains need."""
+    store = FakeStore()
+    windows = [Window(START + n * HOUR, START + (n + 1) * HOUR) for n in range(20)]
+    store.ensure_job(MERCHANT, "job", windows)
+    ctx = make_engine(
+        FakePlatform(), store, snapshot_concurrency=4, snapshot_most_chains=most_chains
+    )._context
+    snapshot = plan_snapshot(ctx, "job", Stopper())
+    assert snapshot is not None
+    assert snapshot.most_workers == expected  # never below the configured concurrency
