@@ -1,5 +1,6 @@
 """Fixtures shared by every test; the database ones live in dbfixtures.py (see its docstring)."""
 
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -8,6 +9,14 @@ from dbfixtures import warehouse, warehouse_url
 from serverturns import servers_turn
 
 from recordsync.logs import process_context
+
+# The simulator most tests run in this process stamps a request's arrival in its handler thread,
+# which must first get the GIL from the engine's threads; at Python's default 5 ms switch
+# interval that wait reaches tens of milliseconds on a loaded machine (three workers on two
+# cores), so two requests the client spaced correctly may be stamped closer than they arrived
+# and counted as a rate-limit violation that no platform would see.  1 ms, as the simulator's
+# own process uses (recordsync/sim/__main__.py), keeps the stamp within a few.
+sys.setswitchinterval(0.001)
 
 __all__ = ["reset_logging", "take_turns_at_the_servers", "warehouse", "warehouse_url"]
 
