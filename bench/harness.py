@@ -194,8 +194,13 @@ def sim_process(
             if "records" in facts:
                 announced.append(facts)
         records = sum(int(facts["records"]) for facts in announced)
-        served = tuple((facts["merchant_id"], facts["secret"]) for facts in announced)
-        yield SimProcess(process, base_url, records, served if merchants > 1 else ())
+        # One merchant's id and secret are the configured ones (its line names neither).
+        served = (
+            tuple((facts["merchant_id"], facts["secret"]) for facts in announced)
+            if merchants > 1
+            else ()
+        )
+        yield SimProcess(process, base_url, records, served)
     finally:
         process.send_signal(signal.SIGTERM)
         try:
