@@ -14,13 +14,12 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, insert, select, update
+from sqlalchemy import Connection, Row, insert, select
 
+from recordsync.warehouse import request_rows
 from recordsync.warehouse.database_clock import database_now
 from recordsync.warehouse.schema import backfill_requests
 from recordsync.warehouse.values import BackfillRequest, BackfillState
-
-_UNFINISHED = (BackfillState.PENDING.value, BackfillState.RUNNING.value)
 
 
 def request(conn: Connection, merchant_id: str, start: datetime, end: datetime, job: str) -> int:
@@ -35,7 +34,7 @@ def request(conn: Connection, merchant_id: str, start: datetime, end: datetime, 
         select(backfill_requests.c.id)
         .where(
             backfill_requests.c.merchant_id == merchant_id,
-            backfill_requests.c.state.in_(_UNFINISHED),
+            backfill_requests.c.state.in_(request_rows.UNFINISHED),
             backfill_requests.c.job == job,
         )
         .order_by(backfill_requests.c.id)
@@ -60,57 +59,22 @@ def request(conn: Connection, merchant_id: str, start: datetime, end: datetime, 
 
 def unfinished(conn: Connection, merchant_ids: Collection[str]) -> list[BackfillRequest]:
     """The merchants' pending and running requests, oldest first."""
-    query = (
-        select(backfill_requests)
-        .where(
-            backfill_requests.c.merchant_id.in_(merchant_ids),
-            backfill_requests.c.state.in_(_UNFINISHED),
-        )
-        .order_by(backfill_requests.c.id)
-    )
-    return [_request(row) for row in conn.execute(query)]
+    return [_request(row) for row in request_rows.unfinished(conn, backfill_requests, merchant_ids)]
 
 
 def start(conn: Connection, request_id: int, holder: str) -> None:
     """Mark an unfinished request running under ``holder`` (again, after a takeover)."""
-    _move(
-        conn,
-        request_id,
-        state=BackfillState.RUNNING.value,
-        holder=holder,
-        started_at=database_now(),
-    )
+    request_rows.start(conn, backfill_requests, request_id, holder, what="backfill")
 
 
 def finish(conn: Connection, request_id: int, *, failed: str | None) -> None:
     """Mark an unfinished request done, or failed with the reason ``failed``."""
-    _move(
-        conn,
-        request_id,
-        state=(BackfillState.DONE if failed is None else BackfillState.FAILED).value,
-        error=failed,
-        finished_at=database_now(),
-    )
+    request_rows.finish(conn, backfill_requests, request_id, what="backfill", failed=failed)
 
 
 def get(conn: Connection, request_id: int) -> BackfillRequest | None:
-    row = conn.execute(
-        select(backfill_requests).where(backfill_requests.c.id == request_id)
-    ).one_or_none()
+    row = request_rows.row(conn, backfill_requests, request_id)
     return None if row is None else _request(row)
-
-
-def _move(conn: Connection, request_id: int, **values: Any) -> None:
-    moved = conn.execute(
-        update(backfill_requests)
-        .where(
-            backfill_requests.c.id == request_id,
-            backfill_requests.c.state.in_(_UNFINISHED),
-        )
-        .values(values)
-    )
-    if moved.rowcount != 1:
-        raise LookupError(f"no unfinished backfill request {request_id}")
 
 
 def _request(row: Row[Any]) -> BackfillRequest:

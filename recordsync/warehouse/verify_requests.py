@@ -16,13 +16,12 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, insert, select, update
+from sqlalchemy import Connection, Row, insert
 
+from recordsync.warehouse import request_rows
 from recordsync.warehouse.database_clock import database_now
 from recordsync.warehouse.schema import verify_requests
 from recordsync.warehouse.values import BackfillState, VerifyRequest
-
-_UNFINISHED = (BackfillState.PENDING.value, BackfillState.RUNNING.value)
 
 
 def request(
@@ -49,55 +48,24 @@ def request(
 
 def unfinished(conn: Connection, merchant_ids: Collection[str]) -> list[VerifyRequest]:
     """The merchants' pending and running requests, oldest first."""
-    query = (
-        select(verify_requests)
-        .where(
-            verify_requests.c.merchant_id.in_(merchant_ids),
-            verify_requests.c.state.in_(_UNFINISHED),
-        )
-        .order_by(verify_requests.c.id)
-    )
-    return [_request(row) for row in conn.execute(query)]
+    return [_request(row) for row in request_rows.unfinished(conn, verify_requests, merchant_ids)]
 
 
 def start(conn: Connection, request_id: int, holder: str) -> None:
     """Mark an unfinished request running under ``holder`` (again, after a takeover)."""
-    _move(
-        conn,
-        request_id,
-        state=BackfillState.RUNNING.value,
-        holder=holder,
-        started_at=database_now(),
-    )
+    request_rows.start(conn, verify_requests, request_id, holder, what="verify")
 
 
 def finish(conn: Connection, request_id: int, *, result: str | None, failed: str | None) -> None:
     """Mark an unfinished request done with its ``result``, or failed with the reason."""
-    _move(
-        conn,
-        request_id,
-        state=(BackfillState.DONE if failed is None else BackfillState.FAILED).value,
-        result=result,
-        error=failed,
-        finished_at=database_now(),
+    request_rows.finish(
+        conn, verify_requests, request_id, what="verify", failed=failed, result=result
     )
 
 
 def get(conn: Connection, request_id: int) -> VerifyRequest | None:
-    row = conn.execute(
-        select(verify_requests).where(verify_requests.c.id == request_id)
-    ).one_or_none()
+    row = request_rows.row(conn, verify_requests, request_id)
     return None if row is None else _request(row)
-
-
-def _move(conn: Connection, request_id: int, **values: Any) -> None:
-    moved = conn.execute(
-        update(verify_requests)
-        .where(verify_requests.c.id == request_id, verify_requests.c.state.in_(_UNFINISHED))
-        .values(values)
-    )
-    if moved.rowcount != 1:
-        raise LookupError(f"no unfinished verify request {request_id}")
 
 
 def _request(row: Row[Any]) -> VerifyRequest:
