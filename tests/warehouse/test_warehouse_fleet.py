@@ -267,7 +267,6 @@ def test_leaving_frees_every_merchant_and_the_replica_row_at_once(warehouse, fle
     assert lease_row(warehouse, M2).released_at is not None
 
 
-@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
 def holders_within(session, expected, *, seconds):
     deadline = time.monotonic() + seconds
     while session.holders() != expected:
@@ -277,6 +276,7 @@ def holders_within(session, expected, *, seconds):
     return True
 
 
+@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
 def test_holders_are_the_replicas_holding_each_merchant_now(fleet):
     first, second = fleet("replica-a"), fleet("replica-b")
     assert (first.try_hold(M1), second.try_hold(M2)) == (1, 1)
