@@ -68,6 +68,13 @@ RECORDS: Final = "records"
 RECORD_CHANGES: Final = "record-changes"
 GAMES: Final = "games"
 
+# The endpoints read as cursor chains through the record budget: only their round trip
+# decides how many chains to keep in flight (``pace``).  Capabilities and the catalogue
+# answer without the records' work or latency, so a fast first answer from them would
+# make a backfill plan for too few chains and cut its windows again and again as the
+# average rose to the records' real round trip.
+_CHAINED: Final = frozenset({RECORDS, RECORD_CHANGES})
+
 MAX_PAGE_SIZE: Final = 1000  # spec: Conventions, Pagination (1-1000)
 MAX_RECORDS_WINDOW: Final = timedelta(hours=24)  # spec: Limits, Records window
 
@@ -434,7 +441,7 @@ class PlatformClient:
             if slot is not None:
                 slot.cancel()  # gives the slot back only if it was never stamped
         seconds = time.perf_counter() - started
-        if endpoint != GAMES:  # the records' and changes' round trip, apart from the catalogue's
+        if endpoint in _CHAINED:
             previous = self._round_trip
             self._round_trip = seconds if previous is None else previous + (seconds - previous) / 4
         status = response.status_code

@@ -4,6 +4,7 @@ import hashlib
 import hmac
 import itertools
 import random
+import time
 from datetime import UTC, datetime, timedelta
 
 import certifi
@@ -502,6 +503,25 @@ def test_capabilities_are_outside_the_record_budget(fake_time):
         slot = budget.acquire()
     assert slot.acquired_at == fake_time()
     assert fake_time.sleeps == []
+
+
+def test_only_the_record_chains_round_trip_is_measured_for_the_pace(fake_time):
+    """A fast capabilities answer must not stand for the records' round trip: a backfill
+    plans its chains from the first measured one (sync.snapshot.first_plan)."""
+
+    def slow_records(request):
+        time.sleep(0.05)  # the records' own latency, real time as the client measures it
+        return envelope(RECORDS_PAGE)
+
+    platform = Platform(fake_time, envelope(CAPABILITIES), slow_records)
+    with make_client(fake_time, platform) as client:
+        client.capabilities()
+        assert client.pace().round_trip is None
+        client.records_first(created_from=FROM, created_to=TO, limit=10)
+        round_trip = client.pace().round_trip
+    # The first records answer is taken as it is, not averaged with the capabilities one.
+    assert round_trip is not None
+    assert round_trip >= 0.05
 
 
 def test_429_on_capabilities_makes_only_that_caller_wait(fake_time):
