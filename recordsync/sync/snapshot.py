@@ -131,10 +131,10 @@ class PendingWindows:
             else:
                 self.reading.pop(window, None)
 
-    def pages_elsewhere(self, window: Window) -> list[float]:
-        """The pages left to read outside ``window``, one figure per window: what the other
-        chains reported, and for windows not yet measured (queued, or just taken) their
-        length at the density the chains measured so far."""
+    def pages_elsewhere(self, window: Window) -> float:
+        """The pages left to read outside ``window``: what the other chains reported, and
+        for windows not yet measured (queued, or just taken) their length at the density
+        the chains measured so far."""
         with self.lock:
             reports = [item for item in self.reading.values() if item is not None]
             read = sum(item[0] for item in reports)
@@ -142,13 +142,11 @@ class PendingWindows:
             per_ms = read / covered if covered > 0 else 0.0
             unmeasured = [item.window for item in self.queue]
             unmeasured += [key for key, item in self.reading.items() if item is None]
-            return [
+            return sum(
                 item[2] for key, item in self.reading.items() if item is not None and key != window
-            ] + [
-                per_ms * ((piece.end - piece.start) / MILLISECOND)
-                for piece in unmeasured
-                if piece != window
-            ]
+            ) + per_ms * sum(
+                (piece.end - piece.start) / MILLISECOND for piece in unmeasured if piece != window
+            )
 
     def chains_wanted(self, pace: Pace) -> int | None:
         """Chains that keep the budget busy at the measured round trip (None: not measured)."""
@@ -171,7 +169,7 @@ class PendingWindows:
         if started > 0 and self.spawn is not None:
             self.spawn(started)
 
-    def reserve(self, wanted: int, pages_left: float, others_left: Sequence[float]) -> int:
+    def reserve(self, wanted: int, pages_left: float, others_left: float) -> int:
         """Into how many windows this chain cuts the rest of its own; the new ones count as
         queued at once, so two chains deciding together do not both cut for the same gap
         (``offer`` or ``release`` settles the reservation)."""

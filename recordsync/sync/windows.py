@@ -20,10 +20,8 @@ time of a record the platform returned.  Pure functions, tested directly.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
@@ -90,51 +88,29 @@ def plan_for_chains(start: datetime, end: datetime, chains: int) -> list[Window]
     return split_range(start, end, chains)
 
 
-def allot_pieces(pages_left: Sequence[float], chains: int) -> list[int]:
-    """Into how many pieces to cut each window left to read so that ``chains`` pieces in all
-    (at least one each) leave the largest piece as small as it can be.
-
-    The job ends when its longest chain ends, so this is the plan that ends it first.  One
-    piece at a time goes to the window whose pieces are the largest (the greedy rule is
-    optimal for the largest piece); ties go to the earlier window.
-    """
-    parts = [1] * len(pages_left)
-    heap = [(-max(left, 0.0), index) for index, left in enumerate(pages_left)]
-    heapq.heapify(heap)
-    for _ in range(chains - len(parts)):
-        if not heap:
-            break
-        _, index = heapq.heappop(heap)
-        parts[index] += 1
-        heapq.heappush(heap, (-max(pages_left[index], 0.0) / parts[index], index))
-    return parts
-
-
 def resplit_parts(
-    *, wanted: int, in_flight: int, queued: int, pages_left: float, others_left: Sequence[float]
+    *, wanted: int, in_flight: int, queued: int, pages_left: float, others_left: float
 ) -> int:
     """Into how many windows a chain cuts the rest of its window (1: it reads on as it is).
 
     ``wanted`` chains are needed, ``in_flight`` are being read (this one included) and
     ``queued`` windows wait for a reader.  The job ends when its longest chain ends, and a
     chain that ends late runs with fewer than ``wanted`` beside it: the budget idles.  So the
-    pages left (``pages_left`` here, ``others_left``: each other chain's and each queued
-    window's) are shared out as ``wanted`` pieces with the smallest largest piece
-    (``allot_pieces``), and this chain cuts its rest into the fewest pieces that are no
-    larger than that, give or take a page: a cut that would not shorten the job (the
-    others hold as much) only costs a partial last page.  Each piece must still be expected
-    to hold ``MIN_PAGES_PER_PIECE`` pages, and no more pieces are cut than chains are
-    missing.
+    rest is cut into equal shares of the job: if the pages left (``pages_left`` here,
+    ``others_left`` in the other chains and the queued windows) were read by ``wanted``
+    chains, each would read ``share``; this chain cuts its rest into about
+    ``pages_left / share`` pieces (rounded, so a chain within half a share of the others
+    reads on: a cut costs about half a page, its partial last one).  Each piece must still
+    be expected to hold ``MIN_PAGES_PER_PIECE`` pages, and no more pieces are cut than
+    chains are missing.
     """
     missing = wanted - in_flight - queued
     if missing <= 0 or not pages_left > 0:
         return 1
-    everyone = [pages_left, *others_left]
-    parts = allot_pieces(everyone, max(wanted, len(everyone)))
-    largest = max(left / count for left, count in zip(everyone, parts, strict=True))
-    by_largest = math.ceil((pages_left - 1.0) / largest) if largest > 0 else 1
+    share = max((pages_left + max(others_left, 0.0)) / wanted, MIN_PAGES_PER_PIECE)
+    by_share = math.floor(pages_left / share + 0.5)
     by_pages = math.floor(pages_left / MIN_PAGES_PER_PIECE)
-    return max(1, min(missing + 1, by_largest, by_pages))
+    return max(1, min(missing + 1, by_share, by_pages))
 
 
 def resplit(window: Window, read_up_to: datetime, parts: int) -> list[Window]:
