@@ -123,13 +123,18 @@ class RateBudget:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         cold_start: bool = False,
+        cold_since: float | None = None,
     ) -> None:
         """``cold_start``: assume the window before creation was fully spent.
 
         A process that starts (or restarts after a crash) cannot know what the previous
         process sent in the last window, and the platform counts both against the same
-        merchant.  So a daemon's budget starts paused for one window; if ``resize`` later
-        brings a longer window before any request went out, the pause grows to match.
+        merchant.  So a daemon's budget starts paused for one window (``seconds`` plus the
+        margin, within which a request sent just before may still arrive); if ``resize``
+        later brings a longer window before any request went out, the pause grows to match.
+        ``cold_since`` (on ``clock``, never later than now) is when that window starts: the
+        process's own start, when the budget is made after its imports, for nothing this
+        process sends can precede its start, and a previous process's requests all did.
         """
         _check_limits(requests, seconds)
         if not margin >= 0 or math.isinf(margin):
@@ -148,7 +153,9 @@ class RateBudget:
         self._arrivals = itertools.count()
         self._paused_until = -math.inf
         self._waited = 0.0
-        self._cold_since: float | None = clock() if cold_start else None
+        now = clock()
+        since = now if cold_since is None else min(cold_since, now)
+        self._cold_since: float | None = since if cold_start else None
         if self._cold_since is not None:
             self._paused_until = self._cold_since + self._window
 

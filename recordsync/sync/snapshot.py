@@ -75,6 +75,9 @@ class PendingWindows:
         self.abandoned = False
         self.spawn: Callable[[int], None] | None = None
         self.commit_seconds: float | None = None  # moving average of one page's commit
+        # Each window being read: (pages read, milliseconds covered, pages left) as its chain
+        # last reported them, None before its first page; what the cuts share out.
+        self.reading: dict[Window, tuple[float, float, float] | None] = {}
         self.done = threading.Event()
         self.lock = threading.Lock()
 
@@ -88,7 +91,9 @@ class PendingWindows:
         with self.lock:
             if self.queue:
                 self.in_flight += 1
-                return self.queue.popleft()
+                item = self.queue.popleft()
+                self.reading[item.window] = None
+                return item
             self.running -= 1
             if self.running == 0 and not self.abandoned:
                 self.done.set()
@@ -107,11 +112,40 @@ class PendingWindows:
             if reading:
                 self.in_flight -= 1
 
-    def committed(self, seconds: float) -> None:
+    def committed(self, window: Window, seconds: float, *, finished: bool) -> None:
+        """A page of ``window`` was committed in ``seconds``; ``finished``: its last."""
         with self.lock:
+            if finished:
+                self.reading.pop(window, None)
             previous = self.commit_seconds
             self.commit_seconds = (
                 seconds if previous is None else previous + (seconds - previous) / 4
+            )
+
+    def report(self, window: Window, *, read: float, covered_ms: float, left: float) -> None:
+        """A chain committed a page of ``window``: ``read`` pages so far over ``covered_ms``
+        of it, about ``left`` pages to go (0: it is done)."""
+        with self.lock:
+            if left > 0:
+                self.reading[window] = (read, covered_ms, left)
+            else:
+                self.reading.pop(window, None)
+
+    def pages_elsewhere(self, window: Window) -> float:
+        """The pages left to read outside ``window``: what the other chains reported, and
+        for windows not yet measured (queued, or just taken) their length at the density
+        the chains measured so far."""
+        with self.lock:
+            reports = [item for item in self.reading.values() if item is not None]
+            read = sum(item[0] for item in reports)
+            covered = sum(item[1] for item in reports)
+            per_ms = read / covered if covered > 0 else 0.0
+            unmeasured = [item.window for item in self.queue]
+            unmeasured += [key for key, item in self.reading.items() if item is None]
+            return sum(
+                item[2] for key, item in self.reading.items() if item is not None and key != window
+            ) + per_ms * sum(
+                (piece.end - piece.start) / MILLISECOND for piece in unmeasured if piece != window
             )
 
     def chains_wanted(self, pace: Pace) -> int | None:
@@ -135,7 +169,7 @@ class PendingWindows:
         if started > 0 and self.spawn is not None:
             self.spawn(started)
 
-    def reserve(self, wanted: int, pages_left: float) -> int:
+    def reserve(self, wanted: int, pages_left: float, others_left: float) -> int:
         """Into how many windows this chain cuts the rest of its own; the new ones count as
         queued at once, so two chains deciding together do not both cut for the same gap
         (``offer`` or ``release`` settles the reservation)."""
@@ -145,6 +179,7 @@ class PendingWindows:
                 in_flight=self.in_flight,
                 queued=len(self.queue) + self.reserved,
                 pages_left=pages_left,
+                others_left=others_left,
             )
             self.reserved += parts - 1
             return parts
@@ -153,18 +188,38 @@ class PendingWindows:
         with self.lock:
             self.reserved -= parts - 1
 
-    def offer(self, cut: int, pieces: Sequence[WindowProgress]) -> None:
-        """A chain's window was cut into ``cut`` new windows, read on by that chain but
+    def offer(
+        self, window: Window, cut: Sequence[Window], pieces: Sequence[WindowProgress]
+    ) -> None:
+        """A chain's ``window`` was cut into the windows ``cut``, read on by that chain but
         ``pieces``, which are queued, with new workers for them where allowed."""
         with self.lock:
+            self.reading.pop(window, None)
+            self.reading[cut[0]] = None
             self.reserved -= len(pieces)
             self.queue.extend(pieces)
-            self.total += cut
+            self.total += len(cut)
             self.finished += 1  # the window that was cut ends where its pieces begin
             started = min(len(pieces), self.most_workers - self.running)
             self.running += max(started, 0)
         if started > 0 and self.spawn is not None:
             self.spawn(started)
+
+
+@dataclass(slots=True)
+class Sample:
+    """The records a chain read in its window since the first one it saw there: their
+    density is what its pages left are estimated from.  Counted from the first record, not
+    from the window's start, so a stretch without records before it (a history that starts
+    after the range asked for) does not make the rest look sparse and the cut too coarse."""
+
+    first_at: datetime | None = None
+    records: int = 0
+
+    def add(self, page: RecordsPage) -> None:
+        if page.records and self.first_at is None:
+            self.first_at = min(record.created_at for record in page.records)
+        self.records += len(page.records)
 
 
 def backfill(
@@ -275,11 +330,11 @@ def read_window(
     window = progress.window
     cursor = progress.cursor
     issued_at = progress.cursor_issued_at
-    records_read = progress.records
+    sample = Sample()
     done = False
 
     def step() -> None:
-        nonlocal window, cursor, issued_at, done, records_read
+        nonlocal window, cursor, issued_at, done, sample
         try:
             page = ctx.records_page(window.start, window.end, cursor, Priority.SNAPSHOT)
         except CursorExpiredError as exc:
@@ -297,7 +352,7 @@ def read_window(
             )
             with ctx.writer:
                 ctx.warehouse.restart_window(ctx.options.merchant_id, job, window)
-            cursor, issued_at, records_read = None, None, 0
+            cursor, issued_at, sample = None, None, Sample()
             return
         position = cursor or f"first:{window.start.isoformat()}/{window.end.isoformat()}"
         if cursor is None:
@@ -326,16 +381,16 @@ def read_window(
             if state is not None and state.phase is Phase.TAILING:
                 ctx.phase(Phase.TAILING.value)
         cursor, done = page.next_cursor, finished
-        records_read += len(page.records)
+        sample.add(page)
         if snapshot is not None:
-            snapshot.committed(seconds)
+            snapshot.committed(window, seconds, finished=finished)
             cut = (
                 None
                 if finished
-                else split_if_wanted(ctx, job, window, page, read=records_read, snapshot=snapshot)
+                else split_if_wanted(ctx, job, window, page, sample=sample, snapshot=snapshot)
             )
             if cut is not None:
-                window, cursor, issued_at, records_read = cut, None, None, 0
+                window, cursor, issued_at, sample = cut, None, None, Sample()
 
     while not done:
         runner.run(step, what=f"{job} window {window.start.isoformat()}")
@@ -348,7 +403,7 @@ def split_if_wanted(
     window: Window,
     page: RecordsPage,
     *,
-    read: int,
+    sample: Sample,
     snapshot: PendingWindows,
 ) -> Window | None:
     """Cut the rest of ``window`` into more windows when the measured round trip wants more
@@ -357,17 +412,21 @@ def split_if_wanted(
     The cut is committed before any piece is read: a process killed before it resumes the
     window's chain from its cursor, one killed after it reads the pieces.
     """
-    wanted = snapshot.chains_wanted(ctx.client.pace())
-    if wanted is None or not page.records:
+    if not page.records or sample.first_at is None:
         return None
-    snapshot.grow(wanted)
     read_up_to = max(record.created_at for record in page.records)
-    covered = (read_up_to - window.start) / MILLISECOND
+    covered = (read_up_to - sample.first_at) / MILLISECOND
     if covered <= 0:
         return None
     left = (window.end - read_up_to) / MILLISECOND
-    pages_left = read / covered * left / ctx.options.page_size
-    parts = snapshot.reserve(wanted, pages_left)
+    pages_read = sample.records / ctx.options.page_size
+    pages_left = pages_read / covered * left
+    snapshot.report(window, read=pages_read, covered_ms=covered, left=pages_left)
+    wanted = snapshot.chains_wanted(ctx.client.pace())
+    if wanted is None:
+        return None
+    snapshot.grow(wanted)
+    parts = snapshot.reserve(wanted, pages_left, snapshot.pages_elsewhere(window))
     pieces = resplit(window, read_up_to, parts)
     if len(pieces) != parts or parts <= 1:
         snapshot.release(parts)
@@ -380,7 +439,8 @@ def split_if_wanted(
         raise
     merchant_id = ctx.options.merchant_id
     snapshot.offer(
-        len(pieces),
+        window,
+        pieces,
         [
             WindowProgress(merchant_id, job, piece, None, None, done=False, records=0)
             for piece in pieces[1:]

@@ -88,18 +88,29 @@ def plan_for_chains(start: datetime, end: datetime, chains: int) -> list[Window]
     return split_range(start, end, chains)
 
 
-def resplit_parts(*, wanted: int, in_flight: int, queued: int, pages_left: float) -> int:
+def resplit_parts(
+    *, wanted: int, in_flight: int, queued: int, pages_left: float, others_left: float
+) -> int:
     """Into how many windows a chain cuts the rest of its window (1: it reads on as it is).
 
     ``wanted`` chains are needed, ``in_flight`` are being read (this one included) and
-    ``queued`` windows wait for a reader; each piece must still be expected to hold
-    ``MIN_PAGES_PER_PIECE`` pages, so the end of a window is not cut into partial pages.
+    ``queued`` windows wait for a reader.  The job ends when its longest chain ends, and a
+    chain that ends late runs with fewer than ``wanted`` beside it: the budget idles.  So the
+    rest is cut into equal shares of the job: if the pages left (``pages_left`` here,
+    ``others_left`` in the other chains and the queued windows) were read by ``wanted``
+    chains, each would read ``share``; this chain cuts its rest into about
+    ``pages_left / share`` pieces (rounded, so a chain within half a share of the others
+    reads on: a cut costs about half a page, its partial last one).  Each piece must still
+    be expected to hold ``MIN_PAGES_PER_PIECE`` pages, and no more pieces are cut than
+    chains are missing.
     """
     missing = wanted - in_flight - queued
-    if missing <= 0:
+    if missing <= 0 or not pages_left > 0:
         return 1
+    share = max((pages_left + max(others_left, 0.0)) / wanted, MIN_PAGES_PER_PIECE)
+    by_share = math.floor(pages_left / share + 0.5)
     by_pages = math.floor(pages_left / MIN_PAGES_PER_PIECE)
-    return max(1, min(missing + 1, by_pages))
+    return max(1, min(missing + 1, by_share, by_pages))
 
 
 def resplit(window: Window, read_up_to: datetime, parts: int) -> list[Window]:

@@ -435,3 +435,29 @@ def test_property_answers_never_let_more_arrivals_into_a_window(
             latest = min(latest, slot.answered_at)
         sent.append((slot.started_at, latest))
     assert_no_window_can_hold_more_arrivals(sent, requests, seconds_ms / 1000 - EPSILON)
+
+
+@pytest.mark.parametrize(
+    ("since", "expected"),
+    [
+        # A process makes its budget after its imports (0.4 s here): the window it cannot
+        # know about ends one window and the margin after the process started.
+        (-0.4, 1.05 - 0.4),
+        # Never later than now: a start in the future counts as now.
+        (30.0, 1.05),
+    ],
+)
+def test_a_cold_start_counts_from_the_moment_given(fake_time, since, expected):
+    made = fake_time()
+    budget = RateBudget(
+        2,
+        1.0,
+        margin=0.05,
+        clock=fake_time,
+        sleep=fake_time.sleep,
+        cold_start=True,
+        cold_since=made + since,
+    )
+    slot = budget.acquire()
+    slot.stamp()
+    assert slot.started_at == pytest.approx(made + expected)

@@ -3,7 +3,9 @@
 import hashlib
 import hmac
 import itertools
+import json
 import random
+import time
 from datetime import UTC, datetime, timedelta
 
 import certifi
@@ -502,6 +504,58 @@ def test_capabilities_are_outside_the_record_budget(fake_time):
         slot = budget.acquire()
     assert slot.acquired_at == fake_time()
     assert fake_time.sleeps == []
+
+
+def test_only_the_record_chains_round_trip_is_measured_for_the_pace(fake_time):
+    """A fast capabilities answer must not stand for the records' round trip: a backfill
+    plans its chains from the first measured one (sync.snapshot.first_plan)."""
+
+    def slow_records(request):
+        time.sleep(0.05)  # the records' own latency, real time as the client measures it
+        return envelope(RECORDS_PAGE)
+
+    platform = Platform(fake_time, envelope(CAPABILITIES), slow_records)
+    with make_client(fake_time, platform) as client:
+        client.capabilities()
+        assert client.pace().round_trip is None
+        client.records_first(created_from=FROM, created_to=TO, limit=10)
+        round_trip = client.pace().round_trip
+    # The first records answer is taken as it is, not averaged with the capabilities one.
+    assert round_trip is not None
+    assert round_trip >= 0.05
+
+
+class SlowBody(httpx.SyncByteStream):
+    """A body whose reading takes ``seconds`` of the fake clock, after the head came in."""
+
+    def __init__(self, fake_time, body: bytes, seconds: float) -> None:
+        self.fake_time, self.body, self.seconds = fake_time, body, seconds
+
+    def __iter__(self):
+        self.fake_time.advance(self.seconds)
+        yield self.body
+
+
+def test_the_budget_counts_a_request_from_its_answers_head_not_its_body(fake_time):
+    """The head of an answer proves the request arrived; reading a large page's body
+    afterwards must not push the next request back (at 0 ms latency that is the spacing)."""
+    body = json.dumps({"data": RECORDS_PAGE, "request_id": "req-1"}).encode()
+
+    def slow_body(request):
+        return httpx.Response(
+            200,
+            headers={"Content-Type": "application/json"},
+            stream=SlowBody(fake_time, body, 0.2),
+        )
+
+    budget = RateBudget(1, 1.0, margin=0.5, clock=fake_time, sleep=fake_time.sleep)
+    platform = Platform(fake_time, slow_body)
+    with make_client(fake_time, platform, budget=budget) as client:
+        client.records_first(created_from=FROM, created_to=TO, limit=10)
+        client.records_first(created_from=FROM, created_to=TO, limit=10)
+    # Answered (its head) at once, its body read 0.2 s later: the next one a second after
+    # the head, not after the body (1.2 s), nor after the margin (1.5 s).
+    assert platform.received_at[1] - platform.received_at[0] == pytest.approx(1.0)
 
 
 def test_429_on_capabilities_makes_only_that_caller_wait(fake_time):

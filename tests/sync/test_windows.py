@@ -132,20 +132,63 @@ def test_chains_needed_refuses_nonsense() -> None:
 
 
 @pytest.mark.parametrize(
-    ("wanted", "in_flight", "queued", "pages_left", "expected"),
+    ("chains", "pages", "expected"),
     [
-        (4, 4, 0, 100.0, 1),  # enough chains: read on
-        (4, 2, 2, 100.0, 1),  # the queue fills the gap
-        (7, 2, 0, 100.0, 6),  # five more chains: this one and five new pieces
-        (7, 2, 0, 3 * MIN_PAGES_PER_PIECE, 3),  # only as many pieces as hold a few pages
-        (7, 2, 0, MIN_PAGES_PER_PIECE * 2 - 0.1, 1),  # too little left to cut
+        ((4, 4, 0), (100.0, 0.0), 1),  # enough chains: read on
+        ((4, 2, 2), (100.0, 0.0), 1),  # the queue fills the gap
+        ((7, 2, 0), (100.0, 0.0), 6),  # alone with the job: this one and five new pieces
+        ((7, 2, 0), (100.0, 40.0), 5),  # 140 pages for 7 chains: 20 each, so 5 pieces here
+        ((7, 2, 0), (3 * MIN_PAGES_PER_PIECE, 0.0), 3),  # only as many pieces as hold a few pages
+        ((7, 2, 0), (MIN_PAGES_PER_PIECE * 2 - 0.1, 0.0), 1),  # too little left to cut
+        # The end of a job: six chains of about equal shares left, one missing.  None cuts,
+        # each would only add a partial page for a chain that ends with the others.
+        ((7, 6, 0), (30.0, 150.0), 1),
+        # One chain holds far more than the others: it is cut to their size.
+        ((7, 6, 0), (60.0, 50.0), 2),
     ],
 )
 def test_resplit_parts(
-    wanted: int, in_flight: int, queued: int, pages_left: float, expected: int
+    chains: tuple[int, int, int], pages: tuple[float, float], expected: int
 ) -> None:
-    parts = resplit_parts(wanted=wanted, in_flight=in_flight, queued=queued, pages_left=pages_left)
-    assert parts == expected
+    """``chains``: wanted, in flight, queued; ``pages``: left in this chain, elsewhere."""
+    assert parts_for(*chains, *pages) == expected
+
+
+def parts_for(
+    wanted: int, in_flight: int, queued: int, pages_left: float, others_left: float
+) -> int:
+    return resplit_parts(
+        wanted=wanted,
+        in_flight=in_flight,
+        queued=queued,
+        pages_left=pages_left,
+        others_left=others_left,
+    )
+
+
+@given(
+    st.integers(1, MAX_CHAINS),
+    st.integers(1, MAX_CHAINS),
+    st.integers(0, MAX_CHAINS),
+    st.floats(0, 10_000, allow_nan=False),
+    st.floats(0, 100_000, allow_nan=False),
+)
+def test_a_resplit_cuts_equal_shares_never_more_than_the_missing_chains(
+    wanted: int, in_flight: int, queued: int, pages_left: float, others_left: float
+) -> None:
+    parts = parts_for(wanted, in_flight, queued, pages_left, others_left)
+    missing = wanted - in_flight - queued
+    assert 1 <= parts <= max(1, missing + 1)
+    if parts > 1:
+        # Each piece holds a few pages, and no piece is much more than its share of the job
+        # would be if every chain wanted were busy: this chain does not end long after them.
+        assert pages_left / parts >= MIN_PAGES_PER_PIECE
+        share = (pages_left + others_left) / wanted
+        assert pages_left / parts >= min(share, pages_left) / 2
+    if parts == 1 and missing > 0 and pages_left >= 2 * MIN_PAGES_PER_PIECE:
+        # Read on whole only when this chain's rest is within half a share of the others'.
+        share = max((pages_left + others_left) / wanted, MIN_PAGES_PER_PIECE)
+        assert pages_left < 1.5 * share
 
 
 # -- the snapshot re-splits as it goes (fakes) ------------------------------------------------
@@ -220,7 +263,7 @@ def test_more_windows_than_workers_get_more_workers_before_any_cut() -> None:
     snapshot.grow(7)  # and no more
     assert spawned == [5]
     # Nothing is cut while queued windows still have workers coming for them.
-    assert snapshot.reserve(7, pages_left=100.0) == 1
+    assert snapshot.reserve(7, pages_left=100.0, others_left=0.0) == 1
 
 
 @pytest.mark.parametrize(("most_chains", "expected"), [(None, MAX_CHAINS), (3, 4), (6, 6)])
@@ -238,3 +281,25 @@ def test_a_snapshot_grows_to_at_most_its_share_of_a_shared_host(
     snapshot = plan_snapshot(ctx, "job", Stopper())
     assert snapshot is not None
     assert snapshot.most_workers == expected  # never below the configured concurrency
+
+
+def test_the_pages_left_elsewhere_count_reports_and_unread_windows_at_the_measured_density():
+    """What a cut shares out (``resplit_parts``' ``others_left``): the other chains' reported
+    pages left, and the windows nobody has measured yet at the density measured so far."""
+    hours = [Window(START + n * HOUR, START + (n + 1) * HOUR) for n in range(4)]
+    pending = [WindowProgress(MERCHANT, "job", item, None, None, False, 0) for item in hours]
+    snapshot = PendingWindows(pending, workers=3, most_workers=MAX_CHAINS)
+    taken = [snapshot.take() for _ in range(3)]
+    assert all(item is not None for item in taken)
+    ms_per_hour = HOUR / MILLISECOND
+    # 2 pages over half an hour in the first, 6 over half an hour in the second: 8 pages
+    # an hour on average, the density taken for windows not measured yet.
+    snapshot.report(hours[0], read=2.0, covered_ms=ms_per_hour / 2, left=10.0)
+    snapshot.report(hours[1], read=6.0, covered_ms=ms_per_hour / 2, left=3.0)
+    # Elsewhere from the first: the second's 3, the third (taken, unmeasured) and the
+    # fourth (queued) at 8 pages an hour each.
+    assert snapshot.pages_elsewhere(hours[0]) == pytest.approx(3.0 + 8.0 + 8.0)
+    assert snapshot.pages_elsewhere(hours[1]) == pytest.approx(10.0 + 8.0 + 8.0)
+    # A finished window no longer counts, nor does its density: 4 pages an hour now.
+    snapshot.report(hours[1], read=0.0, covered_ms=0.0, left=0.0)
+    assert snapshot.pages_elsewhere(hours[0]) == pytest.approx(4.0 + 4.0)
