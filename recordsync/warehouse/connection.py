@@ -42,11 +42,7 @@ SQLITE_BUSY_TIMEOUT_MS: Final = 30_000
 # Per connection, filled only as pages are read: 32 MiB keeps a backfill's peak memory far
 # below its 150 MB budget (bench/memory.py) and gives most of what 128 MiB gives.
 SQLITE_CACHE_KIB: Final = 32 * 1024
-# Pages of 16 KiB for a new file: the random keys of ``records`` and ``record_revisions`` dirty
-# one leaf per row, and bigger leaves are fewer and shared by more rows of a transaction
-# (bench/README.md, section 7: 49 -> 43 us per record written in groups of 8 pages).
-SQLITE_PAGE_BYTES: Final = 16_384
-SQLITE_CHECKPOINT_BYTES: Final = 64 * 1024 * 1024  # the WAL's size between checkpoints
+SQLITE_CHECKPOINT_PAGES: Final = 16_384  # a WAL of up to 64 MiB between checkpoints
 MYSQL_POOL_RECYCLE_S: Final = 3600  # below MariaDB's default wait_timeout of 8 h
 
 
@@ -96,9 +92,6 @@ def _configure_sqlite(engine: Engine) -> None:
         dbapi_connection.isolation_level = None  # BEGIN is emitted by _on_begin below
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        # Only a new, empty file takes it (an existing one keeps its own, WAL files always):
-        # before journal_mode, whose switch to WAL writes the file's first page.
-        cursor.execute(f"PRAGMA page_size = {SQLITE_PAGE_BYTES}")
         cursor.execute("PRAGMA journal_mode = WAL")
         # With WAL, NORMAL never corrupts and never splits a transaction; an OS crash may
         # lose the last commits, rows and cursor together, which the sync simply re-reads.
@@ -108,8 +101,7 @@ def _configure_sqlite(engine: Engine) -> None:
         # it; with SQLite's 2 MiB default cache most of them are re-read, and checkpoints every
         # 1000 pages write the same hot pages again and again (bench/write_path.py, W2).
         cursor.execute(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
-        page_bytes = cursor.execute("PRAGMA page_size").fetchone()[0]
-        cursor.execute(f"PRAGMA wal_autocheckpoint = {SQLITE_CHECKPOINT_BYTES // page_bytes}")
+        cursor.execute(f"PRAGMA wal_autocheckpoint = {SQLITE_CHECKPOINT_PAGES}")
         cursor.close()
 
     @event.listens_for(engine, "begin")

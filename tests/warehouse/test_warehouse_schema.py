@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from types import ModuleType
 
 import pytest
@@ -128,8 +127,7 @@ SESSION_CHECKS = {
         ("PRAGMA busy_timeout", 30000),
         ("PRAGMA foreign_keys", 1),
         ("PRAGMA cache_size", -32768),
-        ("PRAGMA page_size", 16384),
-        ("PRAGMA wal_autocheckpoint", 4096),  # 64 MiB of 16 KiB pages
+        ("PRAGMA wal_autocheckpoint", 16384),
     ],
     "postgresql": [("SELECT 1", 1)],
     "mysql": [
@@ -144,23 +142,6 @@ def test_connect_applies_the_session_settings_each_backend_needs(warehouse):
     with warehouse.engine.connect() as conn:
         for query, expected in SESSION_CHECKS["mysql" if dialect == "mariadb" else dialect]:
             assert conn.exec_driver_sql(query).scalar_one() == expected, query
-
-
-def test_an_existing_sqlite_file_keeps_its_page_size_and_a_64_mib_wal(tmp_path):
-    """Pages of 16 KiB are for new files: one made with SQLite's 4 KiB pages (before they
-    changed) keeps them, migrates and writes, and checkpoints after the same 64 MiB."""
-    path = tmp_path / "old.db"
-    with sqlite3.connect(path) as old:
-        old.execute("PRAGMA journal_mode = WAL")
-        old.execute("CREATE TABLE made_before (x)")
-    warehouse = Warehouse.connect(f"sqlite:///{path}")
-    try:
-        warehouse.migrate()
-        with warehouse.engine.connect() as conn:
-            assert conn.exec_driver_sql("PRAGMA page_size").scalar_one() == 4096
-            assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar_one() == 16384
-    finally:
-        warehouse.close()
 
 
 def test_the_package_exports_its_public_names_sorted():
