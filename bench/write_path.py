@@ -4,8 +4,10 @@ Pages of 1000 records are rendered by an in-process simulator and parsed once, u
 each variant commits them page by page into a fresh database and the cost per record is
 printed.  No HTTP, no simulator CPU: only what one page's transaction costs.
 
-- ``current``: ``Warehouse.commit_window_page``, exactly as the sync calls it (each page
-  staged once, both tables merged from the stage: ``warehouse/page_writer.py``);
+- ``current``: one page per transaction through ``Warehouse.commit_window_pages``, as the sync
+  commits a page that finds the writer free;
+- ``4`` and ``8 pages per transaction``: as the sync's group commits write pages that waited
+  for a one-at-a-time writer (SQLite, MariaDB; ``sync/group_commit.py``);
 - ``no revision history``: the same with ``keep_revisions=False`` (the share of the history);
 - ``without the BI indexes``: ``current`` after dropping the four secondary indexes of
   ``records`` (the primary key stays): what building them after a bulk load would save
@@ -29,7 +31,7 @@ import harness
 from sqlalchemy import create_engine, event, pool, text
 
 from recordsync.core.models import RecordsPage
-from recordsync.core.state import Window
+from recordsync.core.state import Window, WindowPage
 from recordsync.core.times import floor_ms
 from recordsync.sim import SimConfig, Simulator
 from recordsync.warehouse import Warehouse
@@ -40,6 +42,8 @@ SIZES: Final = {"tiny": (0.1, 50_000), "full": (2.0, 100_000)}  # history_days, 
 MERCHANT: Final = "demo-merchant"
 JOB: Final = "backfill:bench"
 # Session settings tried on top of the warehouse's own (connection._configure_sqlite).
+# Pages per transaction tried beside ``current`` (one): the sync's group commits.
+GROUPS: Final = (4, 8)
 SQLITE_VARIANTS: Final = {
     "2 MiB cache (SQLite's default)": ("cache_size = -2000", "wal_autocheckpoint = 1000"),
     "32 MiB cache": ("cache_size = -32768", "wal_autocheckpoint = 16384"),
@@ -83,15 +87,14 @@ def rendered_pages(history_days: float, rounds_per_day: int) -> list[RecordsPage
 LAST_CPU: list[float] = [0.0]
 
 
-def through_warehouse(warehouse: Warehouse, pages: list[RecordsPage]) -> float:
+def through_warehouse(warehouse: Warehouse, pages: list[RecordsPage], group: int = 1) -> float:
+    """Every page committed with its cursor, ``group`` pages per transaction (the sync's group
+    commits, ``sync/group_commit.py``, when pages wait for a one-at-a-time writer)."""
     warehouse.migrate()
     window = Window(datetime(2000, 1, 1, tzinfo=UTC), datetime(2000, 1, 2, tzinfo=UTC))
     warehouse.ensure_job(MERCHANT, JOB, [window])
-    cpu = time.process_time()
-    started = time.perf_counter()
-    for number, page in enumerate(pages):
-        warehouse.commit_window_page(
-            MERCHANT,
+    staged = [
+        WindowPage(
             JOB,
             window,
             records=page.records,
@@ -101,6 +104,12 @@ def through_warehouse(warehouse: Warehouse, pages: list[RecordsPage]) -> float:
             done=False,
             position=str(number),
         )
+        for number, page in enumerate(pages)
+    ]
+    cpu = time.process_time()
+    started = time.perf_counter()
+    for first in range(0, len(staged), group):
+        warehouse.commit_window_pages(MERCHANT, staged[first : first + group])
     seconds = time.perf_counter() - started
     LAST_CPU[0] = time.process_time() - cpu
     return seconds
@@ -157,6 +166,13 @@ def variants(backend: str) -> list[tuple[str, Callable[[str, list[RecordsPage]],
             ),
         ),
         ("without the BI indexes", without_bi_indexes),
+        *(
+            (
+                f"{group} pages per transaction",
+                lambda url, pages, g=group: through_warehouse(Warehouse.connect(url), pages, g),
+            )
+            for group in GROUPS
+        ),
     ]
     if backend == "sqlite":
         for label, pragmas in SQLITE_VARIANTS.items():

@@ -8,9 +8,12 @@ one-shot range backfill, which never touches the tail's state.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+
+from recordsync.core.models import Record, RejectedItem
 
 REBUILD_JOB = "rebuild"
 
@@ -57,3 +60,18 @@ class WindowProgress:
     cursor_issued_at: datetime | None  # platform time of the chain's first page
     done: bool
     records: int  # records committed from this window so far (for progress and status)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowPage:
+    """One snapshot page to store with the cursor that covers it: ``next_cursor`` None and
+    ``done`` when it was its window's last page; ``position`` names it in the quarantine."""
+
+    job: str
+    window: Window
+    records: Sequence[Record]
+    rejected: Sequence[RejectedItem]
+    next_cursor: str | None
+    cursor_issued_at: datetime | None
+    done: bool
+    position: str

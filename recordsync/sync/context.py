@@ -3,7 +3,8 @@ the writer lock.
 
 Every request goes through the client's one rate budget; commits are serialised by one
 writer lock unless the warehouse takes concurrent commits (PostgreSQL,
-``SyncStore.concurrent_writes``).  The anchor, the snapshot workers, the tail and the drift
+``SyncStore.concurrent_writes``), and snapshot pages waiting for that lock commit together
+(``group_commit``).  The anchor, the snapshot workers, the tail and the drift
 check each take this context instead of the engine, so each is a plain function of it that a
 test can drive with fakes.
 """
@@ -22,9 +23,11 @@ from typing import Any
 import structlog
 
 from recordsync.core.models import Record, RecordsPage, RejectedItem
+from recordsync.core.state import WindowPage
 from recordsync.core.stopping import Stopper
 from recordsync.platform.budget import Priority
 from recordsync.sync.events import SyncObserver
+from recordsync.sync.group_commit import MOST_PAGES_PER_GROUP, GroupCommits
 from recordsync.sync.options import SyncOptions
 from recordsync.sync.ports import RecordSource, SyncStore
 from recordsync.sync.resilience import StepRunner
@@ -45,12 +48,23 @@ class SyncContext:
     rng: random.Random
     # Commits wait for one another unless the warehouse takes them side by side.
     writer: AbstractContextManager[Any] = field(init=False)
+    # Snapshot pages waiting for that one writer commit together (``group_commit``).
+    window_commits: GroupCommits[WindowPage, object] = field(init=False)
     caught_up: threading.Event = field(init=False, default_factory=threading.Event)
     log: Any = field(init=False)
 
     def __post_init__(self) -> None:
-        self.writer = nullcontext() if self.warehouse.concurrent_writes else threading.Lock()
+        concurrent = self.warehouse.concurrent_writes
+        self.writer = nullcontext() if concurrent else threading.Lock()
+        self.window_commits = GroupCommits(
+            self._commit_window_pages,
+            writer=self.writer,
+            most=1 if concurrent else MOST_PAGES_PER_GROUP,
+        )
         self.log = log.bind(merchant_id=self.options.merchant_id)
+
+    def _commit_window_pages(self, pages: Sequence[WindowPage]) -> Sequence[object]:
+        return self.warehouse.commit_window_pages(self.options.merchant_id, pages)
 
     def phase(self, phase: str) -> None:
         """Every later event of this merchant carries the phase; observers hear of it too

@@ -23,7 +23,7 @@ from recordsync.core.models import (
     RecordsPage,
     RejectedItem,
 )
-from recordsync.core.state import SyncState, Window, WindowProgress
+from recordsync.core.state import SyncState, Window, WindowPage, WindowProgress
 from recordsync.platform.budget import Pace, Priority
 
 
@@ -102,6 +102,11 @@ class SyncStore(Protocol):
         done: bool,
         position: str,
     ) -> object: ...
+
+    def commit_window_pages(
+        self, merchant_id: str, pages: Sequence[WindowPage]
+    ) -> Sequence[object]:
+        """Several snapshot pages, each with its window's cursor, in ONE transaction."""
 
     def restart_window(self, merchant_id: str, job: str, window: Window) -> None:
         """Forget a window's cursor after 410 CURSOR_EXPIRED."""

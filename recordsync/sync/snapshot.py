@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,7 +22,14 @@ from datetime import datetime
 
 from recordsync.core.errors import ConfigurationError, CursorExpiredError
 from recordsync.core.models import RecordsPage
-from recordsync.core.state import REBUILD_JOB, Phase, Window, WindowProgress, backfill_job
+from recordsync.core.state import (
+    REBUILD_JOB,
+    Phase,
+    Window,
+    WindowPage,
+    WindowProgress,
+    backfill_job,
+)
 from recordsync.core.stopping import Stopper
 from recordsync.core.times import MILLISECOND
 from recordsync.platform.budget import Pace, Priority
@@ -358,11 +364,10 @@ def read_window(
         if cursor is None:
             issued_at = page.projection_as_of
         finished = not page.has_more
-        with ctx.writer:
-            # Timed inside the writer lock: the commit itself, not the wait for other chains'.
-            started = time.perf_counter()
-            ctx.warehouse.commit_window_page(
-                ctx.options.merchant_id,
+        # Timed inside the writer lock: the commit itself (its group's), not the wait for
+        # other chains'.
+        seconds = ctx.window_commits.commit(
+            WindowPage(
                 job,
                 window,
                 records=page.records,
@@ -372,7 +377,7 @@ def read_window(
                 done=finished,
                 position=position,
             )
-            seconds = time.perf_counter() - started
+        ).seconds
         ctx.observer.page_written(job, seconds)
         ctx.after_commit(job, page.records, page.rejected, page.request_id)
         ctx.observer.window_page(job, window, len(page.records), done=finished)

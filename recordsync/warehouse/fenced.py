@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from recordsync.core.models import Game, Record, RecordChange, RejectedItem
-from recordsync.core.state import SyncState, Window, WindowProgress
+from recordsync.core.state import SyncState, Window, WindowPage, WindowProgress
 from recordsync.warehouse.values import CatalogueResult, WriteResult
 
 if TYPE_CHECKING:
@@ -97,6 +97,11 @@ class FencedWarehouse:
             position=position,
             epoch=self._epoch,
         )
+
+    def commit_window_pages(
+        self, merchant_id: str, pages: Sequence[WindowPage]
+    ) -> list[WriteResult]:
+        return self._warehouse.commit_window_pages(self._own(merchant_id), pages, epoch=self._epoch)
 
     def restart_window(self, merchant_id: str, job: str, window: Window) -> None:
         self._warehouse.restart_window(self._own(merchant_id), job, window, epoch=self._epoch)

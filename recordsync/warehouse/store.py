@@ -33,7 +33,7 @@ from recordsync.core.database_url import SUPPORTED_BACKENDS, check_driver
 from recordsync.core.errors import ConfigurationError
 from recordsync.core.models import Game, Record, RecordChange, RejectedItem
 from recordsync.core.round_events import RoundEvent, RoundEventReceipt
-from recordsync.core.state import REBUILD_JOB, SyncState, Window, WindowProgress
+from recordsync.core.state import REBUILD_JOB, SyncState, Window, WindowPage, WindowProgress
 from recordsync.warehouse import (
     backfill_requests,
     catalogue,
@@ -294,23 +294,39 @@ class Warehouse:
         When this commit finishes the last rebuild window, the phase becomes TAILING in the
         same transaction.
         """
+        page = WindowPage(
+            job, window, records, rejected, next_cursor, cursor_issued_at, done, position
+        )
+        return self.commit_window_pages(merchant_id, [page], epoch=epoch)[0]
+
+    def commit_window_pages(
+        self, merchant_id: str, pages: Sequence[WindowPage], epoch: int | None = None
+    ) -> list[WriteResult]:
+        """Store several snapshot pages, each moving its own window's cursor, in ONE
+        transaction (the sync's group commits, ``sync.group_commit``): every page with the
+        cursor that covers it, as ``commit_window_page`` does for one."""
         now = self._clock()
-        with self._write("commit window page", merchant_id, epoch) as conn:
-            return page_commits.commit_window_page(
-                conn,
-                self._writer_for(conn),
-                merchant_id,
-                job,
-                window,
-                records=records,
-                rejected=rejected,
-                next_cursor=next_cursor,
-                cursor_issued_at=cursor_issued_at,
-                done=done,
-                position=position,
-                keep_revisions=self._keep_revisions,
-                now=now,
-            )
+        action = "commit window page" if len(pages) == 1 else "commit window pages"
+        with self._write(action, merchant_id, epoch) as conn:
+            writer = self._writer_for(conn)
+            return [
+                page_commits.commit_window_page(
+                    conn,
+                    writer,
+                    merchant_id,
+                    page.job,
+                    page.window,
+                    records=page.records,
+                    rejected=page.rejected,
+                    next_cursor=page.next_cursor,
+                    cursor_issued_at=page.cursor_issued_at,
+                    done=page.done,
+                    position=page.position,
+                    keep_revisions=self._keep_revisions,
+                    now=now,
+                )
+                for page in pages
+            ]
 
     def commit_tail_page(
         self,

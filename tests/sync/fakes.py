@@ -18,7 +18,14 @@ from warehouse.warehouse_samples import make_change, make_record
 
 from recordsync.core.errors import CursorExpiredError, ShutdownRequestedError
 from recordsync.core.models import ChangesPage, Record, RecordChange, RecordsPage, RejectedItem
-from recordsync.core.state import REBUILD_JOB, Phase, SyncState, Window, WindowProgress
+from recordsync.core.state import (
+    REBUILD_JOB,
+    Phase,
+    SyncState,
+    Window,
+    WindowPage,
+    WindowProgress,
+)
 from recordsync.core.stopping import Stopper
 from recordsync.platform.budget import Pace, Priority
 from recordsync.sync.context import SyncContext
@@ -221,6 +228,7 @@ class FakeStore:
     jobs: dict[str, dict[Window, WindowProgress]] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
     tail_commits: list[TailCommit] = field(default_factory=list)
+    window_page_groups: list[int] = field(default_factory=list)  # pages per group commit
     _failures: dict[str, list[BaseException]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -290,6 +298,15 @@ class FakeStore:
             self.jobs.setdefault(job, _progress(merchant_id, job, windows))
             return self.windows(job)
 
+    def commit_window_pages(self, merchant_id: str, pages: Sequence[WindowPage]) -> list[None]:
+        """Every page with its window's cursor, all or nothing (checked before any is kept)."""
+        with self._lock:
+            self._called("commit_window_pages")
+            self.window_page_groups.append(len(pages))
+            for page in pages:
+                self._keep_window_page(page)
+            return [None] * len(pages)
+
     def commit_window_page(
         self,
         merchant_id: str,
@@ -305,18 +322,23 @@ class FakeStore:
     ) -> None:
         with self._lock:
             self._called("commit_window_page")
-            self.keep(*records)
-            held = self.jobs[job][window]
-            self.jobs[job][window] = replace(
-                held,
-                cursor=next_cursor,
-                cursor_issued_at=cursor_issued_at,
-                done=done,
-                records=held.records + len(records),
+            self._keep_window_page(
+                WindowPage(job, window, records, (), next_cursor, cursor_issued_at, done, "")
             )
-            finished = all(item.done for item in self.jobs[job].values())
-            if job == REBUILD_JOB and finished and self.state is not None:
-                self.state = replace(self.state, phase=Phase.TAILING)
+
+    def _keep_window_page(self, page: WindowPage) -> None:
+        self.keep(*page.records)
+        held = self.jobs[page.job][page.window]
+        self.jobs[page.job][page.window] = replace(
+            held,
+            cursor=page.next_cursor,
+            cursor_issued_at=page.cursor_issued_at,
+            done=page.done,
+            records=held.records + len(page.records),
+        )
+        finished = all(item.done for item in self.jobs[page.job].values())
+        if page.job == REBUILD_JOB and finished and self.state is not None:
+            self.state = replace(self.state, phase=Phase.TAILING)
 
     def restart_window(self, merchant_id: str, job: str, window: Window) -> None:
         with self._lock:

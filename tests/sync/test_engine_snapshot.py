@@ -112,3 +112,4 @@ def test_an_expired_first_page_is_not_a_restart_it_stops_the_backfill():
 
     assert "restart_window" not in store.calls
     assert "commit_window_page" not in store.calls
+    assert "commit_window_pages" not in store.calls

@@ -26,7 +26,7 @@ from warehouse.warehouse_samples import (
 
 from recordsync.core.errors import LeaseSupersededError
 from recordsync.core.models import RejectedItem
-from recordsync.core.state import REBUILD_JOB, Window
+from recordsync.core.state import REBUILD_JOB, Window, WindowPage
 from recordsync.warehouse import FencedWarehouse, Warehouse
 
 BACKFILL_JOB = "backfill:2024-02-01/2024-02-03"
@@ -44,6 +44,26 @@ def commit_window_page(store: FencedWarehouse) -> None:
         cursor_issued_at=T0,
         done=False,
         position="window-cursor-1",
+    )
+
+
+def commit_window_pages(store: FencedWarehouse) -> None:
+    """A group commit of two pages of the window (the sync's group commits)."""
+    store.commit_window_pages(
+        MERCHANT,
+        [
+            WindowPage(
+                REBUILD_JOB,
+                WINDOW,
+                records=[make_record(f"rec-w{number}", revision=3)],
+                rejected=[BAD_ITEM],
+                next_cursor=f"window-cursor-{number + 1}",
+                cursor_issued_at=T0,
+                done=False,
+                position=f"window-cursor-{number}",
+            )
+            for number in (1, 2)
+        ],
     )
 
 
@@ -87,6 +107,7 @@ def start_rebuild(store: FencedWarehouse) -> None:
 
 WRITES: list[Callable[[FencedWarehouse], None]] = [
     commit_window_page,
+    commit_window_pages,
     commit_tail_page,
     restart_window,
     split_window,
