@@ -15,6 +15,7 @@ from sqlalchemy import Connection, text
 from structlog.testing import capture_logs
 from warehouse.warehouse_samples import MERCHANT, T0, WINDOW, make_record
 
+from recordsync.core.errors import LeaseSupersededError
 from recordsync.core.models import Record
 from recordsync.core.state import Window
 from recordsync.warehouse import Warehouse
@@ -112,29 +113,31 @@ LOCK_WAIT = {
 }
 
 
-@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
-def test_a_page_that_loses_a_deadlock_is_committed_on_its_next_attempt(
-    warehouse: Warehouse,
-) -> None:
-    """Another transaction holds rec-b and then asks for rec-a, which the page has locked
-    while it waits for rec-b: a real deadlock, which the server breaks by rolling the page
-    back (the other transaction has changed far more rows).  The page must then commit whole
-    on its next attempt, once, with its cursor, and not fail."""
-    window = Window(T0, T0 + timedelta(days=1))
-    warehouse.ensure_job(MERCHANT, JOB, [window])
-    seed = [make_record(record_id) for record_id in ["rec-a", "rec-b", *FILLER]]
+WINDOW_1 = Window(T0, T0 + timedelta(days=1))
+SEED = [make_record(record_id) for record_id in ["rec-a", "rec-b", *FILLER]]
+PAGE = [make_record("rec-a", revision=5), make_record("rec-b", revision=5)]
+
+
+def _deadlocked_page(
+    warehouse: Warehouse, last_statement: str, epoch: int | None = None
+) -> tuple[BaseException | None, list[int]]:
+    """Another transaction holds rec-b, the page (rec-a then rec-b) locks rec-a and waits for
+    rec-b, then the other runs ``last_statement``, which waits for something the page holds:
+    a real deadlock, which the server breaks by rolling the page back (the other transaction
+    has changed far more rows).  What the page's commit raised (None: it committed) and the
+    attempts logged as retried."""
+    warehouse.ensure_job(MERCHANT, JOB, [WINDOW_1])
     warehouse.commit_window_page(
-        MERCHANT, JOB, window, records=seed, rejected=[], next_cursor="c-0",
+        MERCHANT, JOB, WINDOW_1, records=SEED, rejected=[], next_cursor="c-0",
         cursor_issued_at=T0, done=False, position="0",
     )  # fmt: skip
-    page = [make_record("rec-a", revision=5), make_record("rec-b", revision=5)]
     outcome: list[BaseException | None] = []
 
     def commit_page() -> None:
         try:
             warehouse.commit_window_page(
-                MERCHANT, JOB, window, records=page, rejected=[], next_cursor="c-1",
-                cursor_issued_at=T0, done=False, position="1",
+                MERCHANT, JOB, WINDOW_1, records=PAGE, rejected=[], next_cursor="c-1",
+                cursor_issued_at=T0, done=False, position="1", epoch=epoch,
             )  # fmt: skip
             outcome.append(None)
         except BaseException as error:  # noqa: BLE001 - reported by the main thread
@@ -151,23 +154,56 @@ def test_a_page_that_loses_a_deadlock_is_committed_on_its_next_attempt(
                 page_thread.start()
                 _wait_for_a_lock_wait(watcher, LOCK_WAIT[warehouse.engine.dialect.name])
                 # Blocks until the server has broken the deadlock by rolling the page back.
-                other.execute(text(f"{HOLD} = 'rec-a'"))
+                other.execute(text(last_statement))
         finally:
             page_thread.join(timeout=30)
             other.close()
             watcher.close()
+    (raised,) = outcome
+    return raised, [entry["attempt"] for entry in logs if entry["event"] == "page_commit_retried"]
 
-    assert outcome == [None]
-    retries = [entry for entry in logs if entry["event"] == "page_commit_retried"]
-    assert [entry["attempt"] for entry in retries] == [1]
+
+def _revisions_and_statuses(warehouse: Warehouse) -> dict[str, tuple[int, str]]:
     stored = warehouse.fetch_records(MERCHANT)
-    assert {record_id: stored[record_id]["revision"] for record_id in ("rec-a", "rec-b")} == {
-        "rec-a": 5,
-        "rec-b": 5,
-    }
-    assert {stored[record_id]["status"] for record_id in ("rec-a", "rec-b")} == {"OPEN"}
+    return {key: (stored[key]["revision"], stored[key]["status"]) for key in ("rec-a", "rec-b")}
+
+
+@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
+def test_a_page_that_loses_a_deadlock_is_committed_on_its_next_attempt(
+    warehouse: Warehouse,
+) -> None:
+    """The page must then commit whole on its next attempt, once, with its cursor."""
+    raised, retried = _deadlocked_page(warehouse, f"{HOLD} = 'rec-a'")
+
+    assert (raised, retried) == (None, [1])
+    assert _revisions_and_statuses(warehouse) == {"rec-a": (5, "OPEN"), "rec-b": (5, "OPEN")}
     (progress,) = warehouse.load_windows(MERCHANT, JOB)
-    assert (progress.cursor, progress.records) == ("c-1", len(seed) + len(page))
+    assert (progress.cursor, progress.records) == ("c-1", len(SEED) + len(PAGE))
+
+
+@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
+def test_a_retried_page_is_fenced_again_and_refused_once_superseded(
+    warehouse: Warehouse,
+) -> None:
+    """The other transaction is a new holder raising the merchant's epoch, which waits for the
+    page's shared lock on the lease: the page's next attempt checks the epoch again, and is
+    refused with nothing of it stored."""
+    session = warehouse.fleet_session("replica-a")
+    try:
+        assert session.try_hold(MERCHANT) == 1
+        raised, retried = _deadlocked_page(
+            warehouse,
+            "UPDATE merchant_leases SET epoch = epoch + 1 WHERE merchant_id = 'merchant-1'",
+            epoch=1,
+        )
+    finally:
+        session.close()
+
+    assert isinstance(raised, LeaseSupersededError)
+    assert (raised.expected, raised.found, retried) == (1, 2, [1])
+    assert _revisions_and_statuses(warehouse) == {"rec-a": (1, "OPEN"), "rec-b": (1, "HELD")}
+    (progress,) = warehouse.load_windows(MERCHANT, JOB)
+    assert (progress.cursor, progress.records) == ("c-0", len(SEED))
 
 
 def _wait_for_a_lock_wait(conn: Connection, query: str) -> None:
