@@ -1,10 +1,12 @@
 """Page transactions that lost a lock conflict, and trying them again at once.
 
 Pages commit side by side on the servers (``Warehouse.concurrent_writes``).  Each takes its
-row locks in key order, but two pages' rows interleave in the key space, and InnoDB still
-locks a gap where an upsert meets an existing key (even under READ COMMITTED), so two pages
-can deadlock: the server then rolls one of them back whole (MariaDB error 1213; PostgreSQL
-SQLSTATE 40P01).  A lock wait that times out (1205) is the same story told later.
+row locks in key order, which kept pages from deadlocking one another in every measurement
+(bench/README.md, 7), but nothing orders them against other transactions (a BI tool's
+locking read, an operator's UPDATE, another table's locks taken in another order), and InnoDB
+still locks a gap where an upsert meets an existing key.  When a deadlock happens the server
+rolls one transaction back whole (MariaDB error 1213; PostgreSQL SQLSTATE 40P01); a lock
+wait that times out (1205) is the same story told later.
 
 Nothing of such a transaction was stored, and a page transaction is safe to run again: its
 upserts keep the highest revision whichever order they run in, and its cursor moves to the
