@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -187,7 +187,14 @@ def variants(backend: str) -> list[tuple[str, Callable[[str, list[RecordsPage]],
 
 def main() -> int:
     args = harness.arguments(
-        __doc__.splitlines()[0], [("--backends", {"default": ",".join(harness.BACKENDS)})]
+        __doc__.splitlines()[0],
+        [
+            ("--backends", {"default": ",".join(harness.BACKENDS)}),
+            (
+                "--mariadb-buffer-pool-mib",
+                {"type": int, "default": 0, "help": "run MariaDB with this buffer pool"},
+            ),
+        ],
     )
     history_days, rounds_per_day = SIZES[args.size]
     report = harness.Report("warehouse write path alone (no HTTP)", args.size)
@@ -196,18 +203,31 @@ def main() -> int:
     count = sum(len(page.records) for page in pages)
     report.note(f"{count:,} records in {len(pages)} pages, committed one page per transaction")
     for backend in args.backends.split(","):
-        expected: tuple[int, int] | None = None
-        for name, run in variants(backend):
-            with fresh(backend) as url:
-                seconds = run(url, pages)
-                stored = stored_rows(url)
-            expected = expected or stored
-            if stored[0] != expected[0] or (stored[1] not in {0, expected[1]}):
-                report.note(f"{backend}, {name}: stored {stored}, current stores {expected}")
-            report.add(f"{backend}, {name}: per record", seconds / count * 1e6, "us")
-            report.add(f"  {backend}, {name}: our CPU per record", LAST_CPU[0] / count * 1e6, "us")
-            report.add(f"  {backend}, {name}: records/s", count / seconds, "rec/s")
+        sized = backend == "mariadb" and args.mariadb_buffer_pool_mib
+        with harness.mariadb_buffer_pool(args.mariadb_buffer_pool_mib) if sized else nullcontext():
+            if sized:
+                report.note(f"mariadb with a {args.mariadb_buffer_pool_mib} MiB buffer pool")
+            _measure(report, backend, pages, count)
     return report.finish(check=args.check)
+
+
+def _measure(report: harness.Report, backend: str, pages: list[RecordsPage], count: int) -> None:
+    expected: tuple[int, int] | None = None
+    for name, run in variants(backend):
+        with fresh(backend) as url:
+            server_cpu = harness.server_cpu_seconds(backend)
+            seconds = run(url, pages)
+            server_cpu = harness.server_cpu_seconds(backend) - server_cpu
+            stored = stored_rows(url)
+        expected = expected or stored
+        if stored[0] != expected[0] or (stored[1] not in {0, expected[1]}):
+            report.note(f"{backend}, {name}: stored {stored}, current stores {expected}")
+        report.add(f"{backend}, {name}: per record", seconds / count * 1e6, "us")
+        report.add(f"  {backend}, {name}: our CPU per record", LAST_CPU[0] / count * 1e6, "us")
+        if backend != "sqlite":
+            server_us = server_cpu / count * 1e6
+            report.add(f"  {backend}, {name}: server CPU per record", server_us, "us")
+        report.add(f"  {backend}, {name}: records/s", count / seconds, "rec/s")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 the writer lock.
 
 Every request goes through the client's one rate budget; commits are serialised by one
-writer lock unless the warehouse takes concurrent commits (PostgreSQL,
+writer lock unless the warehouse takes concurrent commits (PostgreSQL and MariaDB,
 ``SyncStore.concurrent_writes``), and snapshot pages waiting for that lock commit together
 (``group_commit``).  The anchor, the snapshot workers, the tail and the drift
 check each take this context instead of the engine, so each is a plain function of it that a

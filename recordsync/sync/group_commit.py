@@ -1,7 +1,7 @@
 """Group commits: snapshot pages that wait for the one writer commit together.
 
-A warehouse that takes one writer at a time (SQLite, and MariaDB, ``SyncStore``
-``concurrent_writes``) pays most of a page's commit per transaction, not per row: SQLite
+A warehouse that takes one writer at a time (SQLite: ``SyncStore.concurrent_writes`` is false)
+pays most of a page's commit per transaction, not per row: SQLite
 writes every B-tree page a transaction touched to the WAL once per commit, and the random keys
 of ``records`` and ``record_revisions`` touch a different leaf for almost every row.  Pages of
 the same transaction share those leaves, so the same rows cost less together (bench/README.md,

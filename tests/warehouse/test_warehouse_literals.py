@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import pymysql
 import pytest
 from dbfixtures import BACKEND_PARAMS, fresh_database
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy import event
 from warehouse.test_warehouse_revisions import snapshot_page
 from warehouse.warehouse_samples import (
@@ -29,7 +32,8 @@ from warehouse.warehouse_samples import (
 from recordsync.core.models import Record, RecordChange
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.connection import create_warehouse_engine
-from recordsync.warehouse.mariadb_pages import MAX_STATEMENT_CHARS
+from recordsync.warehouse.mariadb_pages import MAX_STATEMENT_CHARS, _quote_for
+from recordsync.warehouse.types import mysql_time_text
 
 HOSTILE = [
     "it's",
@@ -173,3 +177,34 @@ def test_a_page_longer_than_one_statement_is_split_and_stored_whole(store: Wareh
     assert len(store.fetch_revisions(MERCHANT)) == len(records)
     if store.engine.dialect.name in {"mysql", "mariadb"}:
         assert len(statements) > 1
+
+
+@pytest.mark.parametrize("server_status", [0, 512], ids=["backslash-escapes", "no-backslash"])
+@given(value=st.text() | st.sampled_from(HOSTILE) | st.text(alphabet="\x00\n\r\x1a\"'\\ab"))
+def test_a_string_is_quoted_exactly_as_the_driver_quotes_it(server_status: int, value: str) -> None:
+    """The page writer skips the driver's escape for strings that need none (``_quote_for``):
+    what it writes must still be the driver's literal, in both string-literal modes."""
+    connection = pymysql.connections.Connection(defer_connect=True)
+    connection.server_status = server_status  # 512: SERVER_STATUS_NO_BACKSLASH_ESCAPES
+
+    assert _quote_for(connection)(value) == connection.escape(value)
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        datetime(2024, 3, 1, 0, 1, 2, 345678, tzinfo=UTC),
+        datetime(2024, 3, 1, 2, 1, 2, 345678, tzinfo=timezone(timedelta(hours=2))),
+        datetime(2024, 3, 1, 0, 1, 2, 345678, tzinfo=timezone(timedelta(0))),
+        datetime(2024, 3, 1, 0, 1, 2, tzinfo=UTC),
+    ],
+    ids=["utc", "plus-two-hours", "other-zero-offset", "no-microseconds"],
+)
+def test_times_are_written_as_utc_datetime6_literals(moment: datetime) -> None:
+    expected = "2024-03-01 00:01:02." + ("345678" if moment.microsecond else "000000")
+    assert mysql_time_text(moment) == expected
+
+
+def test_a_naive_time_is_refused() -> None:
+    with pytest.raises(ValueError, match="naive"):
+        mysql_time_text(datetime(2024, 3, 1))  # noqa: DTZ001 - the case under test
