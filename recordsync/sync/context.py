@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections import Counter
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -27,7 +28,7 @@ from recordsync.core.state import WindowPage
 from recordsync.core.stopping import Stopper
 from recordsync.platform.budget import Priority
 from recordsync.sync.events import SyncObserver
-from recordsync.sync.group_commit import MOST_PAGES_PER_GROUP, GroupCommits
+from recordsync.sync.group_commit import GroupCommits
 from recordsync.sync.options import SyncOptions
 from recordsync.sync.ports import RecordSource, SyncStore
 from recordsync.sync.resilience import StepRunner
@@ -48,20 +49,28 @@ class SyncContext:
     rng: random.Random
     # Commits wait for one another unless the warehouse takes them side by side.
     writer: AbstractContextManager[Any] = field(init=False)
-    # Snapshot pages waiting for that one writer commit together (``group_commit``).
-    window_commits: GroupCommits[WindowPage, object] = field(init=False)
+    # Snapshot pages waiting for that one writer commit together (``group_commit``); None
+    # when the warehouse takes commits side by side: nothing waits, nothing is grouped.
+    window_commits: GroupCommits[WindowPage, object] | None = field(init=False)
     caught_up: threading.Event = field(init=False, default_factory=threading.Event)
     log: Any = field(init=False)
 
     def __post_init__(self) -> None:
         concurrent = self.warehouse.concurrent_writes
         self.writer = nullcontext() if concurrent else threading.Lock()
-        self.window_commits = GroupCommits(
-            self._commit_window_pages,
-            writer=self.writer,
-            most=1 if concurrent else MOST_PAGES_PER_GROUP,
+        self.window_commits = (
+            None if concurrent else GroupCommits(self._commit_window_pages, writer=self.writer)
         )
         self.log = log.bind(merchant_id=self.options.merchant_id)
+
+    def commit_window_page(self, page: WindowPage) -> float:
+        """Commit a snapshot page with its window's cursor; the seconds its transaction took
+        (its group's, when it waited for the writer beside others), not the wait before it."""
+        if self.window_commits is not None:
+            return self.window_commits.commit(page).seconds
+        started = time.perf_counter()
+        self._commit_window_pages([page])
+        return time.perf_counter() - started
 
     def _commit_window_pages(self, pages: Sequence[WindowPage]) -> Sequence[object]:
         return self.warehouse.commit_window_pages(self.options.merchant_id, pages)

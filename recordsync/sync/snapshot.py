@@ -364,9 +364,7 @@ def read_window(
         if cursor is None:
             issued_at = page.projection_as_of
         finished = not page.has_more
-        # Timed inside the writer lock: the commit itself (its group's), not the wait for
-        # other chains'.
-        seconds = ctx.window_commits.commit(
+        seconds = ctx.commit_window_page(
             WindowPage(
                 job,
                 window,
@@ -377,7 +375,7 @@ def read_window(
                 done=finished,
                 position=position,
             )
-        ).seconds
+        )
         ctx.observer.page_written(job, seconds)
         ctx.after_commit(job, page.records, page.rejected, page.request_id)
         ctx.observer.window_page(job, window, len(page.records), done=finished)

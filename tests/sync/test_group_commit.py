@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import pytest
+from sync.fakes import FakePlatform, FakeStore, make_context
 
+from recordsync.core.state import REBUILD_JOB, Window, WindowPage
 from recordsync.sync.group_commit import GroupCommits
 
 TIMEOUT = 10.0
@@ -130,3 +133,56 @@ def test_a_wrong_number_of_results_is_an_error_not_a_silent_loss() -> None:
     commits = GroupCommits(lambda items: [], writer=threading.Lock())
     with pytest.raises(RuntimeError, match="1 items committed, 0 results"):
         commits.commit("a")
+
+
+# -- the engine's use: grouped only where commits wait for one writer -------------------------
+
+
+class MeetingStore(FakeStore):
+    """Each page commit waits, up to a few seconds, until ``meeting`` commits are inside."""
+
+    def __init__(self, *, concurrent_writes: bool, meeting: int) -> None:
+        super().__init__(concurrent_writes=concurrent_writes)
+        self.barrier = threading.Barrier(meeting, timeout=2.0)
+        self.met = 0
+
+    def commit_window_pages(self, merchant_id: str, pages: Sequence[WindowPage]) -> list[None]:
+        try:
+            self.barrier.wait()
+            self.met += 1
+        except threading.BrokenBarrierError:
+            pass
+        return [None] * len(pages)
+
+
+def page_of(number: int) -> WindowPage:
+    window = Window(
+        datetime(2026, 1, number, tzinfo=UTC), datetime(2026, 1, number + 1, tzinfo=UTC)
+    )
+    return WindowPage(REBUILD_JOB, window, [], [], None, None, True, f"page-{number}")
+
+
+def commit_side_by_side(store: MeetingStore) -> None:
+    context = make_context(FakePlatform(), store)
+    threads = [
+        threading.Thread(target=context.commit_window_page, args=[page_of(number)])
+        for number in (1, 2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(TIMEOUT)
+
+
+def test_a_warehouse_that_takes_commits_side_by_side_gets_them_side_by_side() -> None:
+    """PostgreSQL and MariaDB: two chains' pages are in their transactions at once."""
+    store = MeetingStore(concurrent_writes=True, meeting=2)
+    commit_side_by_side(store)
+    assert store.met == 2
+
+
+def test_a_one_writer_warehouse_gets_one_commit_at_a_time() -> None:
+    """SQLite: the second page waits for the first (and may join a group), never beside it."""
+    store = MeetingStore(concurrent_writes=False, meeting=2)
+    commit_side_by_side(store)
+    assert store.met == 0
