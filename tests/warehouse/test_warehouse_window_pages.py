@@ -4,10 +4,16 @@ each page moves its own window's cursor, and the transaction lands whole or not 
 from __future__ import annotations
 
 import pytest
-from warehouse.warehouse_samples import MERCHANT, T0, make_record, windows
+from warehouse.warehouse_samples import (
+    MERCHANT,
+    T0,
+    make_record,
+    start_rebuild_of_window,
+    windows,
+)
 
 from recordsync.core.state import REBUILD_JOB, Phase, Window, WindowPage
-from recordsync.warehouse import Warehouse, WriteResult
+from recordsync.warehouse import WriteResult
 
 
 def page(window: Window, *record_ids: str, done: bool = False, revision: int = 1) -> WindowPage:
@@ -23,20 +29,9 @@ def page(window: Window, *record_ids: str, done: bool = False, revision: int = 1
     )
 
 
-def rebuild(warehouse: Warehouse, plan: list[Window]) -> None:
-    warehouse.start_rebuild(
-        MERCHANT,
-        change_cursor="anchor",
-        anchor_at=T0,
-        history_from=plan[0].start,
-        snapshot_to=plan[-1].end,
-        windows=plan,
-    )
-
-
 def test_each_page_moves_its_own_window_and_the_last_one_finishes_the_rebuild(warehouse):
     plan = windows(3)
-    rebuild(warehouse, plan)
+    start_rebuild_of_window(warehouse, plan)
     results = warehouse.commit_window_pages(
         MERCHANT,
         [
@@ -62,7 +57,7 @@ def test_each_page_moves_its_own_window_and_the_last_one_finishes_the_rebuild(wa
 
 def test_a_page_that_cannot_be_stored_takes_its_whole_group_back(warehouse):
     plan = windows(2)
-    rebuild(warehouse, plan)
+    start_rebuild_of_window(warehouse, plan)
     unknown = Window(plan[0].start, plan[0].end - (plan[0].end - plan[0].start) / 2)
     with pytest.raises(LookupError, match="no window"):
         warehouse.commit_window_pages(
@@ -75,7 +70,7 @@ def test_a_page_that_cannot_be_stored_takes_its_whole_group_back(warehouse):
 
 def test_pages_of_one_group_keep_the_highest_revision_whatever_their_order(warehouse):
     plan = windows(2)
-    rebuild(warehouse, plan)
+    start_rebuild_of_window(warehouse, plan)
     warehouse.commit_window_pages(
         MERCHANT, [page(plan[0], "a", revision=3), page(plan[1], "a", revision=2)]
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -79,14 +80,15 @@ def row_view(row: dict[str, Any]) -> dict[str, Any]:
     return {key: row[key] for key in stored_view(make_record())}
 
 
-def start_rebuild_of_window(store: Warehouse) -> Warehouse:
-    """``store`` with a rebuild of ``MERCHANT`` anchored at ``T0`` over the one ``WINDOW``."""
+def start_rebuild_of_window(store: Warehouse, plan: Sequence[Window] = (WINDOW,)) -> Warehouse:
+    """``store`` with a rebuild of ``MERCHANT`` anchored at ``T0`` over ``plan`` (the one
+    ``WINDOW`` unless told)."""
     store.start_rebuild(
         MERCHANT,
         change_cursor="change-cursor-0",
         anchor_at=T0,
-        history_from=WINDOW.start,
-        snapshot_to=WINDOW.end,
-        windows=[WINDOW],
+        history_from=plan[0].start,
+        snapshot_to=plan[-1].end,
+        windows=plan,
     )
     return store
