@@ -37,6 +37,8 @@ EXPECTED_ALERTS = {
     "RecordsyncMerchantNotHeld",
     # Issue 12: rounds announced by round-end notifications that never reached the warehouse.
     "RecordsyncRoundsAnnouncedMissing",
+    # A merchant's sync that dies of an unexpected error and is restarted (a bug).
+    "RecordsyncMerchantSyncFailing",
 }
 # About the process, not a merchant's sync.
 PROCESS_ALERTS = {"RecordsyncDown"}
