@@ -15,6 +15,9 @@ from recordsync.core.times import parse_time
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_CONFIG = 2
+# verify only: it could not finish (the platform or warehouse failed, or it was stopped), so
+# it concluded nothing; 1 stays "differences found", which a script must tell apart.
+EXIT_INCOMPLETE = 3
 # Commands that stop gracefully on SIGTERM/SIGINT; the others keep Python's defaults.
 GRACEFUL_COMMANDS = frozenset({"run", "backfill", "verify", "demo"})
 
@@ -53,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verify = commands.add_parser(
         "verify",
-        help="compare a creation range with the platform's records (exit 1 on differences)",
+        help="compare a creation range with the platform's records (exit 0: complete and "
+        "exact; 1: differences found; 3: could not finish)",
     )
     verify.add_argument("--from", dest="start", type=_time_arg, required=True)
     verify.add_argument("--to", dest="end", type=_time_arg, required=True)
@@ -132,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RecordSyncError as exc:
         # Our own errors carry their diagnosis (and never a secret): one line, no traceback.
         print(f"recordsync: error: {exc}", file=sys.stderr)  # noqa: T201
-        return EXIT_FAILURE
+        return EXIT_INCOMPLETE if args.command == "verify" else EXIT_FAILURE
 
 
 def _dispatch(args: argparse.Namespace) -> int:  # noqa: PLR0911 - one return per command

@@ -98,6 +98,7 @@ def run_verify(
 
     Exit code: 0 when nothing is missing, behind or different, 1 otherwise (also when
     ``--repair`` repaired everything it found: something was wrong and a person should know).
+    A run that cannot finish raises, and the command exits 3 (``cli.EXIT_INCOMPLETE``).
     """
     if not start < end:
         raise ConfigurationError("verify: --from must be earlier than --to")
@@ -145,8 +146,10 @@ def run_verify(
                     )
                 document = verify_document(result, merchant.merchant_id, start, end)
         except ShutdownRequestedError:
+            # The command's exit code says "could not finish" (cli.EXIT_INCOMPLETE), not
+            # "differences found".
             log.info("verify_interrupted", action="nothing was concluded; run it again")
-            return 1
+            raise
         finally:
             session.close()
     _report(document, metrics_file)

@@ -283,3 +283,22 @@ def test_a_request_no_holder_takes_is_run_by_the_command_once_the_merchant_is_fr
     finally:
         holder.close()
         store.close()
+
+
+def test_a_verify_that_cannot_finish_exits_3_not_1(sim, tmp_path, capsys):
+    """A script must tell "differences found" (1) from "concluded nothing" (3): here the
+    platform refuses the secret, which no wait fixes."""
+    url = f"sqlite:///{tmp_path / 'refused.db'}"
+    window = synced(sim, url)
+    config = tmp_path / "verify.toml"
+    config.write_text(
+        f'base_url = "{sim.base_url}"\ndatabase_url = "{url}"\nmerchant_id = "{MERCHANT}"\n'
+        f'secret = "{"x" * len(SECRET)}"\nhttp_port = 0\n'
+        f'history_from = "{format_time(window.start)}"\n',
+        encoding="utf-8",
+    )
+    argv = ["verify", "--from", format_time(window.start), "--to", format_time(window.end)]
+    assert cli.main([*argv, "--config", str(config)]) == cli.EXIT_INCOMPLETE == 3
+    err = capsys.readouterr().err
+    assert "recordsync: error:" in err
+    assert "x" * len(SECRET) not in err
