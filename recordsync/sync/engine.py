@@ -127,8 +127,13 @@ class SyncEngine:
         tail = Tail(position=state.change_cursor)
         snapshot = plan_snapshot(ctx, REBUILD_JOB, generation)
         # The rebuild counts as done once the BI indexes a first load left out are built
-        # (``indexes``): a run that stops when caught up ends with them.
+        # (``indexes``): a run that stops when caught up ends with them.  A rebuild done
+        # already may have left them out too (a backfill abandoned half-way, a kill before
+        # the build): they are built beside the tail, which does not wait for them.
         snapshot_done = threading.Event()
+        unindexed = snapshot is None and bi_indexes_missing(ctx, generation)
+        if snapshot is None and not unindexed:
+            snapshot_done.set()
 
         def index() -> None:
             try:
@@ -145,23 +150,13 @@ class SyncEngine:
             "tail",
             options.poll_interval,
             lambda: drain_tail(
-                ctx,
-                tail,
-                generation,
-                expired,
-                snapshot_done,
-                wakeups=self._wakeups,
+                ctx, tail, generation, expired, snapshot_done, wakeups=self._wakeups
             ),
             now=True,
         )
-        if snapshot is None:
-            # The rebuild is done: build what a load left out (a backfill abandoned half-way,
-            # a kill before the build), beside the tail, which does not wait for it.
-            if bi_indexes_missing(ctx, generation):
-                jobs.once("bi-indexes", index)
-            else:
-                snapshot_done.set()
-        else:
+        if unindexed:
+            jobs.once("bi-indexes", index)
+        if snapshot is not None:
             schedule_snapshot(
                 ctx, jobs, REBUILD_JOB, snapshot, generation, fatal_is_final=False, finished=index
             )
