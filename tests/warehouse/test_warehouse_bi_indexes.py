@@ -19,6 +19,7 @@ from warehouse.warehouse_samples import (
 )
 
 from recordsync import cli
+from recordsync.core.models import Record
 from recordsync.core.state import REBUILD_JOB, Window
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.bi_indexes import BI_INDEX_NAMES, build_statements, drop_statements
@@ -28,14 +29,15 @@ JOB = "backfill:test"
 ALL = sorted(BI_INDEX_NAMES)
 
 
-def store_one(warehouse: Warehouse) -> None:
-    """A row in ``records`` under a rebuild of its own (the table is no longer empty)."""
+def store_one(warehouse: Warehouse, *rows: Record) -> None:
+    """A row (or ``rows``) in ``records`` under a rebuild of its own, which, started on an
+    empty table, left the BI indexes out."""
     start_rebuild_of_window(warehouse)
     warehouse.commit_window_page(
         MERCHANT,
         REBUILD_JOB,
         WINDOW,
-        records=[make_record("rec-1")],
+        records=list(rows) or [make_record("rec-1")],
         rejected=[],
         next_cursor="c1",
         cursor_issued_at=T0,
@@ -147,21 +149,12 @@ def test_a_build_adds_the_missing_ones_once(warehouse: Warehouse) -> None:
 
 
 def test_the_views_and_the_cross_check_read_the_same_without_them(warehouse: Warehouse) -> None:
-    start_rebuild_of_window(warehouse)  # indexes left out
-    rows = [
-        make_record(f"rec-{n}", player_id=f"p{n % 3}", game_id=f"g{n % 2}", round_id=f"r{n}")
-        for n in range(12)
-    ]
-    warehouse.commit_window_page(
-        MERCHANT,
-        REBUILD_JOB,
-        WINDOW,
-        records=rows,
-        rejected=[],
-        next_cursor="c1",
-        cursor_issued_at=T0,
-        done=False,
-        position="first",
+    store_one(
+        warehouse,
+        *[
+            make_record(f"rec-{n}", player_id=f"p{n % 3}", game_id=f"g{n % 2}", round_id=f"r{n}")
+            for n in range(12)
+        ],
     )
 
     def everything_read() -> object:
