@@ -1,4 +1,6 @@
-"""``recordsync migrate``: bring the warehouse's schema to this version's newest revision."""
+"""``recordsync migrate``: bring the warehouse's schema to this version's newest revision, and
+build the BI indexes a first load left out (a backfill abandoned half-way leaves them out
+until a daemon takes the merchant up, or until this command)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ def migrate(settings: Settings) -> int:
     warehouse = Warehouse.connect(settings.database_url)
     try:
         warehouse.migrate()
+        warehouse.build_bi_indexes()
     finally:
         warehouse.close()
     log.info("migrated", database=shown(settings.database_url))

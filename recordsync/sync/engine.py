@@ -35,6 +35,7 @@ from recordsync.sync.context import SyncContext
 from recordsync.sync.cross_check import CrossCheck
 from recordsync.sync.drift_check import check_drift
 from recordsync.sync.events import SyncObserver
+from recordsync.sync.indexes import bi_indexes_missing, build_bi_indexes
 from recordsync.sync.jobs import JobHost, Jobs
 from recordsync.sync.options import DEFAULT_CATALOGUE_INTERVAL, DEFAULT_DRIFT_INTERVAL, SyncOptions
 from recordsync.sync.ports import CatalogueStore, GameSource, RecordSource, SyncStore
@@ -125,7 +126,23 @@ class SyncEngine:
         expired = threading.Event()
         tail = Tail(position=state.change_cursor)
         snapshot = plan_snapshot(ctx, REBUILD_JOB, generation)
-        snapshot_done = snapshot.done if snapshot is not None else None
+        # The rebuild counts as done once the BI indexes a first load left out are built
+        # (``indexes``): a run that stops when caught up ends with them.  A rebuild done
+        # already may have left them out too (a backfill abandoned half-way, a kill before
+        # the build): they are built beside the tail, which does not wait for them.
+        snapshot_done = threading.Event()
+        unindexed = snapshot is None and bi_indexes_missing(ctx, generation)
+        if snapshot is None and not unindexed:
+            snapshot_done.set()
+
+        def index() -> None:
+            try:
+                build_bi_indexes(ctx, generation)
+            except ShutdownRequestedError:
+                return  # stopped first: the next start builds them
+            finally:
+                snapshot_done.set()
+
         workers = options.snapshot_concurrency if snapshot is None else snapshot.most_workers
         jobs = Jobs(generation, workers=workers, host=self._host)
         self._jobs = jobs
@@ -137,8 +154,12 @@ class SyncEngine:
             ),
             now=True,
         )
+        if unindexed:
+            jobs.once("bi-indexes", index)
         if snapshot is not None:
-            schedule_snapshot(ctx, jobs, REBUILD_JOB, snapshot, generation, fatal_is_final=False)
+            schedule_snapshot(
+                ctx, jobs, REBUILD_JOB, snapshot, generation, fatal_is_final=False, finished=index
+            )
         if options.drift_interval:
             jobs.every(
                 "drift-check",

@@ -116,6 +116,13 @@ class SyncStore(Protocol):
     ) -> None:
         """End ``window`` where ``pieces`` begin (done) and add ``pieces``, atomically."""
 
+    def build_bi_indexes(self, merchant_id: str) -> object:
+        """Build the BI indexes a bulk load into an empty warehouse left out (the warehouse
+        drops them when such a job starts); idempotent, nothing to do when none is missing."""
+
+    def missing_bi_indexes(self, merchant_id: str) -> Sequence[str]:
+        """The BI indexes still to build (none: nothing to do)."""
+
     def commit_tail_page(
         self,
         merchant_id: str,

@@ -34,6 +34,7 @@ from recordsync.core.stopping import Stopper
 from recordsync.core.times import MILLISECOND
 from recordsync.platform.budget import Pace, Priority
 from recordsync.sync.context import SyncContext
+from recordsync.sync.indexes import build_bi_indexes
 from recordsync.sync.jobs import JobHost, Jobs
 from recordsync.sync.plan import hand_out_order, plan_windows
 from recordsync.sync.resilience import StepRunner
@@ -245,6 +246,8 @@ def backfill(
         schedule_snapshot(ctx, jobs, job, snapshot, generation, fatal_is_final=True)
         jobs.run_until_stopped(done=snapshot.done)
     progress = ctx.warehouse.load_windows(ctx.options.merchant_id, job)
+    if progress and all(item.done for item in progress):
+        build_bi_indexes(ctx, ctx.stopper)  # inside the job's time: a bulk load ends indexed
     return BackfillResult(
         job=job, windows=len(progress), records=sum(item.records for item in progress)
     )
@@ -292,9 +295,11 @@ def schedule_snapshot(
     stopper: Stopper,
     *,
     fatal_is_final: bool,
+    finished: Callable[[], None] | None = None,
 ) -> None:
     """One worker job per reader; each takes windows until none is left.  A chain that
-    re-splits its window starts more workers for the pieces (``PendingWindows.offer``)."""
+    re-splits its window starts more workers for the pieces (``PendingWindows.offer``).
+    ``finished`` runs in the worker that finds the job done (every window read)."""
     runner = ctx.runner(stopper, fatal_is_final=fatal_is_final)
     numbers = itertools.count()
 
@@ -306,6 +311,8 @@ def schedule_snapshot(
                 if item is None:
                     if snapshot.done.is_set():
                         ctx.log.info("snapshot_finished", job=job)
+                        if finished is not None:
+                            finished()
                     return
                 reading = True
                 read_window(ctx, job, item, runner, snapshot)

@@ -111,6 +111,13 @@ class FencedWarehouse:
     ) -> None:
         self._warehouse.split_window(self._own(merchant_id), job, window, pieces, epoch=self._epoch)
 
+    def build_bi_indexes(self, merchant_id: str) -> list[str]:
+        # Not fenced: indexes are nobody's rows, and a build is idempotent wherever it runs.
+        return self._warehouse.build_bi_indexes(self._own(merchant_id))
+
+    def missing_bi_indexes(self, merchant_id: str) -> list[str]:
+        return self._warehouse.missing_bi_indexes(self._own(merchant_id))
+
     def commit_tail_page(
         self,
         merchant_id: str,

@@ -29,15 +29,16 @@ from typing import Any, TypeVar
 
 import structlog
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from recordsync.core.database_url import MYSQL_FAMILY, SUPPORTED_BACKENDS, check_driver
-from recordsync.core.errors import ConfigurationError
+from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
 from recordsync.core.models import Game, Record, RecordChange, RejectedItem
 from recordsync.core.round_events import RoundEvent, RoundEventReceipt
 from recordsync.core.state import REBUILD_JOB, SyncState, Window, WindowPage, WindowProgress
 from recordsync.warehouse import (
     backfill_requests,
+    bi_indexes,
     catalogue,
     fleet_locks,
     leases,
@@ -239,7 +240,7 @@ class Warehouse:
         sync_state.check_windows(windows)
         now = self._clock()
         with self._write("start rebuild", merchant_id, epoch) as conn:
-            return sync_state.start_rebuild(
+            state = sync_state.start_rebuild(
                 conn,
                 merchant_id,
                 change_cursor=change_cursor,
@@ -249,6 +250,9 @@ class Warehouse:
                 windows=windows,
                 now=now,
             )
+        if windows:
+            self._defer_bi_indexes(merchant_id, REBUILD_JOB)
+        return state
 
     def ensure_job(
         self,
@@ -260,13 +264,20 @@ class Warehouse:
     ) -> list[WindowProgress]:
         """Register a one-shot backfill's windows once; later calls return its progress.
 
-        Never touches ``sync_state``: a backfill runs beside the tail, not instead of it.
+        Never touches ``sync_state``: a backfill runs beside the tail, not instead of it.  A
+        new job into an empty ``records`` leaves the BI indexes out until it ends (as does
+        ``start_rebuild``; ``build_bi_indexes`` says why).
         """
         if job == REBUILD_JOB:
             raise ValueError("the rebuild job's windows are set by start_rebuild()")
         sync_state.check_windows(windows)
         with self._write("ensure job", merchant_id, epoch) as conn:
-            return sync_state.ensure_job(conn, merchant_id, job, windows, now=self._clock())
+            progress, created = sync_state.ensure_job(
+                conn, merchant_id, job, windows, now=self._clock()
+            )
+        if created:
+            self._defer_bi_indexes(merchant_id, job)
+        return progress
 
     def restart_window(
         self, merchant_id: str, job: str, window: Window, *, epoch: int | None = None
@@ -419,6 +430,72 @@ class Warehouse:
             )
 
         self._commit_page("repair records", merchant_id, epoch, commit)
+
+    # -- the BI indexes (bi_indexes) -----------------------------------------------------------
+
+    def build_bi_indexes(self, merchant_id: str | None = None) -> list[str]:
+        """Build the BI indexes of ``records`` that are missing; the names built.
+
+        A new snapshot job into an empty ``records`` drops them (``start_rebuild``,
+        ``ensure_job``): a bulk load without them writes about half as much per record
+        (bench/README.md, 7).  They are derived data that nothing the sync's correctness rests
+        on reads, so building them late only makes reads slower meanwhile.  Idempotent, and
+        online where the database can (``bi_indexes``); ``merchant_id`` only names, in the
+        log, whose job end or start asked.  A failure other than an outage (an account that
+        may not change the schema) is logged and leaves them missing: ``recordsync migrate``
+        builds them too.
+        """
+        started = time.perf_counter()
+        try:
+            with translate_errors("build BI indexes"):
+                built = bi_indexes.build(self._writer, sleep=self._sleep)
+        except DBAPIError as error:
+            _log.error(
+                "bi_indexes_build_failed",
+                merchant_id=merchant_id,
+                error=str(error.orig),
+                action="reports and dashboards run without them: run `recordsync migrate` "
+                "with an account that may change the schema",
+            )
+            return []
+        if built:
+            _log.info(
+                "bi_indexes_built",
+                merchant_id=merchant_id,
+                indexes=built,
+                seconds=round(time.perf_counter() - started, 3),
+            )
+        return built
+
+    def missing_bi_indexes(self, merchant_id: str | None = None) -> list[str]:
+        """The BI indexes of ``records`` to build (absent, or left invalid by a dead build);
+        the same for every merchant (``merchant_id`` is the sync's port's shape)."""
+        with translate_errors("read BI indexes"), self._engine.connect() as conn:
+            return bi_indexes.missing(conn)
+
+    def _defer_bi_indexes(self, merchant_id: str, job: str) -> None:
+        """A new job starts: leave the BI indexes out if ``records`` is empty (a first bulk
+        load).  Not deferring is always safe, so a failure here only says so."""
+        try:
+            with translate_errors("defer BI indexes"):
+                dropped = bi_indexes.defer(self._writer)
+        except (DBAPIError, WarehouseUnavailableError) as error:
+            _log.warning(
+                "bi_indexes_not_deferred",
+                merchant_id=merchant_id,
+                job=job,
+                error=str(error),
+                action="the load keeps them up to date as it goes",
+            )
+            return
+        if dropped:
+            _log.info(
+                "bi_indexes_deferred",
+                merchant_id=merchant_id,
+                job=job,
+                indexes=dropped,
+                until="the job's last window is done",
+            )
 
     # -- the game catalogue (catalogue) ---------------------------------------------------------
 

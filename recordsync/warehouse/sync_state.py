@@ -109,8 +109,9 @@ def start_rebuild(
 
 def ensure_job(
     conn: Connection, merchant_id: str, job: str, windows: Sequence[Window], *, now: datetime
-) -> list[WindowProgress]:
-    """Insert the job's windows unless it has some already; its windows either way."""
+) -> tuple[list[WindowProgress], bool]:
+    """Insert the job's windows unless it has some already; its windows either way, and
+    whether this call created the job (a resume finds it there)."""
     known = conn.execute(
         select(func.count())
         .select_from(snapshot_windows)
@@ -118,7 +119,7 @@ def ensure_job(
     ).scalar_one()
     if not known:
         _insert_windows(conn, merchant_id, job, windows, now)
-    return load_windows(conn, merchant_id, job)
+    return load_windows(conn, merchant_id, job), not known and bool(windows)
 
 
 def advance_window(

@@ -229,6 +229,8 @@ class FakeStore:
     calls: list[str] = field(default_factory=list)
     tail_commits: list[TailCommit] = field(default_factory=list)
     window_page_groups: list[int] = field(default_factory=list)  # pages per group commit
+    # The BI indexes as the warehouse keeps them: left out by a new job into no rows at all.
+    bi_indexes: bool = True
     _failures: dict[str, list[BaseException]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -288,6 +290,7 @@ class FakeStore:
                 last_commit_at=None,
             )
             self.jobs[REBUILD_JOB] = _progress(merchant_id, REBUILD_JOB, windows)
+            self._defer_bi_indexes(windows)
             return self.state
 
     def ensure_job(
@@ -295,8 +298,24 @@ class FakeStore:
     ) -> list[WindowProgress]:
         with self._lock:
             self._called("ensure_job")
-            self.jobs.setdefault(job, _progress(merchant_id, job, windows))
+            if job not in self.jobs:
+                self.jobs[job] = _progress(merchant_id, job, windows)
+                self._defer_bi_indexes(windows)
             return self.windows(job)
+
+    def _defer_bi_indexes(self, windows: Sequence[Window]) -> None:
+        if windows and not self.rows:
+            self.bi_indexes = False
+
+    def missing_bi_indexes(self, merchant_id: str) -> list[str]:
+        with self._lock:
+            self._called("missing_bi_indexes")
+            return [] if self.bi_indexes else ["ix_records_merchant_created"]
+
+    def build_bi_indexes(self, merchant_id: str) -> None:
+        with self._lock:
+            self._called("build_bi_indexes")
+            self.bi_indexes = True
 
     def commit_window_pages(self, merchant_id: str, pages: Sequence[WindowPage]) -> list[None]:
         """Every page with its window's cursor, all or nothing (checked before any is kept)."""

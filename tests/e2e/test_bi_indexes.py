@@ -1,0 +1,100 @@
+"""A first load leaves the BI indexes out and ends with them, against the simulator over
+loopback HTTP on all three warehouses: a backfill killed half-way, then resumed; and a daemon
+taking up a merchant whose rebuild is done but whose indexes are missing (a kill between the
+last window and the build)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from synccheck import assert_equals_truth, running, settings_for
+
+from recordsync.core.state import Window
+from recordsync.service.app import open_app
+from recordsync.sim import SimConfig, Simulator
+from recordsync.sync.events import SyncObserver
+from recordsync.warehouse import Warehouse
+from recordsync.warehouse.bi_indexes import BI_INDEX_NAMES, drop_statements
+
+pytestmark = pytest.mark.slow
+
+MERCHANT = "m-bi"
+SECRET = "bi-secret-0123456789abcdefghijklmnopqrstuvwx"
+ALL = sorted(BI_INDEX_NAMES)
+
+
+class KillAfter(SyncObserver):
+    """Raises out of a page's commit hook after ``pages`` pages: nothing after it runs, as
+    after a kill -9."""
+
+    def __init__(self, pages: int) -> None:
+        self.pages = 0
+        self.kill_at = pages
+
+    def window_page(self, job: str, window: Window, records: int, *, done: bool) -> None:
+        self.pages += 1
+        if self.pages >= self.kill_at:
+            raise RuntimeError("kill -9")
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulator]:
+    config = SimConfig(
+        merchant_id=MERCHANT,
+        secret=SECRET,
+        seed=5,
+        history_days=1.5,
+        rounds_per_day=400,
+        live_rate=0.0,
+        record_requests=50,
+        record_seconds=1,
+    )
+    with running(config) as simulator:
+        yield simulator
+
+
+def missing(url: str) -> list[str]:
+    store = Warehouse.connect(url)
+    try:
+        return store.missing_bi_indexes()
+    finally:
+        store.close()
+
+
+def test_a_backfill_killed_half_way_then_resumed_ends_with_its_indexes(
+    sim: Simulator, warehouse_url: str
+) -> None:
+    end = sim.now()
+    start = end - timedelta(days=1)
+    settings = settings_for(sim, warehouse_url, page_size=50, snapshot_concurrency=2)
+    with (
+        pytest.raises(RuntimeError, match="kill -9"),
+        open_app(settings, observer=KillAfter(pages=3)) as app,
+    ):
+        app.engine.backfill(start, end)
+    assert missing(warehouse_url) == ALL
+
+    with open_app(settings) as app:
+        app.engine.backfill(start, end)
+    assert missing(warehouse_url) == []
+
+
+def test_a_daemon_builds_them_for_a_merchant_whose_rebuild_is_done(
+    sim: Simulator, warehouse_url: str
+) -> None:
+    settings = settings_for(sim, warehouse_url, page_size=100)
+    with open_app(settings, stop_when_caught_up=True) as app:
+        assert app.engine.run() is True  # the first rebuild: left out, then built
+        assert app.warehouse.missing_bi_indexes() == []
+        # A kill between the last window and the build leaves them out.
+        with app.warehouse.engine.begin() as conn:
+            for statement in drop_statements(conn.dialect.name, str, ALL):
+                conn.exec_driver_sql(statement)
+    assert missing(warehouse_url) == ALL
+
+    with open_app(settings, stop_when_caught_up=True) as app:
+        assert app.engine.run() is True
+        assert app.warehouse.missing_bi_indexes() == []
+        assert_equals_truth(app.warehouse, MERCHANT, sim.truth())

@@ -1,0 +1,257 @@
+"""The BI indexes of ``records`` are left out while a new job loads an empty table and built
+once after it (``warehouse.bi_indexes``), on every backend."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from dbfixtures import SERVER_PARAMS
+from sqlalchemy import text
+from warehouse.warehouse_samples import (
+    MERCHANT,
+    T0,
+    WINDOW,
+    make_record,
+    start_rebuild_of_window,
+    windows,
+)
+
+from recordsync import cli
+from recordsync.core.models import Record
+from recordsync.core.state import REBUILD_JOB, Window
+from recordsync.warehouse import Warehouse
+from recordsync.warehouse.bi_indexes import BI_INDEX_NAMES, build_statements, drop_statements
+from recordsync.warehouse.schema import records
+
+JOB = "backfill:test"
+ALL = sorted(BI_INDEX_NAMES)
+
+
+def store_one(warehouse: Warehouse, *rows: Record) -> None:
+    """A row (or ``rows``) in ``records`` under a rebuild of its own, which, started on an
+    empty table, left the BI indexes out."""
+    start_rebuild_of_window(warehouse)
+    warehouse.commit_window_page(
+        MERCHANT,
+        REBUILD_JOB,
+        WINDOW,
+        records=list(rows) or [make_record("rec-1")],
+        rejected=[],
+        next_cursor="c1",
+        cursor_issued_at=T0,
+        done=False,
+        position="first",
+    )
+
+
+def test_the_bi_indexes_are_every_secondary_index_of_records_and_no_key() -> None:
+    assert set(BI_INDEX_NAMES) == {index.name for index in records.indexes}
+    assert len(BI_INDEX_NAMES) == 5
+    assert "pk_records" not in BI_INDEX_NAMES
+
+
+@pytest.mark.parametrize(
+    ("backend", "expected"),
+    [
+        (
+            "sqlite",
+            (
+                "CREATE INDEX IF NOT EXISTS ix_records_merchant_player ON records "
+                "(merchant_id, player_id, created_at)"
+            ),
+        ),
+        (
+            "postgresql",
+            (
+                "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_records_merchant_player ON records "
+                "(merchant_id, player_id, created_at)"
+            ),
+        ),
+        (
+            "mysql",
+            (
+                "ALTER TABLE records ADD INDEX IF NOT EXISTS ix_records_merchant_player "
+                "(merchant_id, player_id, created_at), ALGORITHM=INPLACE, LOCK=NONE"
+            ),
+        ),
+    ],
+    ids=["sqlite", "postgres", "mariadb"],
+)
+def test_an_index_is_built_online_from_its_definition_in_the_schema(backend, expected) -> None:
+    assert build_statements(backend, str, ["ix_records_merchant_player"]) == [expected]
+
+
+def test_several_indexes_are_one_alter_on_mariadb_and_dropped_if_they_exist() -> None:
+    (alter,) = build_statements("mysql", str, ALL)
+    assert alter.count("ADD INDEX IF NOT EXISTS") == 5
+    assert drop_statements("mysql", str, ALL[:2]) == [
+        f"ALTER TABLE records DROP INDEX IF EXISTS {ALL[0]}, DROP INDEX IF EXISTS {ALL[1]}"
+    ]
+    assert drop_statements("postgresql", str, ALL[:1]) == [f"DROP INDEX IF EXISTS {ALL[0]}"]
+    assert build_statements("sqlite", str, []) == []
+
+
+def test_a_migrated_warehouse_has_every_bi_index(warehouse: Warehouse) -> None:
+    assert warehouse.missing_bi_indexes() == []
+
+
+def test_a_new_backfill_into_an_empty_table_leaves_them_out(warehouse: Warehouse) -> None:
+    warehouse.ensure_job(MERCHANT, JOB, windows(2))
+    assert warehouse.missing_bi_indexes() == ALL
+
+
+def test_a_new_rebuild_into_an_empty_table_leaves_them_out(warehouse: Warehouse) -> None:
+    start_rebuild_of_window(warehouse)
+    assert warehouse.missing_bi_indexes() == ALL
+
+
+def test_a_rebuild_with_nothing_to_read_keeps_them(warehouse: Warehouse) -> None:
+    warehouse.start_rebuild(
+        MERCHANT,
+        change_cursor="c",
+        anchor_at=T0,
+        history_from=T0,
+        snapshot_to=T0,
+        windows=[],
+    )
+    assert warehouse.missing_bi_indexes() == []
+
+
+def test_a_new_job_keeps_them_when_the_table_has_rows(warehouse: Warehouse) -> None:
+    store_one(warehouse)
+    warehouse.build_bi_indexes()
+    warehouse.ensure_job(MERCHANT, JOB, windows(2))
+    warehouse.start_rebuild(
+        MERCHANT,
+        change_cursor="c2",
+        anchor_at=T0 + timedelta(hours=1),
+        history_from=WINDOW.start,
+        snapshot_to=WINDOW.end,
+        windows=[WINDOW],
+    )
+    assert warehouse.missing_bi_indexes() == []
+
+
+def test_a_resumed_job_keeps_them(warehouse: Warehouse) -> None:
+    warehouse.ensure_job(MERCHANT, JOB, windows(2))
+    assert warehouse.build_bi_indexes() == ALL  # say, `recordsync migrate` meanwhile
+    warehouse.ensure_job(MERCHANT, JOB, windows(2))
+    assert warehouse.missing_bi_indexes() == []
+
+
+def test_a_build_adds_the_missing_ones_once(warehouse: Warehouse) -> None:
+    warehouse.ensure_job(MERCHANT, JOB, windows(2))
+    assert warehouse.build_bi_indexes(MERCHANT) == ALL
+    assert warehouse.missing_bi_indexes() == []
+    assert warehouse.build_bi_indexes(MERCHANT) == []
+
+
+def test_the_views_and_the_cross_check_read_the_same_without_them(warehouse: Warehouse) -> None:
+    store_one(
+        warehouse,
+        *[
+            make_record(f"rec-{n}", player_id=f"p{n % 3}", game_id=f"g{n % 2}", round_id=f"r{n}")
+            for n in range(12)
+        ],
+    )
+
+    def everything_read() -> object:
+        day = warehouse.newest_record_day(MERCHANT)
+        assert day is not None
+        return (
+            day,
+            warehouse.daily_summaries(MERCHANT, per="game", first_day=day, last_day=day),
+            warehouse.daily_summaries(MERCHANT, per="player", first_day=day, last_day=day),
+            warehouse.record_ids_created(MERCHANT, T0, T0 + timedelta(days=1)),
+            warehouse.rounds_announced_missing(MERCHANT, 0),
+            warehouse.freshness(MERCHANT),
+        )
+
+    without = everything_read()
+    assert warehouse.missing_bi_indexes() == ALL
+    warehouse.build_bi_indexes()
+    assert warehouse.missing_bi_indexes() == []
+    assert everything_read() == without
+
+
+@pytest.mark.parametrize("warehouse_url", [SERVER_PARAMS[0]], indirect=True)
+def test_an_invalid_postgres_index_left_by_a_dead_build_is_replaced(warehouse: Warehouse) -> None:
+    store_one(warehouse)
+    warehouse.build_bi_indexes()
+    name = "ix_records_merchant_round"
+    with warehouse.engine.begin() as conn:
+        conn.execute(text(f"DROP INDEX {name}"))
+        conn.execute(text(f"CREATE INDEX {name} ON records (merchant_id, round_id)"))
+        # What a CREATE INDEX CONCURRENTLY killed half-way leaves behind.
+        conn.execute(
+            text(
+                "UPDATE pg_index SET indisvalid = false WHERE indexrelid = CAST(:name AS regclass)"
+            ),
+            {"name": name},
+        )
+    assert warehouse.missing_bi_indexes() == [name]
+    assert warehouse.build_bi_indexes() == [name]
+    with warehouse.engine.connect() as conn:
+        valid = conn.execute(
+            text("SELECT indisvalid FROM pg_index WHERE indexrelid = CAST(:name AS regclass)"),
+            {"name": name},
+        ).scalar_one()
+    assert valid is True
+    assert warehouse.missing_bi_indexes() == []
+
+
+@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
+def test_two_replicas_building_at_once_both_end_fine(warehouse_url: str) -> None:
+    first, second = Warehouse.connect(warehouse_url), Warehouse.connect(warehouse_url)
+    try:
+        first.migrate()
+        store_one(first)
+        first.ensure_job(MERCHANT, JOB, windows(1))  # rows: nothing deferred
+        with first.engine.begin() as conn:  # drop them by hand, as a first load would
+            for statement in drop_statements(conn.dialect.name, str, ALL):
+                conn.execute(text(statement))
+        assert first.missing_bi_indexes() == ALL
+        built: list[list[str]] = []
+        errors: list[BaseException] = []
+
+        def build(warehouse: Warehouse) -> None:
+            try:
+                built.append(warehouse.build_bi_indexes(MERCHANT))
+            except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+                errors.append(error)
+
+        threads = [threading.Thread(target=build, args=(store,)) for store in (first, second)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert sorted(name for names in built for name in names) in (ALL, sorted(ALL * 2))
+        assert first.missing_bi_indexes() == []
+        assert second.build_bi_indexes() == []
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_window_plan_does_not_depend_on_them(warehouse: Warehouse) -> None:
+    """Deferred or not, the job's windows are the ones registered."""
+    plan = [Window(T0 - timedelta(days=2), T0 - timedelta(days=1))]
+    progress = warehouse.ensure_job(MERCHANT, JOB, plan)
+    assert [item.window for item in progress] == plan
+
+
+def test_recordsync_migrate_builds_what_a_first_load_left_out(warehouse_url: str, tmp_path):
+    store = Warehouse.connect(warehouse_url)
+    try:
+        store.migrate()
+        store.ensure_job(MERCHANT, JOB, windows(2))  # a backfill abandoned half-way
+        assert store.missing_bi_indexes() == ALL
+        config = tmp_path / "recordsync.toml"
+        config.write_text(f'merchant_id = "{MERCHANT}"\ndatabase_url = "{warehouse_url}"\n')
+        assert cli.main(["--config", str(config), "migrate"]) == 0
+        assert store.missing_bi_indexes() == []
+    finally:
+        store.close()
