@@ -16,14 +16,19 @@ never name ``row_id``.  ``row_id`` is the last column, so ``SELECT *`` keeps eve
 it was and shows one more (docs/bi.md).
 
 Each table is rebuilt by one ``ALTER TABLE`` (InnoDB copies it; existing rows are numbered in
-the order of the old key); the rows are kept as they are.  SQLite and PostgreSQL are left
-alone: their tables are heaps, already in arrival order, with indexes pointing at a row id.
+the order of the old key); the rows are kept as they are.  MariaDB commits each DDL statement
+by itself and Alembic stamps the revision after both, so a process killed between the two
+leaves one table done and the revision unstamped: each direction skips a table already in the
+layout it wants, and the next start finishes the job instead of failing on it forever.
+SQLite and PostgreSQL are left alone: their tables are heaps, already in arrival order, with
+indexes pointing at a row id.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0008"
@@ -42,10 +47,17 @@ _KEYS = {
 }
 
 
+def _clustered_by_row_id(table: str) -> bool:
+    key = sa.inspect(op.get_bind()).get_pk_constraint(table)["constrained_columns"]
+    return bool(key == ["row_id"])
+
+
 def upgrade() -> None:
     if op.get_bind().dialect.name not in _MYSQL:
         return
     for table, (unique_key, columns) in _KEYS.items():
+        if _clustered_by_row_id(table):
+            continue
         op.execute(
             f"ALTER TABLE {table} DROP PRIMARY KEY,"
             f" ADD COLUMN row_id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,"
@@ -58,6 +70,8 @@ def downgrade() -> None:
     if op.get_bind().dialect.name not in _MYSQL:
         return
     for table, (unique_key, columns) in _KEYS.items():
+        if not _clustered_by_row_id(table):
+            continue
         op.execute(
             f"ALTER TABLE {table} DROP PRIMARY KEY, DROP COLUMN row_id,"
             f" DROP INDEX {unique_key}, ADD PRIMARY KEY ({columns})"

@@ -129,3 +129,30 @@ def test_readers_never_see_the_row_id(rebuilding):
     snapshot_page(rebuilding, make_record("a", 1))
     assert ROW_ID not in rebuilding.fetch_records(MERCHANT)["a"]
     assert ROW_ID not in rebuilding.fetch_revisions(MERCHANT)[0]
+
+
+@pytest.mark.parametrize("warehouse_url", MARIADB, indirect=True)
+def test_an_upgrade_killed_between_its_two_tables_is_finished_by_the_next_start(warehouse_url):
+    """MariaDB commits each ALTER by itself: a kill after the first leaves ``records`` done
+    and the revision at 0007; the next ``migrate`` must finish, not fail on the done table."""
+    store = Warehouse.connect(warehouse_url)
+    try:
+        _migrate_to(store, "0007")
+        _write_both_tables(store)
+        before = _rows(store, "records")
+        unique_key = CLUSTERED_BY_ROW_ID["records"]
+        with store.engine.begin() as conn:
+            conn.execute(
+                text(
+                    f"ALTER TABLE records DROP PRIMARY KEY, ADD COLUMN {ROW_ID} BIGINT UNSIGNED"
+                    f" NOT NULL AUTO_INCREMENT, ADD PRIMARY KEY ({ROW_ID}),"
+                    f" ADD CONSTRAINT {unique_key} UNIQUE (merchant_id, record_id)"
+                )
+            )
+        store.migrate()
+        inspector = inspect(store.engine)
+        for table in OLD_KEYS:
+            assert inspector.get_pk_constraint(table)["constrained_columns"] == [ROW_ID]
+        assert _rows(store, "records") == before
+    finally:
+        store.close()
