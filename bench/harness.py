@@ -311,6 +311,43 @@ def mariadb_buffer_pool(mib: int) -> Iterator[None]:
         admin.dispose()
 
 
+MARIADB_COUNTERS: Final = ("Innodb_buffer_pool_reads", "Innodb_data_writes")
+
+
+def mariadb_counters() -> dict[str, int]:
+    """InnoDB's pages read from disk and its data writes so far: the server's, so a run's
+    share is a difference (and counts whatever else the server did meanwhile)."""
+    admin = create_engine(make_url(server_url("mariadb")), poolclass=pool.NullPool)
+    try:
+        with admin.connect() as conn:
+            rows = conn.execute(text("SHOW GLOBAL STATUS LIKE 'Innodb%'")).all()
+    finally:
+        admin.dispose()
+    values = dict(rows)
+    return {name: int(values[name]) for name in MARIADB_COUNTERS}
+
+
+def mariadb_table_mb(url: str, tables: tuple[str, ...]) -> dict[str, tuple[float, float]]:
+    """(data, indexes) in MB per table of ``url``'s database, after ``ANALYZE TABLE``."""
+    engine = create_engine(make_url(url), poolclass=pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            sizes = {}
+            for table in tables:
+                conn.exec_driver_sql(f"ANALYZE TABLE {table}").all()
+                data, indexes = conn.execute(
+                    text(
+                        "SELECT data_length, index_length FROM information_schema.tables"
+                        " WHERE table_schema = DATABASE() AND table_name = :table"
+                    ),
+                    {"table": table},
+                ).one()
+                sizes[table] = (data / 1e6, indexes / 1e6)
+    finally:
+        engine.dispose()
+    return sizes
+
+
 # -- recordsync's settings and environment for a simulator -----------------------------------
 
 

@@ -44,6 +44,8 @@ SIZES: Final = {
 # many merchants a replica carries; SQLite, whose one writer is our process, as a share of
 # the standard-library baseline's rate in the same run.
 TARGETS: Final = {"mariadb": 15_000}
+# Their sizes are reported after a MariaDB run (information_schema, after ANALYZE TABLE).
+MARIADB_TABLES: Final = ("records", "record_revisions")
 POSTGRES_CPU_TARGET_US: Final = 20.0
 SQLITE_BASELINE_SHARE: Final = 0.5
 # The budget starts paused for one window after a (re)start, by design (budget.py,
@@ -80,7 +82,19 @@ def recordsync_backfill(
                 result = app.engine.backfill(start, end)
         seconds = time.perf_counter() - started
         cpu = harness.own_cpu_seconds() - cpu
-    return {"records": result.records, "seconds": seconds, "cpu": cpu}
+    outcome = {"records": result.records, "seconds": seconds, "cpu": cpu}
+    if database_url.startswith("mysql"):
+        outcome["tables_mb"] = harness.mariadb_table_mb(database_url, MARIADB_TABLES)
+    return outcome
+
+
+def _with_innodb_counters(run: Any) -> dict[str, Any]:
+    """``run()``'s outcome with what InnoDB's counters moved by meanwhile (``innodb``)."""
+    before = harness.mariadb_counters()
+    outcome: dict[str, Any] = run()
+    after = harness.mariadb_counters()
+    outcome["innodb"] = {key: after[key] - before[key] for key in before}
+    return outcome
 
 
 # -- the baseline: a plain standard-library client ------------------------------------------
@@ -203,7 +217,7 @@ def main() -> int:
 
         def measured(name: str, run: Any) -> dict[str, Any]:
             sim_cpu, db_cpu = sim.cpu_seconds(), harness.server_cpu_seconds(name)
-            outcome: dict[str, Any] = run()
+            outcome = _with_innodb_counters(run) if name == "mariadb" else run()
             outcome["sim_cpu"] = sim.cpu_seconds() - sim_cpu
             outcome["db_cpu"] = harness.server_cpu_seconds(name) - db_cpu
             records = outcome["records"]
@@ -302,6 +316,10 @@ def _cpu_figures(report: harness.Report, name: str, outcome: dict[str, Any]) -> 
     if outcome["db_cpu"]:
         server = outcome["db_cpu"] / records * 1e6
         report.add(f"  {name}: database server CPU per record", server, "us")
+    for counter, value in outcome.get("innodb", {}).items():
+        report.add(f"  {name}: {counter} per record (whole server)", value / records, "")
+    for table, (data, indexes) in outcome.get("tables_mb", {}).items():
+        report.note(f"{name}: {table} {data:.0f} MB of rows, {indexes:.0f} MB of indexes")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.dialects import mysql
 
 from recordsync.warehouse.types import (
     big_id,
@@ -291,6 +292,48 @@ game_localizations = Table(
     Column("language", String(CODE_LENGTH), primary_key=True),
     Column("name", Text, nullable=False),
 )
+
+# Revision 0008, MariaDB / MySQL only: InnoDB stores a table's rows in its primary key's
+# B-tree, and every secondary index entry carries that key.  With (merchant_id, record_id[,
+# revision]) as the key, random ids put each insert on a random leaf of a tree far larger than
+# the default buffer pool, and each index entry carries ~50 bytes of key (bench/README.md, 7,
+# "MariaDB: a sequential clustered key").  So there ``records`` and ``record_revisions`` are
+# clustered by ``row_id``, an AUTO_INCREMENT surrogate: rows are appended in arrival order, and
+# the old key stays, unique, under the names below.  The upserts (``mariadb_pages``) never name
+# ``row_id``; their ``ON DUPLICATE KEY UPDATE`` meets an existing row through the unique key.
+# SQLite and PostgreSQL keep ``metadata`` as it is: their tables are heaps (rowid order).
+ROW_ID: Final = "row_id"
+CLUSTERED_BY_ROW_ID: Final = {
+    "records": "uq_records_merchant_record",
+    "record_revisions": "uq_record_revisions_merchant_record_revision",
+}
+_MYSQL_FAMILY: Final = frozenset({"mysql", "mariadb"})
+
+
+def metadata_for(dialect_name: str) -> MetaData:
+    """The tables as the migrations create them on ``dialect_name``: ``metadata`` itself, but
+    on MariaDB / MySQL with ``row_id`` as the primary key of the tables named in
+    ``CLUSTERED_BY_ROW_ID`` and their old key unique.  Reads and writes keep using ``records``
+    and ``record_revisions``, whose columns are the same everywhere."""
+    if dialect_name not in _MYSQL_FAMILY:
+        return metadata
+    physical = MetaData(naming_convention=metadata.naming_convention)
+    for table in metadata.sorted_tables:
+        unique_key = CLUSTERED_BY_ROW_ID.get(table.name)
+        if unique_key is None:
+            table.to_metadata(physical)
+            continue
+        key = [column.name for column in table.primary_key.columns]
+        Table(
+            table.name,
+            physical,
+            *(Column(c.name, c.type, nullable=c.nullable) for c in table.columns),
+            Column(ROW_ID, mysql.BIGINT(unsigned=True), primary_key=True, autoincrement=True),
+            UniqueConstraint(*key, name=unique_key),
+            *(Index(i.name, *(c.name for c in i.columns)) for i in table.indexes),
+        )
+    return physical
+
 
 # Alembic's bookkeeping table, named for us so it cannot clash with a warehouse that already
 # runs its own Alembic history in the same database.

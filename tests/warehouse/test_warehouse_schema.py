@@ -13,7 +13,7 @@ from sqlalchemy import inspect
 import recordsync.warehouse as public
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.migrate import _config, current_revision, head_revision, script_location
-from recordsync.warehouse.schema import VERSION_TABLE, metadata
+from recordsync.warehouse.schema import CLUSTERED_BY_ROW_ID, ROW_ID, VERSION_TABLE, metadata_for
 
 FLEET_TABLES = {"merchant_leases", "replicas", "backfill_requests"}
 EVENT_TABLES = {"round_events"}  # revision 0005
@@ -66,7 +66,7 @@ def test_migrations_build_the_schema_on_an_empty_database_and_are_idempotent(war
         store.close()
     assert tables == TABLES
     assert views == VIEWS
-    assert revision == head_revision() == "0007"
+    assert revision == head_revision() == "0008"
 
 
 def test_migrated_schema_matches_the_tables_the_code_uses(warehouse):
@@ -74,15 +74,33 @@ def test_migrated_schema_matches_the_tables_the_code_uses(warehouse):
         context = MigrationContext.configure(
             conn, opts={"compare_type": True, "version_table": VERSION_TABLE}
         )
-        assert compare_metadata(context, metadata) == []
+        assert compare_metadata(context, metadata_for(conn.dialect.name)) == []
+
+
+def _clustered_by_row_id(warehouse) -> bool:
+    return warehouse.engine.dialect.name in {"mysql", "mariadb"}
+
+
+def _unique_keys(inspector, table: str) -> dict[str, list[str]]:
+    return {u["name"]: u["column_names"] for u in inspector.get_unique_constraints(table)}
 
 
 def test_records_have_the_bi_indexes_and_the_merchant_record_key(warehouse):
+    """On MariaDB the (merchant_id, record_id) key is unique, the clustered key ``row_id``."""
     inspector = inspect(warehouse.engine)
-    indexes = {index["name"]: index["column_names"] for index in inspector.get_indexes("records")}
+    indexes = {
+        index["name"]: index["column_names"]
+        for index in inspector.get_indexes("records")
+        if not index["unique"]
+    }
     assert indexes == RECORD_INDEXES
     key = inspector.get_pk_constraint("records")["constrained_columns"]
-    assert key == ["merchant_id", "record_id"]
+    if _clustered_by_row_id(warehouse):
+        assert key == [ROW_ID]
+        unique = {CLUSTERED_BY_ROW_ID["records"]: ["merchant_id", "record_id"]}
+        assert _unique_keys(inspector, "records") == unique
+    else:
+        assert key == ["merchant_id", "record_id"]
 
 
 @pytest.mark.parametrize("table", ["records", "record_revisions"])
@@ -104,8 +122,14 @@ def test_money_units_are_64_bit_integers(warehouse):
 
 
 def test_revisions_are_keyed_by_merchant_record_and_revision(warehouse):
-    key = inspect(warehouse.engine).get_pk_constraint("record_revisions")["constrained_columns"]
-    assert key == ["merchant_id", "record_id", "revision"]
+    inspector = inspect(warehouse.engine)
+    key = inspector.get_pk_constraint("record_revisions")["constrained_columns"]
+    if _clustered_by_row_id(warehouse):
+        assert key == [ROW_ID]
+        unique = {CLUSTERED_BY_ROW_ID["record_revisions"]: ["merchant_id", "record_id", "revision"]}
+        assert _unique_keys(inspector, "record_revisions") == unique
+    else:
+        assert key == ["merchant_id", "record_id", "revision"]
 
 
 def test_scripts_are_found_from_the_source_checkout():
@@ -117,6 +141,8 @@ def test_scripts_are_found_from_the_source_checkout():
         "0004_fleet.py",
         "0005_round_events.py",
         "0006_games.py",
+        "0007_verify_requests.py",
+        "0008_sequential_clustered_key.py",
     ):
         assert (versions / name).is_file()
 
