@@ -92,13 +92,26 @@ def upgrade() -> None:
         sa.Column("synced_at", _time(), nullable=False),
         sa.PrimaryKeyConstraint("merchant_id", "record_id", name="pk_records"),
         **options,
+        if_not_exists=True,
     )
-    op.create_index("ix_records_merchant_created", "records", ["merchant_id", "created_at"])
-    op.create_index("ix_records_merchant_updated", "records", ["merchant_id", "updated_at"])
     op.create_index(
-        "ix_records_merchant_player", "records", ["merchant_id", "player_id", "created_at"]
+        "ix_records_merchant_created", "records", ["merchant_id", "created_at"], if_not_exists=True
     )
-    op.create_index("ix_records_merchant_game", "records", ["merchant_id", "game_id", "created_at"])
+    op.create_index(
+        "ix_records_merchant_updated", "records", ["merchant_id", "updated_at"], if_not_exists=True
+    )
+    op.create_index(
+        "ix_records_merchant_player",
+        "records",
+        ["merchant_id", "player_id", "created_at"],
+        if_not_exists=True,
+    )
+    op.create_index(
+        "ix_records_merchant_game",
+        "records",
+        ["merchant_id", "game_id", "created_at"],
+        if_not_exists=True,
+    )
 
     op.create_table(
         "sync_state",
@@ -115,6 +128,7 @@ def upgrade() -> None:
         sa.Column("updated_at", _time(), nullable=False),
         sa.PrimaryKeyConstraint("merchant_id", name="pk_sync_state"),
         **options,
+        if_not_exists=True,
     )
 
     op.create_table(
@@ -130,6 +144,7 @@ def upgrade() -> None:
         sa.Column("updated_at", _time(), nullable=False),
         sa.PrimaryKeyConstraint("merchant_id", "job", "window_start", name="pk_snapshot_windows"),
         **options,
+        if_not_exists=True,
     )
 
     op.create_table(
@@ -149,8 +164,14 @@ def upgrade() -> None:
         sa.Column("quarantined_at", _time(), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_quarantined_records"),
         **options,
+        if_not_exists=True,
     )
-    op.create_index("ix_quarantined_records_merchant", "quarantined_records", ["merchant_id", "id"])
+    op.create_index(
+        "ix_quarantined_records_merchant",
+        "quarantined_records",
+        ["merchant_id", "id"],
+        if_not_exists=True,
+    )
 
 
 def downgrade() -> None:

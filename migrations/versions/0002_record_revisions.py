@@ -85,6 +85,7 @@ def upgrade() -> None:
         sa.Column("synced_at", _time(), nullable=False),
         sa.PrimaryKeyConstraint("merchant_id", "record_id", "revision", name="pk_record_revisions"),
         **_table_options(),
+        if_not_exists=True,
     )
 
 

@@ -221,6 +221,10 @@ def _freshness(backend: str) -> str:
 
 
 def _create_views(backend: str) -> None:
+    # Dropped first: a run killed after some of them (MariaDB commits each DDL statement by
+    # itself) is run again whole at the next start.
+    for name in _VIEWS:
+        op.execute(f"DROP VIEW IF EXISTS {name}")
     for name, subject in (("daily_game_summary", "game_id"), ("daily_player_summary", "player_id")):
         if backend == "sqlite":
             op.execute(_sqlite_summary(name, subject))
@@ -231,8 +235,12 @@ def _create_views(backend: str) -> None:
 
 def upgrade() -> None:
     backend = _backend()
+    # Only the columns a killed earlier run did not add (see _create_views); SQLite has no
+    # ADD COLUMN IF NOT EXISTS, so look.
+    existing = {column["name"] for column in sa.inspect(op.get_bind()).get_columns("records")}
     for amount in _AMOUNTS:
-        op.add_column("records", sa.Column(f"{amount}_units", sa.BigInteger(), nullable=True))
+        if f"{amount}_units" not in existing:
+            op.add_column("records", sa.Column(f"{amount}_units", sa.BigInteger(), nullable=True))
     if backend == "sqlite":
         _backfill_sqlite()
     else:

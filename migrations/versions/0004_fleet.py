@@ -65,6 +65,7 @@ def upgrade() -> None:
         sa.Column("released_at", _time(), nullable=True),
         sa.PrimaryKeyConstraint("merchant_id", name="pk_merchant_leases"),
         **options,
+        if_not_exists=True,
     )
     op.create_table(
         "replicas",
@@ -76,6 +77,7 @@ def upgrade() -> None:
         sa.Column("merchants_held", sa.Integer(), nullable=False),
         sa.PrimaryKeyConstraint("replica_id", name="pk_replicas"),
         **options,
+        if_not_exists=True,
     )
     op.create_table(
         "backfill_requests",
@@ -97,6 +99,7 @@ def upgrade() -> None:
         sa.Column("error", sa.Text(), nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_backfill_requests"),
         **options,
+        if_not_exists=True,
     )
     # (merchant_id, state, id): 255 + 16 characters of utf8mb4 and a BIGINT, well inside
     # MariaDB's 3072-byte key limit.
@@ -104,6 +107,7 @@ def upgrade() -> None:
         "ix_backfill_requests_merchant_state",
         "backfill_requests",
         ["merchant_id", "state", "id"],
+        if_not_exists=True,
     )
 
 

@@ -77,14 +77,18 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_round_events"),
         sa.UniqueConstraint("event_id", name="uq_round_events_event_id"),
         **_table_options(),
+        if_not_exists=True,
     )
     # The cross-check's scan: a merchant's rounds not yet found, oldest first.
     op.create_index(
         "ix_round_events_merchant_found",
         "round_events",
         ["merchant_id", "found_at", "received_at"],
+        if_not_exists=True,
     )
-    op.create_index("ix_records_merchant_round", "records", ["merchant_id", "round_id"])
+    op.create_index(
+        "ix_records_merchant_round", "records", ["merchant_id", "round_id"], if_not_exists=True
+    )
 
 
 def downgrade() -> None:

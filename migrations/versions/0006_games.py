@@ -114,6 +114,7 @@ def upgrade() -> None:
         sa.Column("changed_at", _time(), nullable=False),
         sa.PrimaryKeyConstraint("merchant_id", "game_id", name="pk_games"),
         **options,
+        if_not_exists=True,
     )
     op.create_table(
         "game_localizations",
@@ -123,7 +124,10 @@ def upgrade() -> None:
         sa.Column("name", sa.Text(), nullable=False),
         sa.PrimaryKeyConstraint("merchant_id", "game_id", "language", name="pk_game_localizations"),
         **options,
+        if_not_exists=True,
     )
+    # A run killed after the view (MariaDB commits each DDL statement by itself) runs again.
+    op.execute("DROP VIEW IF EXISTS daily_game_summary_named")
     op.execute(_named_view())
 
 

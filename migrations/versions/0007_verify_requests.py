@@ -75,9 +75,13 @@ def upgrade() -> None:
         sa.Column("result", sa.Text().with_variant(mysql.LONGTEXT(), *_MYSQL), nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_verify_requests"),
         **_table_options(),
+        if_not_exists=True,
     )
     op.create_index(
-        "ix_verify_requests_merchant_state", "verify_requests", ["merchant_id", "state", "id"]
+        "ix_verify_requests_merchant_state",
+        "verify_requests",
+        ["merchant_id", "state", "id"],
+        if_not_exists=True,
     )
 
 
