@@ -17,6 +17,7 @@ from recordsync.core.errors import ConfigurationError, ProtocolError
 from recordsync.core.state import SyncState
 from recordsync.platform.budget import Priority
 from recordsync.sync.context import SyncContext
+from recordsync.sync.indexes import defer_bi_indexes
 from recordsync.sync.plan import describe_windows, plan_windows, snapshot_end
 
 
@@ -69,6 +70,7 @@ def anchor(ctx: SyncContext, history_from: datetime, *, rebuild_reason: str | No
             history_from=history_from,
             snapshot_to=end,
             windows=windows,
+            defer_bi_indexes=defer_bi_indexes(ctx),
         )
     ctx.phase(state.phase.value)
     fields: dict[str, Any] = {

@@ -83,11 +83,20 @@ class SyncStore(Protocol):
         history_from: datetime,
         snapshot_to: datetime,
         windows: Sequence[Window],
+        defer_bi_indexes: bool = False,
     ) -> SyncState:
-        """Save the anchor's cursor and a fresh plan of rebuild windows, atomically."""
+        """Save the anchor's cursor and a fresh plan of rebuild windows, atomically; with
+        ``defer_bi_indexes``, leave the BI indexes out if no record is stored yet."""
 
-    def ensure_job(self, merchant_id: str, job: str, windows: Sequence[Window]) -> object:
-        """Register a one-shot backfill's windows once."""
+    def ensure_job(
+        self,
+        merchant_id: str,
+        job: str,
+        windows: Sequence[Window],
+        *,
+        defer_bi_indexes: bool = False,
+    ) -> object:
+        """Register a one-shot backfill's windows once (``defer_bi_indexes`` as above)."""
 
     def commit_window_page(
         self,

@@ -34,7 +34,7 @@ from recordsync.core.stopping import Stopper
 from recordsync.core.times import MILLISECOND
 from recordsync.platform.budget import Pace, Priority
 from recordsync.sync.context import SyncContext
-from recordsync.sync.indexes import build_bi_indexes
+from recordsync.sync.indexes import build_bi_indexes, defer_bi_indexes
 from recordsync.sync.jobs import JobHost, Jobs
 from recordsync.sync.plan import hand_out_order, plan_windows
 from recordsync.sync.resilience import StepRunner
@@ -238,7 +238,12 @@ def backfill(
     job = backfill_job(start, end)
     ctx.phase("backfill")
     with ctx.writer:
-        ctx.warehouse.ensure_job(ctx.options.merchant_id, job, first_plan(ctx, start, end))
+        ctx.warehouse.ensure_job(
+            ctx.options.merchant_id,
+            job,
+            first_plan(ctx, start, end),
+            defer_bi_indexes=defer_bi_indexes(ctx),
+        )
     generation = Stopper(parent=ctx.stopper)
     snapshot = plan_snapshot(ctx, job, generation)
     if snapshot is not None:

@@ -56,6 +56,7 @@ class FencedWarehouse:
         history_from: datetime,
         snapshot_to: datetime,
         windows: Sequence[Window],
+        defer_bi_indexes: bool = False,
     ) -> SyncState:
         return self._warehouse.start_rebuild(
             self._own(merchant_id),
@@ -64,13 +65,25 @@ class FencedWarehouse:
             history_from=history_from,
             snapshot_to=snapshot_to,
             windows=windows,
+            defer_bi_indexes=defer_bi_indexes,
             epoch=self._epoch,
         )
 
     def ensure_job(
-        self, merchant_id: str, job: str, windows: Sequence[Window]
+        self,
+        merchant_id: str,
+        job: str,
+        windows: Sequence[Window],
+        *,
+        defer_bi_indexes: bool = False,
     ) -> list[WindowProgress]:
-        return self._warehouse.ensure_job(self._own(merchant_id), job, windows, epoch=self._epoch)
+        return self._warehouse.ensure_job(
+            self._own(merchant_id),
+            job,
+            windows,
+            defer_bi_indexes=defer_bi_indexes,
+            epoch=self._epoch,
+        )
 
     def commit_window_page(
         self,

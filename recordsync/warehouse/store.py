@@ -228,6 +228,7 @@ class Warehouse:
         history_from: datetime,
         snapshot_to: datetime,
         windows: Sequence[Window],
+        defer_bi_indexes: bool = False,
         epoch: int | None = None,
     ) -> SyncState:
         """Anchor a (re)build: new tail cursor and a fresh set of rebuild windows, atomically.
@@ -235,7 +236,8 @@ class Warehouse:
         Spec, Records endpoints, "Rebuild without gaps": the anchor cursor is saved before the
         history is read.  Stored rows are kept: the rebuild's snapshot and tail overwrite them
         only with higher revisions.  ``last_sequence`` and ``last_projection_as_of`` are
-        cleared because they described the old change cursor.
+        cleared because they described the old change cursor.  ``defer_bi_indexes``: leave
+        the BI indexes out if ``records`` is empty (the sync decides, ``sync.indexes``).
         """
         sync_state.check_windows(windows)
         now = self._clock()
@@ -250,7 +252,7 @@ class Warehouse:
                 windows=windows,
                 now=now,
             )
-        if windows:
+        if windows and defer_bi_indexes:
             self._defer_bi_indexes(merchant_id, REBUILD_JOB)
         return state
 
@@ -260,13 +262,14 @@ class Warehouse:
         job: str,
         windows: Sequence[Window],
         *,
+        defer_bi_indexes: bool = False,
         epoch: int | None = None,
     ) -> list[WindowProgress]:
         """Register a one-shot backfill's windows once; later calls return its progress.
 
         Never touches ``sync_state``: a backfill runs beside the tail, not instead of it.  A
-        new job into an empty ``records`` leaves the BI indexes out until it ends (as does
-        ``start_rebuild``; ``build_bi_indexes`` says why).
+        new job into an empty ``records`` with ``defer_bi_indexes`` leaves the BI indexes out
+        until it ends (as does ``start_rebuild``; ``build_bi_indexes`` says why).
         """
         if job == REBUILD_JOB:
             raise ValueError("the rebuild job's windows are set by start_rebuild()")
@@ -275,7 +278,7 @@ class Warehouse:
             progress, created = sync_state.ensure_job(
                 conn, merchant_id, job, windows, now=self._clock()
             )
-        if created:
+        if created and defer_bi_indexes:
             self._defer_bi_indexes(merchant_id, job)
         return progress
 

@@ -1,7 +1,8 @@
-"""A first load leaves the BI indexes out and ends with them, against the simulator over
-loopback HTTP on all three warehouses: a backfill killed half-way, then resumed; and a daemon
-taking up a merchant whose rebuild is done but whose indexes are missing (a kill between the
-last window and the build)."""
+"""A first load the writer would bound leaves the BI indexes out and ends with them, against
+the simulator over loopback HTTP on all three warehouses: a backfill killed half-way, then
+resumed; a daemon taking up a merchant whose rebuild is done but whose indexes are missing (a
+kill between the last window and the build); and a first load the rate limit bounds, which
+keeps them all along."""
 
 from __future__ import annotations
 
@@ -48,7 +49,9 @@ def sim() -> Iterator[Simulator]:
         history_days=1.5,
         rounds_per_day=400,
         live_rate=0.0,
-        record_requests=50,
+        # 200 pages of 50 records a second: 10 000 records/s, a limit the writer would bound
+        # (sync.indexes.WRITE_BOUND_RECORDS_PER_S).
+        record_requests=200,
         record_seconds=1,
     )
     with running(config) as simulator:
@@ -98,3 +101,25 @@ def test_a_daemon_builds_them_for_a_merchant_whose_rebuild_is_done(
         assert app.engine.run() is True
         assert app.warehouse.missing_bi_indexes() == []
         assert_equals_truth(app.warehouse, MERCHANT, sim.truth())
+
+
+def test_a_first_load_the_rate_limit_bounds_keeps_them_all_along(
+    sim: Simulator, warehouse_url: str
+) -> None:
+    """Pages of 20 at 200 a second: 4 000 records/s, which an indexed writer keeps up with, so
+    leaving the indexes out would only add their build to the job's end."""
+
+    class Watch(SyncObserver):
+        def __init__(self) -> None:
+            self.missing: list[list[str]] = []
+
+        def window_page(self, job: str, window: Window, records: int, *, done: bool) -> None:
+            self.missing.append(missing(warehouse_url))
+
+    end = sim.now()
+    watch = Watch()
+    settings = settings_for(sim, warehouse_url, page_size=20, snapshot_concurrency=2)
+    with open_app(settings, observer=watch) as app:
+        app.engine.backfill(end - timedelta(days=1), end)
+    assert watch.missing
+    assert all(names == [] for names in watch.missing)

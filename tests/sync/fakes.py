@@ -97,6 +97,7 @@ class FakePlatform:
         self.change_pages: dict[str, ChangesPage] = {}
         self.anchors_without_time = 0  # how many anchor pages come without projection_as_of
         self.round_trip: float | None = None  # what pace() says was measured
+        self.record_requests = 2  # per second, what pace() says capabilities.limits allows
         self.calls: list[Call] = []
         self._failures: dict[tuple[str, str], list[BaseException]] = {}
         self._anchors = 0
@@ -139,7 +140,7 @@ class FakePlatform:
 
     def pace(self) -> Pace:
         """No round trip measured unless a test sets ``round_trip``: windows are not re-split."""
-        return Pace(2, 1.0, 0.05, self.round_trip)
+        return Pace(self.record_requests, 1.0, 0.05, self.round_trip)
 
     def changes(
         self,
@@ -231,6 +232,7 @@ class FakeStore:
     window_page_groups: list[int] = field(default_factory=list)  # pages per group commit
     # The BI indexes as the warehouse keeps them: left out by a new job into no rows at all.
     bi_indexes: bool = True
+    deferrals: int = 0  # new jobs that left the BI indexes out
     _failures: dict[str, list[BaseException]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -274,6 +276,7 @@ class FakeStore:
         history_from: datetime,
         snapshot_to: datetime,
         windows: Sequence[Window],
+        defer_bi_indexes: bool = False,
     ) -> SyncState:
         with self._lock:
             self._called("start_rebuild")
@@ -290,22 +293,30 @@ class FakeStore:
                 last_commit_at=None,
             )
             self.jobs[REBUILD_JOB] = _progress(merchant_id, REBUILD_JOB, windows)
-            self._defer_bi_indexes(windows)
+            if defer_bi_indexes:
+                self._defer_bi_indexes(windows)
             return self.state
 
     def ensure_job(
-        self, merchant_id: str, job: str, windows: Sequence[Window]
+        self,
+        merchant_id: str,
+        job: str,
+        windows: Sequence[Window],
+        *,
+        defer_bi_indexes: bool = False,
     ) -> list[WindowProgress]:
         with self._lock:
             self._called("ensure_job")
             if job not in self.jobs:
                 self.jobs[job] = _progress(merchant_id, job, windows)
-                self._defer_bi_indexes(windows)
+                if defer_bi_indexes:
+                    self._defer_bi_indexes(windows)
             return self.windows(job)
 
     def _defer_bi_indexes(self, windows: Sequence[Window]) -> None:
         if windows and not self.rows:
             self.bi_indexes = False
+            self.deferrals += 1
 
     def missing_bi_indexes(self, merchant_id: str) -> list[str]:
         with self._lock:

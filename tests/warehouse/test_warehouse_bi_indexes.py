@@ -1,5 +1,5 @@
-"""The BI indexes of ``records`` are left out while a new job loads an empty table and built
-once after it (``warehouse.bi_indexes``), on every backend."""
+"""The BI indexes of ``records`` are left out while a new job the sync asks to defer them for
+loads an empty table, and built once after it (``warehouse.bi_indexes``), on every backend."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ ALL = sorted(BI_INDEX_NAMES)
 def store_one(warehouse: Warehouse, *rows: Record) -> None:
     """A row (or ``rows``) in ``records`` under a rebuild of its own, which, started on an
     empty table, left the BI indexes out."""
-    start_rebuild_of_window(warehouse)
+    start_rebuild_of_window(warehouse, defer_bi_indexes=True)
     warehouse.commit_window_page(
         MERCHANT,
         REBUILD_JOB,
@@ -98,13 +98,20 @@ def test_a_migrated_warehouse_has_every_bi_index(warehouse: Warehouse) -> None:
 
 
 def test_a_new_backfill_into_an_empty_table_leaves_them_out(warehouse: Warehouse) -> None:
-    warehouse.ensure_job(MERCHANT, JOB, windows(2))
+    warehouse.ensure_job(MERCHANT, JOB, windows(2), defer_bi_indexes=True)
     assert warehouse.missing_bi_indexes() == ALL
 
 
 def test_a_new_rebuild_into_an_empty_table_leaves_them_out(warehouse: Warehouse) -> None:
-    start_rebuild_of_window(warehouse)
+    start_rebuild_of_window(warehouse, defer_bi_indexes=True)
     assert warehouse.missing_bi_indexes() == ALL
+
+
+def test_a_new_job_the_sync_does_not_defer_for_keeps_them(warehouse: Warehouse) -> None:
+    """A load the rate limit bounds (``sync.indexes.defer_for``) keeps them up to date."""
+    warehouse.ensure_job(MERCHANT, JOB, windows(2))
+    start_rebuild_of_window(warehouse)
+    assert warehouse.missing_bi_indexes() == []
 
 
 def test_a_rebuild_with_nothing_to_read_keeps_them(warehouse: Warehouse) -> None:
@@ -115,6 +122,7 @@ def test_a_rebuild_with_nothing_to_read_keeps_them(warehouse: Warehouse) -> None
         history_from=T0,
         snapshot_to=T0,
         windows=[],
+        defer_bi_indexes=True,
     )
     assert warehouse.missing_bi_indexes() == []
 
@@ -122,7 +130,7 @@ def test_a_rebuild_with_nothing_to_read_keeps_them(warehouse: Warehouse) -> None
 def test_a_new_job_keeps_them_when_the_table_has_rows(warehouse: Warehouse) -> None:
     store_one(warehouse)
     warehouse.build_bi_indexes()
-    warehouse.ensure_job(MERCHANT, JOB, windows(2))
+    warehouse.ensure_job(MERCHANT, JOB, windows(2), defer_bi_indexes=True)
     warehouse.start_rebuild(
         MERCHANT,
         change_cursor="c2",
@@ -130,19 +138,20 @@ def test_a_new_job_keeps_them_when_the_table_has_rows(warehouse: Warehouse) -> N
         history_from=WINDOW.start,
         snapshot_to=WINDOW.end,
         windows=[WINDOW],
+        defer_bi_indexes=True,
     )
     assert warehouse.missing_bi_indexes() == []
 
 
 def test_a_resumed_job_keeps_them(warehouse: Warehouse) -> None:
-    warehouse.ensure_job(MERCHANT, JOB, windows(2))
+    warehouse.ensure_job(MERCHANT, JOB, windows(2), defer_bi_indexes=True)
     assert warehouse.build_bi_indexes() == ALL  # say, `recordsync migrate` meanwhile
-    warehouse.ensure_job(MERCHANT, JOB, windows(2))
+    warehouse.ensure_job(MERCHANT, JOB, windows(2), defer_bi_indexes=True)
     assert warehouse.missing_bi_indexes() == []
 
 
 def test_a_build_adds_the_missing_ones_once(warehouse: Warehouse) -> None:
-    warehouse.ensure_job(MERCHANT, JOB, windows(2))
+    warehouse.ensure_job(MERCHANT, JOB, windows(2), defer_bi_indexes=True)
     assert warehouse.build_bi_indexes(MERCHANT) == ALL
     assert warehouse.missing_bi_indexes() == []
     assert warehouse.build_bi_indexes(MERCHANT) == []
@@ -208,7 +217,7 @@ def test_two_replicas_building_at_once_both_end_fine(warehouse_url: str) -> None
     try:
         first.migrate()
         store_one(first)
-        first.ensure_job(MERCHANT, JOB, windows(1))  # rows: nothing deferred
+        first.ensure_job(MERCHANT, JOB, windows(1), defer_bi_indexes=True)  # rows: none left out
         with first.engine.begin() as conn:  # drop them by hand, as a first load would
             for statement in drop_statements(conn.dialect.name, str, ALL):
                 conn.execute(text(statement))
@@ -239,7 +248,7 @@ def test_two_replicas_building_at_once_both_end_fine(warehouse_url: str) -> None
 def test_a_window_plan_does_not_depend_on_them(warehouse: Warehouse) -> None:
     """Deferred or not, the job's windows are the ones registered."""
     plan = [Window(T0 - timedelta(days=2), T0 - timedelta(days=1))]
-    progress = warehouse.ensure_job(MERCHANT, JOB, plan)
+    progress = warehouse.ensure_job(MERCHANT, JOB, plan, defer_bi_indexes=True)
     assert [item.window for item in progress] == plan
 
 
@@ -247,7 +256,7 @@ def test_recordsync_migrate_builds_what_a_first_load_left_out(warehouse_url: str
     store = Warehouse.connect(warehouse_url)
     try:
         store.migrate()
-        store.ensure_job(MERCHANT, JOB, windows(2))  # a backfill abandoned half-way
+        store.ensure_job(MERCHANT, JOB, windows(2), defer_bi_indexes=True)  # abandoned half-way
         assert store.missing_bi_indexes() == ALL
         config = tmp_path / "recordsync.toml"
         config.write_text(f'merchant_id = "{MERCHANT}"\ndatabase_url = "{warehouse_url}"\n')

@@ -80,7 +80,9 @@ def row_view(row: dict[str, Any]) -> dict[str, Any]:
     return {key: row[key] for key in stored_view(make_record())}
 
 
-def start_rebuild_of_window(store: Warehouse, plan: Sequence[Window] = (WINDOW,)) -> Warehouse:
+def start_rebuild_of_window(
+    store: Warehouse, plan: Sequence[Window] = (WINDOW,), *, defer_bi_indexes: bool = False
+) -> Warehouse:
     """``store`` with a rebuild of ``MERCHANT`` anchored at ``T0`` over ``plan`` (the one
     ``WINDOW`` unless told)."""
     store.start_rebuild(
@@ -90,5 +92,6 @@ def start_rebuild_of_window(store: Warehouse, plan: Sequence[Window] = (WINDOW,)
         history_from=plan[0].start,
         snapshot_to=plan[-1].end,
         windows=plan,
+        defer_bi_indexes=defer_bi_indexes,
     )
     return store
