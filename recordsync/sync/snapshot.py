@@ -260,10 +260,18 @@ def backfill(
 
 def first_plan(ctx: SyncContext, start: datetime, end: datetime) -> list[Window]:
     """A new job's windows: days, cut further for as many chains as the round trip measured
-    so far needs (none measured: days; the chains re-split their windows as they go)."""
+    so far needs; none measured, for the chains configured (``snapshot_concurrency``).
+
+    Until the first page is answered, the windows of the plan are all the chains in flight:
+    a one-day job planned by days sends two requests, then idles its budget for the rest of
+    the first round trip (2 s at a 3 s round trip, bench/README.md 1b).  The chains re-split
+    their windows as they go, and a short round trip cuts a short history into about as many
+    windows anyway, so the configured chains cost no page fill that the cuts would not."""
     pace = ctx.client.pace()
     if pace.round_trip is None:
-        return plan_windows(start, end)
+        days = plan_windows(start, end)
+        chains = ctx.options.snapshot_concurrency
+        return days if len(days) >= chains else plan_for_chains(start, end, chains)
     chains = chains_needed(
         requests=pace.requests, seconds=pace.seconds, margin=pace.margin, round_trip=pace.round_trip
     )

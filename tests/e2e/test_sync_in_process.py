@@ -263,7 +263,8 @@ def test_backfill_reads_its_range_without_touching_the_tail(sim: Simulator, tmp_
     midnight = sim.now().replace(hour=0, minute=0, second=0, microsecond=0)
     end = midnight - timedelta(hours=6)
     start = end - timedelta(hours=30)
-    with open_app(settings_for(sim, url)) as app:
+    # Two chains configured: a plan by days (none measured plans for at least the chains).
+    with open_app(settings_for(sim, url, snapshot_concurrency=2)) as app:
         result = app.engine.backfill(start, end)
         assert app.warehouse.load_state(MERCHANT) is None
         rows = app.warehouse.fetch_records(MERCHANT)

@@ -16,6 +16,7 @@ from recordsync.core.state import Window, WindowProgress, backfill_job
 from recordsync.core.stopping import Stopper
 from recordsync.core.times import MILLISECOND, ceil_ms, floor_ms
 from recordsync.platform.budget import Pace
+from recordsync.sync.plan import plan_windows
 from recordsync.sync.snapshot import PendingWindows, plan_snapshot
 from recordsync.sync.windows import (
     MAX_CHAINS,
@@ -220,6 +221,30 @@ def test_a_short_backfill_is_cut_for_more_chains_and_reads_every_record() -> Non
     assert all(item.done for item in windows)
     assert set(store.rows) == {item.record_id for item in DENSE}
     assert result.records >= len(DENSE)  # a cut may read its millisecond's records twice
+
+
+def test_a_short_backfill_with_no_round_trip_measured_is_planned_for_the_chains_configured():
+    store = FakeStore()
+    platform = FakePlatform(records=DENSE)  # no round trip measured: no cut as it goes
+
+    make_engine(platform, store, page_size=5, snapshot_concurrency=4).backfill(START, END)
+
+    windows = store.windows(backfill_job(START, END))
+    assert len(plan_windows(START, END)) == 1
+    assert len(windows) == 4
+    assert_tiles([item.window for item in windows], START, END)
+    assert all(item.done for item in windows)
+    assert set(store.rows) == {item.record_id for item in DENSE}
+
+
+def test_a_long_backfill_with_no_round_trip_measured_keeps_its_days() -> None:
+    store = FakeStore()
+    start, end = START - 3 * 24 * HOUR, END
+
+    make_engine(FakePlatform(records=DENSE), store, snapshot_concurrency=2).backfill(start, end)
+
+    planned = [item.window for item in store.windows(backfill_job(start, end))]
+    assert planned == plan_windows(start, end)
 
 
 def test_a_split_snapshot_killed_mid_way_resumes_to_every_record() -> None:
