@@ -26,8 +26,12 @@ sending.  Until it is stamped, a slot counts as starting *now* (its window canno
 a delay between ``acquire`` and the send (the GIL, another thread) can only make us slower,
 never let two requests land closer than allowed.
 
-Waiters are served by ``Priority`` (lower first), first come first served within a priority:
-the tail must not starve behind a week-long snapshot, and background work goes last.  A 429's
+Waiters are served by ``Priority`` (lower first), then by ``rank`` (higher first), then first
+come first served: the tail must not starve behind a week-long snapshot, and background work
+goes last.  The snapshot ranks a chain's request by the pages its chain has left, so that when
+several chains wait, the one with most to read goes first: a job ends when its longest chain
+ends, and served in arrival order, the chains' ends scatter and the budget idles while the
+last few read their rest one round trip at a time (bench/README.md, 1b).  A 429's
 Retry-After pauses the whole budget (``pause``), every caller, not only the one that got it.
 
 Time is injected (``clock`` and ``sleep``) so the rule is tested on a fake clock; ``sleep`` may
@@ -149,7 +153,8 @@ class RateBudget:
         self._sleep = sleep
         self._cond = threading.Condition(threading.Lock())
         self._recent: list[Slot] = []
-        self._queue: list[tuple[int, int]] = []  # (priority, arrival), sorted: head goes next
+        # (priority, -rank, arrival), sorted: the head goes next.
+        self._queue: list[tuple[int, float, int]] = []
         self._arrivals = itertools.count()
         self._paused_until = -math.inf
         self._waited = 0.0
@@ -187,11 +192,14 @@ class RateBudget:
     def _window(self) -> float:
         return self._seconds + self._margin
 
-    def acquire(self, priority: Priority = Priority.SNAPSHOT) -> Slot:
-        """Block until this caller may start one request; every attempt needs its own slot."""
+    def acquire(self, priority: Priority = Priority.SNAPSHOT, *, rank: float = 0.0) -> Slot:
+        """Block until this caller may start one request; every attempt needs its own slot.
+        Within a priority a higher ``rank`` goes first (a chain's pages left)."""
+        if rank != rank:  # noqa: PLR0124 - NaN would break the queue's order
+            raise ValueError("rank must be a number, not NaN")
         with self._cond:
             entered = self._clock()
-            ticket = (int(priority), next(self._arrivals))
+            ticket = (int(priority), -rank, next(self._arrivals))
             bisect.insort(self._queue, ticket)
             try:
                 while True:

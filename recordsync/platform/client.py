@@ -238,8 +238,10 @@ class PlatformClient:
         *,
         limit: int,
         priority: Priority = Priority.SNAPSHOT,
+        rank: float = 0.0,
     ) -> RecordsPage:
-        """First page of the snapshot of ``[created_from, created_to)`` (spec: Records)."""
+        """First page of the snapshot of ``[created_from, created_to)`` (spec: Records);
+        ``rank``: its place among waiters of the same priority (``RateBudget.acquire``)."""
         for name, value in (("created_from", created_from), ("created_to", created_to)):
             if value.tzinfo is None:
                 raise ValueError(f"{name} must be timezone-aware")
@@ -253,14 +255,23 @@ class PlatformClient:
             ("created_to", format_time(created_to)),
             ("limit", _limit(limit)),
         ]
-        return self._get(RECORDS, "/v1/records", params, _records_page, priority=priority)
+        return self._get(
+            RECORDS, "/v1/records", params, _records_page, priority=priority, rank=rank
+        )
 
     def records_next(
-        self, cursor: str, *, limit: int, priority: Priority = Priority.SNAPSHOT
+        self,
+        cursor: str,
+        *,
+        limit: int,
+        priority: Priority = Priority.SNAPSHOT,
+        rank: float = 0.0,
     ) -> RecordsPage:
         """Next page of a snapshot: with a cursor only ``limit`` may be sent (spec: Records)."""
         params = [("cursor", _cursor(cursor)), ("limit", _limit(limit))]
-        return self._get(RECORDS, "/v1/records", params, _records_page, priority=priority)
+        return self._get(
+            RECORDS, "/v1/records", params, _records_page, priority=priority, rank=rank
+        )
 
     def changes(
         self,
@@ -349,6 +360,7 @@ class PlatformClient:
         *,
         priority: Priority | None,
         budget: RateBudget | None = None,
+        rank: float = 0.0,
     ) -> T:
         """Send until success or the policy gives up; ``priority=None``: outside any budget.
 
@@ -360,7 +372,7 @@ class PlatformClient:
         while True:
             attempt += 1
             try:
-                reply = self._attempt(endpoint, target, priority, chosen)
+                reply = self._attempt(endpoint, target, priority, chosen, rank)
                 if isinstance(reply, RecordsPage):  # read straight from the bytes
                     return reply  # type: ignore[return-value]
                 return parse(reply)
@@ -409,6 +421,7 @@ class PlatformClient:
         target: str,
         priority: Priority | None,
         budget: RateBudget | None,
+        rank: float = 0.0,
     ) -> Reply | RecordsPage:
         # A new request per attempt: the same target, fresh headers, nothing shared with the
         # previous attempt (the transport may still hold on to that one).
@@ -416,7 +429,7 @@ class PlatformClient:
             "GET", self._origin + target, headers={"Accept": "application/json"}
         )
         check_sent_verbatim(request.url.raw_path, target, endpoint=endpoint)
-        slot = None if priority is None or budget is None else budget.acquire(priority)
+        slot = None if priority is None or budget is None else budget.acquire(priority, rank=rank)
         try:
             # Fresh timestamp and signature for every attempt, taken after the budget wait.
             timestamp = format_timestamp(self._clock())

@@ -91,14 +91,19 @@ class SyncContext:
         )
 
     def records_page(
-        self, start: datetime, end: datetime, cursor: str | None, priority: Priority
+        self,
+        start: datetime,
+        end: datetime,
+        cursor: str | None,
+        priority: Priority,
+        rank: float = 0.0,
     ) -> RecordsPage:
-        """A window's first page, or the next one of its chain (snapshot and drift check)."""
+        """A window's first page, or the next one of its chain (snapshot and drift check);
+        ``rank``: the chain's pages left, most first among waiters of its priority."""
+        size = self.options.page_size
         if cursor is None:
-            return self.client.records_first(
-                start, end, limit=self.options.page_size, priority=priority
-            )
-        return self.client.records_next(cursor, limit=self.options.page_size, priority=priority)
+            return self.client.records_first(start, end, limit=size, priority=priority, rank=rank)
+        return self.client.records_next(cursor, limit=size, priority=priority, rank=rank)
 
     def after_commit(
         self,

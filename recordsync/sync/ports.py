@@ -29,7 +29,7 @@ from recordsync.platform.budget import Pace, Priority
 
 class RecordSource(Protocol):
     """The platform's record reading (spec: Records endpoints), paced by the shared budget
-    at the caller's ``priority``."""
+    at the caller's ``priority`` (and within it, ``rank``: higher first)."""
 
     def records_first(
         self,
@@ -38,11 +38,17 @@ class RecordSource(Protocol):
         *,
         limit: int,
         priority: Priority = Priority.SNAPSHOT,
+        rank: float = 0.0,
     ) -> RecordsPage:
         """First page of the snapshot of ``[created_from, created_to)``."""
 
     def records_next(
-        self, cursor: str, *, limit: int, priority: Priority = Priority.SNAPSHOT
+        self,
+        cursor: str,
+        *,
+        limit: int,
+        priority: Priority = Priority.SNAPSHOT,
+        rank: float = 0.0,
     ) -> RecordsPage:
         """Next page of a snapshot chain."""
 

@@ -14,7 +14,9 @@ Pages are streamed and dropped after their commit: memory does not grow with the
 from __future__ import annotations
 
 import itertools
+import math
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,7 +38,7 @@ from recordsync.platform.budget import Pace, Priority
 from recordsync.sync.context import SyncContext
 from recordsync.sync.indexes import build_bi_indexes, defer_bi_indexes
 from recordsync.sync.jobs import JobHost, Jobs
-from recordsync.sync.plan import hand_out_order, plan_windows
+from recordsync.sync.plan import hand_out_order
 from recordsync.sync.resilience import StepRunner
 from recordsync.sync.windows import (
     MAX_CHAINS,
@@ -81,7 +83,11 @@ class PendingWindows:
         self.reserved = 0  # windows a chain is cutting from its own, not yet queued
         self.abandoned = False
         self.spawn: Callable[[int], None] | None = None
-        self.commit_seconds: float | None = None  # moving average of one page's commit
+        # Moving average of a page's time from its parsed answer to its chain's next request:
+        # its wait for the writer and its commit.  It is part of every chain's cycle,
+        # so chains_needed counts it (the commit alone, 0.1 s here, left out the wait behind
+        # another chain's commit: 0.3 s a page in all, and one chain too few, 1b).
+        self.work_seconds: float | None = None
         # Each window being read: (pages read, milliseconds covered, pages left) as its chain
         # last reported them, None before its first page; what the cuts share out.
         self.reading: dict[Window, tuple[float, float, float] | None] = {}
@@ -120,14 +126,13 @@ class PendingWindows:
                 self.in_flight -= 1
 
     def committed(self, window: Window, seconds: float, *, finished: bool) -> None:
-        """A page of ``window`` was committed in ``seconds``; ``finished``: its last."""
+        """A page of ``window`` was answered ``seconds`` ago and is committed; ``finished``:
+        its last."""
         with self.lock:
             if finished:
                 self.reading.pop(window, None)
-            previous = self.commit_seconds
-            self.commit_seconds = (
-                seconds if previous is None else previous + (seconds - previous) / 4
-            )
+            previous = self.work_seconds
+            self.work_seconds = seconds if previous is None else previous + (seconds - previous) / 4
 
     def report(self, window: Window, *, read: float, covered_ms: float, left: float) -> None:
         """A chain committed a page of ``window``: ``read`` pages so far over ``covered_ms``
@@ -138,15 +143,32 @@ class PendingWindows:
             else:
                 self.reading.pop(window, None)
 
+    def pages_left(self, window: Window) -> float:
+        """What ``window``'s chain has left to read: as it last reported, or for a window not
+        measured yet its length at the density measured so far (infinite before any: the
+        job's first pages go in the order they ask).  Its requests' rank in the budget."""
+        with self.lock:
+            report = self.reading.get(window)
+            if report is not None:
+                return report[2]
+            per_ms = self._pages_per_ms()
+            if per_ms <= 0:
+                return math.inf
+            return per_ms * ((window.end - window.start) / MILLISECOND)
+
+    def _pages_per_ms(self) -> float:
+        """The density the chains measured so far (0 before any report); under the lock."""
+        reports = [item for item in self.reading.values() if item is not None]
+        read = sum(item[0] for item in reports)
+        covered = sum(item[1] for item in reports)
+        return read / covered if covered > 0 else 0.0
+
     def pages_elsewhere(self, window: Window) -> float:
         """The pages left to read outside ``window``: what the other chains reported, and
         for windows not yet measured (queued, or just taken) their length at the density
         the chains measured so far."""
         with self.lock:
-            reports = [item for item in self.reading.values() if item is not None]
-            read = sum(item[0] for item in reports)
-            covered = sum(item[1] for item in reports)
-            per_ms = read / covered if covered > 0 else 0.0
+            per_ms = self._pages_per_ms()
             unmeasured = [item.window for item in self.queue]
             unmeasured += [key for key, item in self.reading.items() if item is None]
             return sum(
@@ -164,7 +186,7 @@ class PendingWindows:
             seconds=pace.seconds,
             margin=pace.margin,
             round_trip=pace.round_trip,
-            work=self.commit_seconds or 0.0,
+            work=self.work_seconds or 0.0,
         )
 
     def grow(self, wanted: int) -> None:
@@ -259,24 +281,25 @@ def backfill(
 
 
 def first_plan(ctx: SyncContext, start: datetime, end: datetime) -> list[Window]:
-    """A new job's windows: days, cut further for as many chains as the round trip measured
-    so far needs; none measured, for the chains configured (``snapshot_concurrency``).
+    """A new job's windows: equal ones of at most 24 h, as many as the chains the round trip
+    measured so far needs, or the chains configured (``snapshot_concurrency``) when none was.
 
-    Until the first page is answered, the windows of the plan are all the chains in flight:
-    a one-day job planned by days sends two requests, then idles its budget for the rest of
-    the first round trip (2 s at a 3 s round trip, bench/README.md 1b).  The chains re-split
-    their windows as they go, and a short round trip cuts a short history into about as many
-    windows anyway, so the configured chains cost no page fill that the cuts would not."""
+    Equal, not UTC days: a job ends when its longest chain ends, and the chains that outlive
+    the others run too few to keep the budget busy.  A week and an hour by days is six whole
+    days and two partial ones, so at a 3 s round trip the last 100 s ran six chains where
+    seven were needed (bench/README.md, 1b).  And at least the chains configured: until the
+    first page is answered they are all the chains in flight, and a one-day job by days sent
+    two requests and idled the budget for the rest of the first round trip.  The chains cut
+    their windows further as they go when the round trip wants more."""
     pace = ctx.client.pace()
+    concurrency = ctx.options.snapshot_concurrency
     if pace.round_trip is None:
-        days = plan_windows(start, end)
-        chains = ctx.options.snapshot_concurrency
-        return days if len(days) >= chains else plan_for_chains(start, end, chains)
+        return plan_for_chains(start, end, concurrency)
     chains = chains_needed(
         requests=pace.requests, seconds=pace.seconds, margin=pace.margin, round_trip=pace.round_trip
     )
     # No page was committed yet, so the work is unknown: no more chains than configured.
-    return plan_for_chains(start, end, min(chains, ctx.options.snapshot_concurrency))
+    return plan_for_chains(start, end, min(chains, concurrency))
 
 
 def plan_snapshot(ctx: SyncContext, job: str, stopper: Stopper) -> PendingWindows | None:
@@ -361,8 +384,11 @@ def read_window(
 
     def step() -> None:
         nonlocal window, cursor, issued_at, done, sample
+        # The chain with most left goes first when several wait for the budget (budget.py).
+        rank = 0.0 if snapshot is None else snapshot.pages_left(window)
         try:
-            page = ctx.records_page(window.start, window.end, cursor, Priority.SNAPSHOT)
+            page = ctx.records_page(window.start, window.end, cursor, Priority.SNAPSHOT, rank)
+            answered = time.perf_counter()
         except CursorExpiredError as exc:
             if cursor is None:
                 raise
@@ -406,7 +432,7 @@ def read_window(
         cursor, done = page.next_cursor, finished
         sample.add(page)
         if snapshot is not None:
-            snapshot.committed(window, seconds, finished=finished)
+            snapshot.committed(window, time.perf_counter() - answered, finished=finished)
             cut = (
                 None
                 if finished

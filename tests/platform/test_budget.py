@@ -266,6 +266,66 @@ def test_priorities_are_served_in_order_then_first_come_first_served(fake_time):
     assert_within_limit([1000.0, *started.values()], 1, 1.0)
 
 
+def test_within_a_priority_the_highest_rank_goes_first(fake_time):
+    """The snapshot ranks a chain's request by its pages left: most left, first served."""
+    everyone_waiting = threading.Event()
+
+    def sleep(seconds):
+        everyone_waiting.wait(timeout=10)
+        fake_time.sleep(seconds)
+
+    budget = RateBudget(1, 1.0, margin=0.0, clock=fake_time, sleep=sleep)
+    budget.acquire().stamp()
+    started = {}
+    lock = threading.Lock()
+
+    def worker(name, priority, rank):
+        slot = budget.acquire(priority, rank=rank)
+        slot.stamp()
+        with lock:
+            started[name] = slot.started_at
+
+    arrivals = [
+        ("chain-3-left", Priority.SNAPSHOT, 3.0),
+        ("background", Priority.BACKGROUND, 1000.0),
+        ("chain-5-left", Priority.SNAPSHOT, 5.0),
+        ("chain-1-left", Priority.SNAPSHOT, 1.0),
+        ("chain-5-left-later", Priority.SNAPSHOT, 5.0),
+        ("tail", Priority.TAIL, 0.0),
+        ("chain-unmeasured", Priority.SNAPSHOT, float("inf")),
+    ]
+    threads = []
+    for count, arrival in enumerate(arrivals, start=1):
+        thread = threading.Thread(target=worker, args=arrival)
+        thread.start()
+        threads.append(thread)
+        deadline = time.monotonic() + 5
+        while budget.waiting < count:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+    everyone_waiting.set()
+    for thread in threads:
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+    assert sorted(started, key=started.__getitem__) == [
+        "tail",
+        "chain-unmeasured",
+        "chain-5-left",
+        "chain-5-left-later",
+        "chain-3-left",
+        "chain-1-left",
+        "background",
+    ]
+    assert_within_limit([1000.0, *started.values()], 1, 1.0)
+
+
+def test_a_rank_that_is_not_a_number_is_refused(fake_time):
+    budget = RateBudget(1, 1.0, clock=fake_time, sleep=fake_time.sleep)
+    with pytest.raises(ValueError, match="NaN"):
+        budget.acquire(rank=float("nan"))
+    assert budget.waiting == 0
+
+
 def test_real_threads_never_exceed_the_limit():
     requests, seconds = 3, 0.1
     budget = RateBudget(requests, seconds, margin=0.01)

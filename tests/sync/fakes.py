@@ -74,6 +74,7 @@ class Call:
     endpoint: str  # from_now, changes, records_first or records_next
     at: str
     priority: Priority
+    rank: float = 0.0  # within the priority, higher first (budget.py)
 
 
 class FakePlatform:
@@ -125,9 +126,9 @@ class FakePlatform:
         with self._lock:
             return [call for call in self.calls if call.endpoint in endpoints]
 
-    def _called(self, endpoint: str, at: str, priority: Priority) -> None:
+    def _called(self, endpoint: str, at: str, priority: Priority, rank: float = 0.0) -> None:
         with self._lock:
-            self.calls.append(Call(endpoint, at, priority))
+            self.calls.append(Call(endpoint, at, priority, rank))
             # A sync that reads the same page for ever fails here, instead of hanging the test.
             assert len(self.calls) <= MAX_CALLS, f"more than {MAX_CALLS} requests"
             self.journal.append(endpoint)
@@ -180,17 +181,23 @@ class FakePlatform:
         *,
         limit: int,
         priority: Priority = Priority.SNAPSHOT,
+        rank: float = 0.0,
     ) -> RecordsPage:
-        self._called("records_first", created_from.isoformat(), priority)
+        self._called("records_first", created_from.isoformat(), priority, rank)
         with self._lock:
             self._chains.append(Window(created_from, created_to))
             chain = len(self._chains) - 1
         return self._page(chain, 0, limit)
 
     def records_next(
-        self, cursor: str, *, limit: int, priority: Priority = Priority.SNAPSHOT
+        self,
+        cursor: str,
+        *,
+        limit: int,
+        priority: Priority = Priority.SNAPSHOT,
+        rank: float = 0.0,
     ) -> RecordsPage:
-        self._called("records_next", cursor, priority)
+        self._called("records_next", cursor, priority, rank)
         chain, offset = cursor.split(":")
         return self._page(int(chain), int(offset), limit)
 

@@ -20,10 +20,10 @@ from recordsync.core.errors import CursorExpiredError
 from recordsync.core.state import REBUILD_JOB, Phase
 from recordsync.platform.budget import Pace
 from recordsync.sync.indexes import WRITE_BOUND_RECORDS_PER_S, defer_for
-from recordsync.sync.plan import plan_windows
+from recordsync.sync.windows import plan_for_chains
 
 END = NOW - 2 * HOUR
-START = END - 36 * HOUR  # two UTC midnights: three windows
+START = END - 36 * HOUR  # two windows
 ROWS = [record(f"b{n}", created=START + n * 2 * HOUR, updated=NOW) for n in range(18)]
 
 
@@ -82,7 +82,8 @@ def test_a_backfill_into_an_empty_store_ends_with_its_indexes_built():
 def test_a_backfill_stopped_mid_way_builds_nothing_and_its_resume_builds_them():
     platform = write_bound(FakePlatform(records=ROWS))
     # The second window's first page: the other windows are read, this one never is.
-    platform.fail("records_first", plan_windows(START, END)[1].start.isoformat(), expired("x"))
+    second = plan_for_chains(START, END, 2)[1]  # the fakes' 2 chains configured
+    platform.fail("records_first", second.start.isoformat(), expired("x"))
     store = FakeStore()
 
     with pytest.raises(CursorExpiredError):

@@ -20,7 +20,7 @@ from recordsync.core.errors import ConfigurationError, CursorExpiredError
 from recordsync.core.state import backfill_job
 from recordsync.platform.budget import Priority
 from recordsync.sync.engine import BackfillResult
-from recordsync.sync.plan import plan_windows
+from recordsync.sync.windows import plan_for_chains
 
 START = NOW - 40 * HOUR
 END = NOW - 2 * HOUR
@@ -42,9 +42,10 @@ def test_backfill_registers_its_windows_once_reads_them_all_and_leaves_the_tail_
     result = make_engine(platform, store).backfill(START, END)
 
     job = backfill_job(START, END)
-    assert result == BackfillResult(job=job, windows=3, records=len(IN_RANGE))
+    # 38 h in two equal windows (at most a day each, at least the 2 chains configured).
+    assert result == BackfillResult(job=job, windows=2, records=len(IN_RANGE))
     assert store.calls.count("ensure_job") == 1
-    assert [item.window for item in store.windows(job)] == plan_windows(START, END)
+    assert [item.window for item in store.windows(job)] == plan_for_chains(START, END, 2)
     assert all(item.done for item in store.windows(job))
     assert set(store.rows) == {item.record_id for item in IN_RANGE}
     assert {call.priority for call in platform.calls_to("records_first", "records_next")} == {

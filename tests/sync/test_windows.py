@@ -4,12 +4,22 @@ re-splits its windows as it goes and is resumed after a crash, on the fakes."""
 from __future__ import annotations
 
 import itertools
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sync.fakes import HOUR, MERCHANT, NOW, FakePlatform, FakeStore, make_engine, record
+from sync.fakes import (
+    HOUR,
+    MERCHANT,
+    NOW,
+    FakePlatform,
+    FakeStore,
+    make_context,
+    make_engine,
+    record,
+)
 from synccheck import KillAfterSplit
 
 from recordsync.core.state import Window, WindowProgress, backfill_job
@@ -17,7 +27,7 @@ from recordsync.core.stopping import Stopper
 from recordsync.core.times import MILLISECOND, ceil_ms, floor_ms
 from recordsync.platform.budget import Pace
 from recordsync.sync.plan import plan_windows
-from recordsync.sync.snapshot import PendingWindows, plan_snapshot
+from recordsync.sync.snapshot import PendingWindows, plan_snapshot, read_window
 from recordsync.sync.windows import (
     MAX_CHAINS,
     MAX_WINDOW,
@@ -237,14 +247,68 @@ def test_a_short_backfill_with_no_round_trip_measured_is_planned_for_the_chains_
     assert set(store.rows) == {item.record_id for item in DENSE}
 
 
-def test_a_long_backfill_with_no_round_trip_measured_keeps_its_days() -> None:
+def test_a_long_backfill_is_planned_in_equal_windows_not_in_days() -> None:
+    """Three days and 20 hours: four equal windows, not two whole days and two partial ones,
+    so that no chain outlives the others by the length of a day."""
     store = FakeStore()
     start, end = START - 3 * 24 * HOUR, END
 
     make_engine(FakePlatform(records=DENSE), store, snapshot_concurrency=2).backfill(start, end)
 
     planned = [item.window for item in store.windows(backfill_job(start, end))]
-    assert planned == plan_windows(start, end)
+    assert len(plan_windows(start, end)) == 4
+    assert len(planned) == 4
+    assert_tiles(planned, start, end)
+    lengths = {item.end - item.start for item in planned}
+    assert max(lengths) - min(lengths) <= MILLISECOND
+
+
+def test_a_chain_s_pages_left_rank_its_requests_most_first() -> None:
+    """Reported, measured at the density so far, or infinite before any density."""
+    chunks = [Window(START + n * HOUR, START + (n + 1) * HOUR) for n in range(3)]
+    pending = [WindowProgress(MERCHANT, "job", chunk, None, None, False, 0) for chunk in chunks]
+    snapshot = PendingWindows(pending, workers=3)
+    first = snapshot.take()
+    assert first is not None
+    assert snapshot.pages_left(chunks[1]) == float("inf")
+
+    # 10 pages over the first half hour of its hour: 20 pages an hour, 10 left.
+    snapshot.report(first.window, read=10.0, covered_ms=HOUR / MILLISECOND / 2, left=10.0)
+
+    assert snapshot.pages_left(first.window) == 10.0
+    assert snapshot.pages_left(chunks[1]) == pytest.approx(20.0)
+
+
+def test_a_snapshot_asks_for_its_pages_ranked_by_what_its_chain_has_left() -> None:
+    store = FakeStore()
+    platform = SlowPlatform(records=DENSE)
+
+    make_engine(platform, store, page_size=5).backfill(START, END)
+
+    ranks = [call.rank for call in platform.calls_to("records_first", "records_next")]
+    assert ranks[0] == float("inf")  # nothing measured yet
+    finite = [rank for rank in ranks if rank != float("inf")]
+    assert finite
+    assert all(0 < rank < len(DENSE) / 5 for rank in finite)
+
+
+def test_a_chain_s_work_counts_its_wait_for_the_writer_not_only_its_commit() -> None:
+    """What a chain spends between its answer and its next request is part of its cycle, and
+    so of the chains the budget needs; waiting behind another chain's commit is most of it."""
+    store = FakeStore()
+    ctx = make_context(FakePlatform(records=DENSE[:3]), store, page_size=5)
+    window = Window(START, END)
+    store.ensure_job(MERCHANT, "job", [window])
+    snapshot = PendingWindows(store.windows("job"), workers=1)
+    item = snapshot.take()
+    assert item is not None
+    ctx.writer.__enter__()  # another chain's commit holds the one writer for 0.2 s
+    threading.Timer(0.2, lambda: ctx.writer.__exit__(None, None, None)).start()
+
+    read_window(ctx, "job", item, ctx.runner(Stopper(), fatal_is_final=True), snapshot)
+
+    assert snapshot.work_seconds is not None
+    assert snapshot.work_seconds >= 0.2
 
 
 def test_a_split_snapshot_killed_mid_way_resumes_to_every_record() -> None:
