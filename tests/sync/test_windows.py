@@ -302,13 +302,16 @@ def test_a_chain_s_work_counts_its_wait_for_the_writer_not_only_its_commit() -> 
     snapshot = PendingWindows(store.windows("job"), workers=1)
     item = snapshot.take()
     assert item is not None
-    ctx.writer.__enter__()  # another chain's commit holds the one writer for 0.2 s
-    threading.Timer(0.2, lambda: ctx.writer.__exit__(None, None, None)).start()
+    # Another chain's commit holds the one writer for 0.5 s from now; the chain's own clock
+    # starts only once its answer is parsed, a moment later, so it must see most of that wait
+    # (its own commit alone is well under a millisecond here).
+    ctx.writer.__enter__()
+    threading.Timer(0.5, lambda: ctx.writer.__exit__(None, None, None)).start()
 
     read_window(ctx, "job", item, ctx.runner(Stopper(), fatal_is_final=True), snapshot)
 
     assert snapshot.work_seconds is not None
-    assert snapshot.work_seconds >= 0.2
+    assert snapshot.work_seconds >= 0.3
 
 
 def test_a_split_snapshot_killed_mid_way_resumes_to_every_record() -> None:
