@@ -67,14 +67,27 @@ def hand_out_order(pending: Iterable[WindowProgress]) -> list[WindowProgress]:
     410 and reading the window again from its start.  There are at most as many of them as
     there were workers when the job stopped, so (at the same concurrency) they all start in
     the first round and do not change which chains end the job.  Ties go to the earlier start,
-    so the order is the same on every run.
+    so the order is the same on every run, except along a run of fresh windows of one length
+    that follow one another (a range cut into equal windows): there every other one goes
+    first, so that the window after each one taken is still unread and its chain can carry
+    its rest into it (``snapshot.carry_if_spare``) and end the two on one partial page.
     """
+    items = list(pending)
+    fresh = {item.window.start: item.window for item in items if item.cursor is None}
 
-    def key(item: WindowProgress) -> tuple[bool, timedelta, datetime]:
+    def place_in_run(window: Window) -> int:
+        """How many fresh windows of its length run up to ``window`` without a gap."""
+        length, place, start = window.end - window.start, 0, window.start
+        while (before := fresh.get(start - length)) is not None and before.end == start:
+            place, start = place + 1, before.start
+        return place
+
+    def key(item: WindowProgress) -> tuple[bool, timedelta, int, datetime]:
         window = item.window
-        return (item.cursor is None, -(window.end - window.start), window.start)
+        alternate = place_in_run(window) % 2 if item.cursor is None else 0
+        return (item.cursor is None, -(window.end - window.start), alternate, window.start)
 
-    return sorted(pending, key=key)
+    return sorted(items, key=key)
 
 
 def highest_sequence(changes: Iterable[RecordChange]) -> str | None:

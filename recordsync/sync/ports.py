@@ -131,6 +131,12 @@ class SyncStore(Protocol):
     ) -> None:
         """End ``window`` where ``pieces`` begin (done) and add ``pieces``, atomically."""
 
+    def carry_window(
+        self, merchant_id: str, job: str, window: Window, following: Window, joined: Window
+    ) -> None:
+        """End ``window`` where ``joined`` begins (done) and put ``joined`` in place of the
+        unread ``following``, atomically."""
+
     def build_bi_indexes(self, merchant_id: str) -> object:
         """Build the BI indexes a bulk load into an empty warehouse left out (the warehouse
         drops them when such a job starts); idempotent, nothing to do when none is missing."""

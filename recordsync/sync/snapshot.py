@@ -42,6 +42,7 @@ from recordsync.sync.plan import hand_out_order
 from recordsync.sync.resilience import StepRunner
 from recordsync.sync.windows import (
     MAX_CHAINS,
+    carry_over,
     chains_needed,
     plan_for_chains,
     resplit,
@@ -233,6 +234,45 @@ class PendingWindows:
             self.running += max(started, 0)
         if started > 0 and self.spawn is not None:
             self.spawn(started)
+
+    def claim_following(
+        self, window: Window, read_up_to: datetime, wanted: int
+    ) -> tuple[WindowProgress, Window] | None:
+        """The queued window that starts where ``window`` ends, taken off the queue, and the
+        window joining it to the rest of ``window`` (``windows.carry_over``), for this chain
+        to read on in (``carry_into`` or ``unclaim`` settles it).  None when there is no such
+        unread window, when the two would not fit in 24 h, or when without it fewer windows
+        than the ``wanted`` chains would be left to read.  Decided under the lock, so that no
+        other worker sees the queue without the window unless it is carried."""
+        with self.lock:
+            if self.in_flight + len(self.queue) + self.reserved - 1 < wanted:
+                return None
+            for item in self.queue:
+                if (
+                    item.window.start == window.end
+                    and item.cursor is None
+                    and not item.done
+                    and item.records == 0
+                ):
+                    joined = carry_over(window, item.window, read_up_to)
+                    if joined is None:
+                        return None
+                    self.queue.remove(item)
+                    return item, joined
+            return None
+
+    def unclaim(self, item: WindowProgress) -> None:
+        """The carry was not committed: the window is queued again (this chain's worker takes
+        windows until none is left, so it is read even if every other worker has ended)."""
+        with self.lock:
+            self.queue.appendleft(item)
+
+    def carry_into(self, window: Window, joined: Window) -> None:
+        """``window``'s chain reads on in ``joined``, its rest and the window it claimed."""
+        with self.lock:
+            self.reading.pop(window, None)
+            self.reading[joined] = None
+            self.finished += 1  # the window ends where the joined one begins
 
 
 @dataclass(slots=True)
@@ -437,6 +477,7 @@ def read_window(
                 None
                 if finished
                 else split_if_wanted(ctx, job, window, page, sample=sample, snapshot=snapshot)
+                or carry_if_spare(ctx, job, window, page, snapshot=snapshot)
             )
             if cut is not None:
                 window, cursor, issued_at, sample = cut, None, None, Sample()
@@ -505,3 +546,48 @@ def split_if_wanted(
         chains_wanted=wanted,
     )
     return pieces[0]
+
+
+def carry_if_spare(
+    ctx: SyncContext, job: str, window: Window, page: RecordsPage, *, snapshot: PendingWindows
+) -> Window | None:
+    """Carry the rest of ``window`` into the unread window after it when both fit in 24 h
+    and enough windows are left for the chains the round trip wants; the window this chain
+    reads on, or None when it reads on as it is.
+
+    Every window ends on a partial page, half a page lost on average; a week cut into eight
+    equal windows lost 2.4 % of the budget to them (bench/README.md, 1b).  Carried over, the
+    two windows end on one.  Committed before the joined window is read, like a cut: a
+    process killed before it resumes the window's chain from its cursor, one killed after it
+    reads the joined window (records of its first millisecond may be read twice; the highest
+    revision wins).
+    """
+    if not page.records:
+        return None
+    wanted = snapshot.chains_wanted(ctx.client.pace())
+    if wanted is None:
+        return None
+    read_up_to = max(record.created_at for record in page.records)
+    claimed = snapshot.claim_following(window, read_up_to, wanted)
+    if claimed is None:
+        return None
+    following, joined = claimed
+    try:
+        with ctx.writer:
+            ctx.warehouse.carry_window(
+                ctx.options.merchant_id, job, window, following.window, joined
+            )
+    except BaseException:
+        snapshot.unclaim(following)
+        raise
+    snapshot.carry_into(window, joined)
+    ctx.observer.windows_planned(job, snapshot.total, snapshot.finished)
+    ctx.log.info(
+        "window_carried",
+        job=job,
+        window_start=window.start.isoformat(),
+        at=joined.start.isoformat(),
+        into=following.window.start.isoformat(),
+        chains_wanted=wanted,
+    )
+    return joined

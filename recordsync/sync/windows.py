@@ -125,3 +125,20 @@ def resplit(window: Window, read_up_to: datetime, parts: int) -> list[Window]:
     if parts <= 1 or not window.start < at < window.end:
         return []
     return split_range(at, window.end, parts)
+
+
+def carry_over(window: Window, following: Window, read_up_to: datetime) -> Window | None:
+    """The rest of ``window`` and all of ``following`` (which starts where it ends, and no
+    chain has begun) as one window, after a page whose last record was created at
+    ``read_up_to``; None when that would be longer than 24 h or nothing is left to carry.
+
+    Each window ends on a partial page, half a page lost on average: a chain that carries
+    its rest into the next window reads the two with one partial page instead of two.  The
+    joined window starts at the millisecond of ``read_up_to``, as a cut does (``resplit``).
+    """
+    at = floor_ms(read_up_to.astimezone(UTC))
+    if following.start != window.end or not window.start < at < window.end:
+        return None
+    if following.end - at > MAX_WINDOW:
+        return None
+    return Window(at, following.end)

@@ -124,6 +124,13 @@ class FencedWarehouse:
     ) -> None:
         self._warehouse.split_window(self._own(merchant_id), job, window, pieces, epoch=self._epoch)
 
+    def carry_window(
+        self, merchant_id: str, job: str, window: Window, following: Window, joined: Window
+    ) -> None:
+        self._warehouse.carry_window(
+            self._own(merchant_id), job, window, following, joined, epoch=self._epoch
+        )
+
     def build_bi_indexes(self, merchant_id: str) -> list[str]:
         # Not fenced: indexes are nobody's rows, and a build is idempotent wherever it runs.
         return self._warehouse.build_bi_indexes(self._own(merchant_id))

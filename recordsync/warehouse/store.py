@@ -307,6 +307,29 @@ class Warehouse:
         with self._write("split window", merchant_id, epoch) as conn:
             sync_state.split_window(conn, merchant_id, job, window, pieces, now=self._clock())
 
+    def carry_window(
+        self,
+        merchant_id: str,
+        job: str,
+        window: Window,
+        following: Window,
+        joined: Window,
+        *,
+        epoch: int | None = None,
+    ) -> None:
+        """End a window where ``joined`` begins and put ``joined`` in place of the unread
+        window after it, in one transaction: one chain reads the rest of both."""
+        with self._write("carry window", merchant_id, epoch) as conn:
+            sync_state.carry_window(
+                conn,
+                merchant_id,
+                job,
+                window,
+                following=following,
+                joined=joined,
+                now=self._clock(),
+            )
+
     # -- pages (page_commits) ----------------------------------------------------------------
 
     def commit_window_page(

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, delete, func, insert, select, update
+from sqlalchemy import Connection, Row, delete, false, func, insert, select, update
 
 from recordsync.core.state import REBUILD_JOB, Phase, SyncState, Window, WindowProgress
 from recordsync.warehouse.schema import snapshot_windows, sync_state
@@ -183,18 +183,56 @@ def split_window(
         if left.end != right.start:
             raise ValueError("the pieces must follow one another without gap or overlap")
     check_windows(pieces)
+    _end_window(conn, merchant_id, job, window, at=pieces[0].start, now=now)
+    _insert_windows(conn, merchant_id, job, pieces, now)
+
+
+def carry_window(
+    conn: Connection,
+    merchant_id: str,
+    job: str,
+    window: Window,
+    *,
+    following: Window,
+    joined: Window,
+    now: datetime,
+) -> None:
+    """End ``window`` where ``joined`` begins (done, its chain dropped) and put ``joined`` in
+    place of ``following``, a window no chain has begun: it covers the rest of the one and
+    all of the other, so one chain reads both with one partial last page."""
+    if not (
+        window.start < joined.start < window.end == following.start and joined.end == following.end
+    ):
+        raise ValueError("the joined window must cover the rest of the window and the next one")
+    check_windows([joined])
+    _end_window(conn, merchant_id, job, window, at=joined.start, now=now)
+    gone = conn.execute(
+        delete(snapshot_windows).where(
+            snapshot_windows.c.merchant_id == merchant_id,
+            snapshot_windows.c.job == job,
+            snapshot_windows.c.window_start == following.start,
+            snapshot_windows.c.window_end == following.end,
+            snapshot_windows.c.cursor.is_(None),
+            snapshot_windows.c.records == 0,
+            snapshot_windows.c.done == false(),
+        )
+    )
+    if gone.rowcount != 1:
+        raise LookupError(f"no unread window {_window_name(merchant_id, job, following)}")
+    _insert_windows(conn, merchant_id, job, [joined], now)
+
+
+def _end_window(
+    conn: Connection, merchant_id: str, job: str, window: Window, *, at: datetime, now: datetime
+) -> None:
+    """``window`` ends at ``at``, done: what its chain read before that is all it holds."""
     moved = conn.execute(
         _window_update(merchant_id, job, window).values(
-            window_end=pieces[0].start,
-            cursor=None,
-            cursor_issued_at=None,
-            done=True,
-            updated_at=now,
+            window_end=at, cursor=None, cursor_issued_at=None, done=True, updated_at=now
         )
     )
     if moved.rowcount != 1:
         raise LookupError(f"no window {_window_name(merchant_id, job, window)}")
-    _insert_windows(conn, merchant_id, job, pieces, now)
 
 
 def advance_tail(
@@ -272,7 +310,7 @@ def _finish_rebuild_if_complete(conn: Connection, merchant_id: str, now: datetim
         .where(
             snapshot_windows.c.merchant_id == merchant_id,
             snapshot_windows.c.job == REBUILD_JOB,
-            snapshot_windows.c.done.is_(False),
+            snapshot_windows.c.done == false(),
         )
     ).scalar_one()
     if open_windows == 0:

@@ -395,6 +395,23 @@ class FakeStore:
             windows[cut] = replace(held, window=cut, cursor=None, cursor_issued_at=None, done=True)
             windows.update(_progress(merchant_id, job, pieces))
 
+    def carry_window(
+        self, merchant_id: str, job: str, window: Window, following: Window, joined: Window
+    ) -> None:
+        with self._lock:
+            self._called("carry_window")
+            windows = self.jobs[job]
+            held = windows.pop(window)
+            unread = windows.pop(following)
+            assert unread.cursor is None
+            assert not unread.done
+            assert unread.records == 0
+            assert window.start < joined.start < window.end == following.start
+            assert joined.end == following.end
+            cut = Window(window.start, joined.start)
+            windows[cut] = replace(held, window=cut, cursor=None, cursor_issued_at=None, done=True)
+            windows.update(_progress(merchant_id, job, [joined]))
+
     def commit_tail_page(
         self,
         merchant_id: str,

@@ -19,6 +19,7 @@ from recordsync.sync.plan import (
     plan_windows,
     snapshot_end,
 )
+from recordsync.sync.windows import split_range
 
 
 def at(text: str) -> datetime:
@@ -122,8 +123,20 @@ def test_hand_out_puts_the_partial_windows_at_the_ends_of_a_range_last() -> None
     windows = plan_windows(at("2026-11-17T23:00:00+00:00"), at("2026-11-21T08:00:00+00:00"))
     first_day, *full_days, last_day = windows
     order = [item.window for item in hand_out_order([pending(w) for w in windows])]
-    # the full days in date order, then the 8 h end, then the 1 h start
-    assert order == [*full_days, last_day, first_day]
+    # the full days (every other one first), then the 8 h end, then the 1 h start
+    day_1, day_2, day_3 = full_days
+    assert order == [day_1, day_3, day_2, last_day, first_day]
+
+
+def test_hand_out_leaves_the_window_after_each_one_taken_unread_along_equal_windows() -> None:
+    """So that each chain can carry the rest of its window into the next one."""
+    start = at("2026-11-20T13:02:35.030000+00:00")
+    windows = split_range(start, start + timedelta(days=7, hours=1), 8)
+    order = [item.window for item in hand_out_order([pending(w) for w in windows])]
+    assert order == windows[0::2] + windows[1::2]
+    # A window already begun breaks the run: the one after it starts a new one.
+    resumed = hand_out_order([pending(windows[0], "c1"), *(pending(w) for w in windows[1:4])])
+    assert [item.window for item in resumed] == [windows[0], windows[1], windows[3], windows[2]]
 
 
 def test_hand_out_resumes_partly_read_windows_first_even_short_ones() -> None:
@@ -169,4 +182,4 @@ def test_hand_out_is_longest_first_within_resumed_then_fresh_whatever_the_input_
             continue
         longer = before.window.end - before.window.start
         shorter = after.window.end - after.window.start
-        assert longer > shorter or (longer == shorter and before.window.start <= after.window.start)
+        assert longer >= shorter

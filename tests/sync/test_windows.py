@@ -32,6 +32,7 @@ from recordsync.sync.windows import (
     MAX_CHAINS,
     MAX_WINDOW,
     MIN_PAGES_PER_PIECE,
+    carry_over,
     chains_needed,
     plan_for_chains,
     resplit,
@@ -200,6 +201,53 @@ def test_a_resplit_cuts_equal_shares_never_more_than_the_missing_chains(
         # Read on whole only when this chain's rest is within half a share of the others'.
         share = max((pages_left + others_left) / wanted, MIN_PAGES_PER_PIECE)
         assert pages_left < 1.5 * share
+
+
+def test_a_carry_joins_the_rest_of_a_window_and_the_next_from_the_last_records_millisecond():
+    window = Window(EPOCH, EPOCH + 20 * HOUR)
+    following = Window(window.end, window.end + 20 * HOUR)
+    late = window.end - 3 * HOUR + timedelta(microseconds=1500)
+    joined = carry_over(window, following, late)
+    assert joined == Window(floor_ms(late), following.end)
+    assert joined.end - joined.start <= MAX_WINDOW
+
+
+@pytest.mark.parametrize(
+    ("read_up_to", "following"),
+    [
+        # the two would make more than 24 h
+        (EPOCH + 15 * HOUR, Window(EPOCH + 20 * HOUR, EPOCH + 40 * HOUR)),
+        # the next window does not start where this one ends
+        (EPOCH + 19 * HOUR, Window(EPOCH + 21 * HOUR, EPOCH + 30 * HOUR)),
+        # nothing left: the last record is at the window's end or past it
+        (EPOCH + 20 * HOUR, Window(EPOCH + 20 * HOUR, EPOCH + 30 * HOUR)),
+        # nothing read past the window's start: the window would not shrink
+        (EPOCH + timedelta(microseconds=500), Window(EPOCH + 20 * HOUR, EPOCH + 30 * HOUR)),
+    ],
+)
+def test_no_carry_past_24_h_across_a_gap_or_without_a_rest(
+    read_up_to: datetime, following: Window
+) -> None:
+    assert carry_over(Window(EPOCH, EPOCH + 20 * HOUR), following, read_up_to) is None
+
+
+@given(
+    start=whole_ms,
+    first=st.integers(2, 86_400_000),
+    second=st.integers(1, 86_400_000),
+    at=st.floats(0, 1),
+)
+def test_a_carry_tiles_what_the_two_windows_covered(
+    start: datetime, first: int, second: int, at: float
+) -> None:
+    window = Window(start, start + first * MILLISECOND)
+    following = Window(window.end, window.end + second * MILLISECOND)
+    read_up_to = window.start + (window.end - window.start) * at
+    joined = carry_over(window, following, read_up_to)
+    if joined is None:
+        return
+    assert_tiles([Window(window.start, joined.start), joined], window.start, following.end)
+    assert joined.end - joined.start <= MAX_WINDOW
 
 
 # -- the snapshot re-splits as it goes (fakes) ------------------------------------------------
@@ -395,3 +443,117 @@ def test_the_pages_left_elsewhere_count_reports_and_unread_windows_at_the_measur
     # A finished window no longer counts, nor does its density: 4 pages an hour now.
     snapshot.report(hours[1], read=0.0, covered_ms=0.0, left=0.0)
     assert snapshot.pages_elsewhere(hours[0]) == pytest.approx(4.0 + 4.0)
+
+
+class FastPlatform(FakePlatform):
+    """Says a 10 ms round trip was measured once it answered a first request: two chains keep
+    the budget busy, so windows beyond that are spare."""
+
+    def pace(self) -> Pace:
+        return Pace(2, 1.0, 0.05, 0.01 if self.calls else None)
+
+
+THREE = [
+    record(f"c{n:03}", created=START + n * 6 * timedelta(minutes=1), updated=NOW)
+    for n in range(600)  # ten an hour over 60 h: three windows of 20 h, 200 records each
+]
+THREE_END = START + 60 * HOUR
+
+
+def test_a_chain_carries_its_rest_into_the_unread_window_after_it_saving_a_partial_page():
+    """200 records a window in pages of 6: 34 pages each, the last of 2 records.  Carried
+    over, the two windows are 67 pages (400 records and the one of the carry's millisecond
+    read again), one less than 68."""
+    store = FakeStore()
+    platform = FastPlatform(records=THREE)
+    ctx = make_context(platform, store, page_size=6)
+    first, second, third = split_range(START, THREE_END, 3)
+    store.ensure_job(MERCHANT, "job", [first, second, third])
+    snapshot = PendingWindows(store.windows("job"), workers=1)
+    item = snapshot.take()
+    assert item is not None
+    assert item.window == first  # every other window first: the one after it is unread
+
+    read_window(ctx, "job", item, ctx.runner(Stopper(), fatal_is_final=True), snapshot)
+
+    assert store.calls.count("carry_window") == 1
+    assert len(platform.calls_to("records_first", "records_next")) == 67
+    windows = store.windows("job")
+    assert_tiles([progress.window for progress in windows], START, THREE_END)
+    cut, joined, unread = windows
+    assert cut.window.start == first.start
+    assert joined.window.end == second.end
+    assert joined.window.end - joined.window.start <= MAX_WINDOW
+    assert (cut.done, joined.done, unread.done) == (True, True, False)
+    assert [queued.window for queued in snapshot.queue] == [third]
+    assert set(store.rows) == {item.record_id for item in THREE if item.created_at < second.end}
+
+
+def test_a_backfill_with_spare_windows_carries_and_reads_every_record() -> None:
+    store = FakeStore()
+    platform = FastPlatform(records=THREE)
+
+    # One chain at most, so that none reads the second window before the first is carried.
+    make_engine(
+        platform, store, page_size=7, snapshot_concurrency=1, snapshot_most_chains=1
+    ).backfill(START, THREE_END)
+
+    windows = [item.window for item in store.windows(backfill_job(START, THREE_END))]
+    assert store.calls.count("carry_window") == 1
+    assert_tiles(windows, START, THREE_END)
+    assert all(item.done for item in store.windows(backfill_job(START, THREE_END)))
+    assert set(store.rows) == {item.record_id for item in THREE}
+    assert max(item.end - item.start for item in windows) <= MAX_WINDOW
+
+
+def test_no_carry_when_the_windows_left_are_no_more_than_the_chains_wanted():
+    """Carrying takes an unread window away from the chains; with the round trip wanting
+    every window in flight (3 s: seven chains), none is carried."""
+    store = FakeStore()
+    platform = SlowPlatform(records=THREE)
+
+    make_engine(
+        platform, store, page_size=7, snapshot_concurrency=1, snapshot_most_chains=1
+    ).backfill(START, THREE_END)
+
+    assert "carry_window" not in store.calls
+    assert set(store.rows) == {item.record_id for item in THREE}
+
+
+class KillAfterCarry(KillAfterSplit):
+    """A kill -9 a few pages after a window was carried into the next."""
+
+    def __init__(self, store: FakeStore, pages: int) -> None:
+        super().__init__(pages)
+        self.store = store
+
+    def window_page(self, job: str, window: Window, records: int, *, done: bool) -> None:
+        self.pages += 1
+        if "carry_window" in self.store.calls and self.pages >= self.kill_at:
+            raise RuntimeError("kill -9")
+
+
+def test_a_carried_snapshot_killed_mid_way_resumes_to_every_record() -> None:
+    store = FakeStore()
+    platform = FastPlatform(records=THREE)
+    crash = KillAfterCarry(store, pages=35)
+    with pytest.raises(RuntimeError, match="kill -9"):
+        make_engine(
+            platform,
+            store,
+            page_size=7,
+            snapshot_concurrency=1,
+            snapshot_most_chains=1,
+            observer=crash,
+        ).backfill(START, THREE_END)
+    job = backfill_job(START, THREE_END)
+    assert any(not item.done for item in store.windows(job)), "the crash came before the end"
+    assert_tiles([item.window for item in store.windows(job)], START, THREE_END)
+
+    make_engine(
+        platform, store, page_size=7, snapshot_concurrency=1, snapshot_most_chains=1
+    ).backfill(START, THREE_END)
+
+    assert_tiles([item.window for item in store.windows(job)], START, THREE_END)
+    assert all(item.done for item in store.windows(job))
+    assert set(store.rows) == {item.record_id for item in THREE}

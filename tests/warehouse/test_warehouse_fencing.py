@@ -90,6 +90,15 @@ def split_window(store: FencedWarehouse) -> None:
     store.split_window(MERCHANT, REBUILD_JOB, WINDOW, [Window(middle, WINDOW.end)])
 
 
+# The unread window after ``WINDOW`` in the rebuild of ``superseded``.
+FOLLOWING = Window(WINDOW.end, WINDOW.end + timedelta(hours=1))
+
+
+def carry_window(store: FencedWarehouse) -> None:
+    middle = WINDOW.start + (WINDOW.end - WINDOW.start) / 2
+    store.carry_window(MERCHANT, REBUILD_JOB, WINDOW, FOLLOWING, Window(middle, FOLLOWING.end))
+
+
 def ensure_job(store: FencedWarehouse) -> None:
     store.ensure_job(MERCHANT, BACKFILL_JOB, windows(2, T0 - 30 * timedelta(days=1)))
 
@@ -111,6 +120,7 @@ WRITES: list[Callable[[FencedWarehouse], None]] = [
     commit_tail_page,
     restart_window,
     split_window,
+    carry_window,
     ensure_job,
     start_rebuild,
 ]
@@ -132,8 +142,8 @@ def everything_stored(store: Warehouse) -> dict[str, object]:
 @pytest.fixture
 def superseded(warehouse: Warehouse):
     """A rebuild under way whose window has a cursor; the merchant was held at epoch 1, and
-    is held now, at epoch 2, by another replica."""
-    start_rebuild_of_window(warehouse)
+    is held now, at epoch 2, by another replica; an unread window follows."""
+    start_rebuild_of_window(warehouse, (WINDOW, FOLLOWING))
     first = warehouse.fleet_session("replica-a")
     second = warehouse.fleet_session("replica-b")
     try:

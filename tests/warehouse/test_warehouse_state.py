@@ -168,6 +168,34 @@ def test_split_window_ends_the_window_where_its_pieces_begin_in_one_transaction(
     assert len(warehouse.load_windows(MERCHANT, REBUILD_JOB)) == 4
 
 
+def test_carry_window_ends_the_window_and_joins_its_rest_to_the_next_in_one_transaction(
+    warehouse,
+):
+    start = T0 - 3 * DAY
+    plan = [Window(start + n * DAY / 2, start + (n + 1) * DAY / 2) for n in range(3)]
+    rebuild(warehouse, plan)
+    window_page(warehouse, plan[0], records=[make_record()])
+    at = plan[0].end - timedelta(hours=2)
+    joined = Window(at, plan[1].end)
+    with pytest.raises(ValueError, match="cover"):
+        warehouse.carry_window(MERCHANT, REBUILD_JOB, plan[0], plan[2], joined)
+    warehouse.carry_window(MERCHANT, REBUILD_JOB, plan[0], plan[1], joined)
+    progress = warehouse.load_windows(MERCHANT, REBUILD_JOB)
+    assert [p.window for p in progress] == [Window(plan[0].start, at), joined, plan[2]]
+    cut = progress[0]
+    assert (cut.done, cut.cursor, cut.cursor_issued_at, cut.records) == (True, None, None, 1)
+    assert (progress[1].done, progress[1].cursor, progress[1].records) == (False, None, 0)
+    assert warehouse.load_state(MERCHANT).phase is Phase.SNAPSHOT
+    # A window a chain has begun is never carried into, and a failed carry changes nothing.
+    window_page(warehouse, plan[2], records=[make_record("rec-2")])
+    begun = warehouse.load_windows(MERCHANT, REBUILD_JOB)
+    with pytest.raises(LookupError):
+        warehouse.carry_window(
+            MERCHANT, REBUILD_JOB, joined, plan[2], Window(joined.end - DAY / 4, plan[2].end)
+        )
+    assert warehouse.load_windows(MERCHANT, REBUILD_JOB) == begun
+
+
 def test_ensure_job_registers_a_backfill_once_and_leaves_the_sync_state_alone(warehouse):
     plan = windows(3)
     job = backfill_job(plan[0].start, plan[-1].end)
