@@ -68,24 +68,27 @@ def hand_out_order(pending: Iterable[WindowProgress]) -> list[WindowProgress]:
     there were workers when the job stopped, so (at the same concurrency) they all start in
     the first round and do not change which chains end the job.  Ties go to the earlier start,
     so the order is the same on every run, except along a run of fresh windows of one length
-    that follow one another (a range cut into equal windows): there every other one goes
-    first, so that the window after each one taken is still unread and its chain can carry
-    its rest into it (``snapshot.carry_if_spare``) and end the two on one partial page.
+    under 24 h that follow one another (a range cut into equal windows): there every other one
+    goes first, so that the window after each one taken is still unread and its chain can carry
+    its rest into it (``snapshot.carry_if_spare``) and end the two on one partial page.  A
+    window of 24 h can take nothing more, so whole days keep their date order.
     """
     items = list(pending)
-    fresh = {item.window.start: item.window for item in items if item.cursor is None}
+    fresh = {(item.window.start, item.window.end) for item in items if item.cursor is None}
 
     def place_in_run(window: Window) -> int:
         """How many fresh windows of its length run up to ``window`` without a gap."""
         length, place, start = window.end - window.start, 0, window.start
-        while (before := fresh.get(start - length)) is not None and before.end == start:
-            place, start = place + 1, before.start
+        while (start - length, start) in fresh:
+            place, start = place + 1, start - length
         return place
 
     def key(item: WindowProgress) -> tuple[bool, timedelta, int, datetime]:
         window = item.window
-        alternate = place_in_run(window) % 2 if item.cursor is None else 0
-        return (item.cursor is None, -(window.end - window.start), alternate, window.start)
+        length = window.end - window.start
+        carries = item.cursor is None and length < MAX_WINDOW
+        alternate = place_in_run(window) % 2 if carries else 0
+        return (item.cursor is None, -length, alternate, window.start)
 
     return sorted(items, key=key)
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, delete, false, func, insert, select, update
+from sqlalchemy import Connection, Row, delete, func, insert, select, update
 
 from recordsync.core.state import REBUILD_JOB, Phase, SyncState, Window, WindowProgress
 from recordsync.warehouse.schema import snapshot_windows, sync_state
@@ -214,7 +214,7 @@ def carry_window(
             snapshot_windows.c.window_end == following.end,
             snapshot_windows.c.cursor.is_(None),
             snapshot_windows.c.records == 0,
-            snapshot_windows.c.done == false(),
+            snapshot_windows.c.done.is_(False),
         )
     )
     if gone.rowcount != 1:
@@ -310,7 +310,7 @@ def _finish_rebuild_if_complete(conn: Connection, merchant_id: str, now: datetim
         .where(
             snapshot_windows.c.merchant_id == merchant_id,
             snapshot_windows.c.job == REBUILD_JOB,
-            snapshot_windows.c.done == false(),
+            snapshot_windows.c.done.is_(False),
         )
     ).scalar_one()
     if open_windows == 0:
