@@ -4,8 +4,8 @@ Per page, inside the caller's transaction (``page_commits``), on PostgreSQL:
 
 1. the session's temporary stage table is created if this connection has none yet
    (PostgreSQL empties it at every commit itself: ``ON COMMIT DELETE ROWS``);
-2. the staged rows go in once, encoded once (``staging``), by psycopg 3's binary ``COPY``
-   (``postgres_copy``);
+2. the staged rows go in once, as one buffer in ``COPY`` text format (``copy_text``), by
+   psycopg 3's ``COPY`` (``postgres_copy``);
 3. ``records`` takes the ``is_top`` rows under the revision guard, its integer ``*_units``
    computed by the server from the exact amounts, and ``record_revisions`` the
    ``in_history`` rows, each by one ``INSERT ... SELECT`` from the stage.
@@ -55,18 +55,13 @@ from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.elements import ColumnElement
 
 from recordsync.core.database_url import MYSQL_FAMILY
+from recordsync.warehouse.copy_text import copy_text
 from recordsync.warehouse.mariadb_pages import MariaDBPageWriter
 from recordsync.warehouse.postgres_copy import StageCopy
 from recordsync.warehouse.schema import ID_LENGTH, record_revisions, records
 from recordsync.warehouse.sqlite_pages import SQLitePageWriter
-from recordsync.warehouse.staging import (
-    STAGE_COLUMNS,
-    StagedRevision,
-    stage,
-    stage_encoder,
-    time_parameter,
-)
-from recordsync.warehouse.types import MAX_UNITS, UNITS_PER_MONEY
+from recordsync.warehouse.staging import StagedRevision, stage
+from recordsync.warehouse.types import MAX_UNITS, UNITS_PER_MONEY, aware_utc
 
 _RECORD_KEY: Final = ("merchant_id", "record_id")
 _REVISION_KEY: Final = ("merchant_id", "record_id", "revision")
@@ -172,23 +167,8 @@ class _Compiled:
         return tuple(shared[name] for name in self._names)
 
 
-def _stage_insert(dialect: Dialect) -> tuple[str, bool]:
-    """The stage's INSERT and whether it takes the encoders' tuples as they are.
-
-    Positional placeholders must be in the encoders' column order; an engine configured with
-    a named paramstyle gets each row as a dict (correct, if a little slower).
-    """
-    compiled = stage.insert().compile(dialect=dialect)
-    if not compiled.positional:
-        return compiled.string, False
-    if tuple(compiled.positiontup or ()) != STAGE_COLUMNS:
-        raise RuntimeError(f"unexpected parameter order {compiled.positiontup}")
-    return compiled.string, True
-
-
 class StagePageWriter:
-    """Stages a page and merges it into ``records`` and ``record_revisions`` (SQLite,
-    PostgreSQL).
+    """Stages a page and merges it into ``records`` and ``record_revisions`` (PostgreSQL).
 
     Built once per warehouse from the connected dialect; ``write`` runs inside the caller's
     transaction, which also moves the cursor that covers the page.
@@ -196,17 +176,9 @@ class StagePageWriter:
 
     def __init__(self, dialect: Dialect) -> None:
         backend = dialect.name
-        self._encode = stage_encoder(backend)
-        self._time = time_parameter(backend)
         self._create_stage = str(CreateTable(stage, if_not_exists=True).compile(dialect=dialect))
-        # PostgreSQL empties the stage at every commit (ON COMMIT DELETE ROWS) and loads it by
-        # binary COPY; SQLite keeps a temporary table's rows for the session, so each page
-        # starts by emptying it, and loads it by executemany.
-        self._copy = StageCopy() if backend == "postgresql" else None
-        self._empty_stage = (
-            None if self._copy is not None else str(stage.delete().compile(dialect=dialect))
-        )
-        self._load_stage, self._positional = _stage_insert(dialect)
+        # PostgreSQL empties the stage at every commit itself (ON COMMIT DELETE ROWS).
+        self._copy = StageCopy()
         self._records_merge = _Compiled(build_records_merge(backend), dialect)
         self._history_merge = _Compiled(build_history_merge(backend), dialect)
 
@@ -220,17 +192,8 @@ class StagePageWriter:
         if not staged:
             return
         conn.exec_driver_sql(self._create_stage)
-        if self._empty_stage is not None:
-            conn.exec_driver_sql(self._empty_stage)
-        rows = self._encode(staged)
-        if self._copy is not None:
-            self._copy.load(conn, rows)
-        elif self._positional:
-            conn.exec_driver_sql(self._load_stage, rows)
-        else:
-            named = [dict(zip(STAGE_COLUMNS, row, strict=True)) for row in rows]
-            conn.exec_driver_sql(self._load_stage, named)
-        shared = {"merchant_id": merchant_id, "synced_at": self._time(synced_at)}
+        self._copy.load(conn, copy_text(staged))
+        shared = {"merchant_id": merchant_id, "synced_at": aware_utc(synced_at)}
         if any(item.is_top for item in staged):
             merge = self._records_merge
             conn.exec_driver_sql(merge.sql, merge.parameters(shared))

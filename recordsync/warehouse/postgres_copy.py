@@ -1,10 +1,8 @@
-"""PostgreSQL: a page's staged rows go in by binary ``COPY``.
+"""PostgreSQL: a page's staged rows go in by one ``COPY`` in text format.
 
-Binary, not text: the server then parses no numeric or timestamp text and the client formats
-none, which halved both sides' CPU for loading the stage in ``bench/write_path.py`` (text
-about 20 us per record of wall time, binary about 11).  Binary COPY carries no type per
-field, so the types are declared once from the stage table's own columns; a column type
-not in the table below fails at start-up, not in the middle of a sync.
+The page arrives as one buffer already in the format (``copy_text``, where why text and not
+binary is told), so the driver formats nothing: it sends the bytes.  ``ENCODING 'UTF8'``
+says what the bytes are whatever the session's client encoding.
 
 The COPY goes to the driver directly (SQLAlchemy has no COPY), inside the caller's
 transaction; the driver's errors are turned into SQLAlchemy's own so that
@@ -13,55 +11,27 @@ transaction; the driver's errors are turned into SQLAlchemy's own so that
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import Any
 
 from sqlalchemy import Connection, exc
-from sqlalchemy.dialects import postgresql
 
-from recordsync.warehouse.staging import STAGE_TABLE, stage
-
-# The stage's column types as PostgreSQL spells them, and the binary format each is sent in
-# (varchar's binary form is text's).
-_BINARY_TYPES: Final = (
-    ("VARCHAR", "text"),
-    ("TEXT", "text"),
-    ("BIGINT", "int8"),
-    ("NUMERIC", "numeric"),
-    ("TIMESTAMP WITH TIME ZONE", "timestamptz"),
-    ("BOOLEAN", "bool"),
-)
-
-
-def binary_types() -> list[str]:
-    """The binary COPY type of every stage column, in the encoders' column order."""
-    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
-    found = []
-    for column in stage.columns:
-        spelled = column.type.compile(dialect=dialect)
-        kind = next((name for prefix, name in _BINARY_TYPES if spelled.startswith(prefix)), None)
-        if kind is None:
-            raise RuntimeError(f"no binary COPY type for stage column {column.name} ({spelled})")
-        found.append(kind)
-    return found
+from recordsync.warehouse.staging import STAGE_COLUMNS, STAGE_TABLE
 
 
 class StageCopy:
-    """Loads encoded stage rows into the session's stage table by binary COPY."""
+    """Loads a page's stage rows, in COPY text format, into the session's stage table."""
 
     def __init__(self) -> None:
-        columns = ", ".join(column.name for column in stage.columns)
-        self._sql = f"COPY {STAGE_TABLE} ({columns}) FROM STDIN (FORMAT BINARY)"
-        self._types = binary_types()
+        columns = ", ".join(STAGE_COLUMNS)
+        self._sql = f"COPY {STAGE_TABLE} ({columns}) FROM STDIN (FORMAT text, ENCODING 'UTF8')"
 
-    def load(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+    def load(self, conn: Connection, data: bytes) -> None:
         with _driver_errors(conn, "COPY into the stage"):
             driver_connection: Any = conn.connection.dbapi_connection  # psycopg's Connection
             with driver_connection.cursor() as cursor, cursor.copy(self._sql) as copy:
-                copy.set_types(self._types)
-                for row in rows:
-                    copy.write_row(row)
+                copy.write(data)
 
 
 @contextmanager

@@ -11,30 +11,24 @@ goes, and both tables are filled from the stage by ``INSERT ... SELECT`` (``page
 - ``in_history``: a revision for ``record_revisions`` (``revisions.seen_revisions``), absent
   when the history is switched off.
 
-``stage_page`` is pure; the encoders turn staged revisions into one tuple per row in
-``STAGE_COLUMNS`` order, one encoder per backend, each a single comprehension because this
-runs for every record synced.  Money goes in as the exact decimal; the server derives the
-integer units of ``records`` from it (``page_writer``); times as the backend stores them.
-Only PostgreSQL stages pages now (SQLite: ``sqlite_pages``; MariaDB: ``mariadb_pages``).
+``stage_page`` is pure; ``copy_text`` turns the staged revisions into the rows of the stage
+table defined here, in ``STAGE_COLUMNS`` order.  Money goes in as the exact decimal; the
+server derives the integer units of ``records`` from it (``page_writer``).  Only PostgreSQL
+stages pages now (SQLite: ``sqlite_pages``; MariaDB: ``mariadb_pages``).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from decimal import Decimal
-from typing import Any, Final, NamedTuple
+from typing import Final, NamedTuple
 
 from sqlalchemy import Boolean, Column, MetaData, Table
 
 from recordsync.core.models import Record, RecordChange
 from recordsync.warehouse.revisions import seen_revisions
 from recordsync.warehouse.schema import record_revisions
-from recordsync.warehouse.types import (
-    aware_utc,
-    sqlite_time_text,
-)
 
 
 class StagedRevision(NamedTuple):
@@ -99,67 +93,3 @@ stage = Table(
     postgresql_on_commit="DELETE ROWS",
 )
 STAGE_COLUMNS: Final = tuple(column.name for column in stage.columns)
-
-StageEncoder = Callable[[Sequence[StagedRevision]], list[tuple[Any, ...]]]
-
-
-def _encoder(time: Callable[[datetime], Any], amount: Callable[[Decimal], Any]) -> StageEncoder:
-    """Rows with times encoded by ``time`` and amounts by ``amount``; one comprehension, since
-    this runs for every record synced."""
-
-    def encode(batch: Sequence[StagedRevision]) -> list[tuple[Any, ...]]:
-        t = time
-        m = amount
-        return [
-            (
-                r.record_id,
-                r.revision,
-                r.player_id,
-                r.game_id,
-                r.currency,
-                r.round_id,
-                r.parent_round_id,
-                m(r.bet_amount),
-                m(r.refund_amount),
-                m(r.payout_amount),
-                m(r.net_amount),
-                r.status,
-                t(r.created_at),
-                None if r.settled_at is None else t(r.settled_at),
-                t(r.updated_at),
-                sequence,
-                None if changed_at is None else t(changed_at),
-                is_top,
-                in_history,
-            )
-            for r, sequence, changed_at, is_top, in_history in batch
-        ]
-
-    return encode
-
-
-def _as_is(amount: Decimal) -> Decimal:
-    return amount
-
-
-# psycopg binds aware datetimes to TIMESTAMPTZ itself (aware_utc only refuses naive ones) and
-# Decimal to NUMERIC.  Only PostgreSQL has a stage: SQLite writes both tables by executemany
-# (``sqlite_pages``) and MariaDB by multi-row literals (``mariadb_pages``).
-_ENCODERS: Final[dict[str, StageEncoder]] = {
-    "postgresql": _encoder(aware_utc, _as_is),
-}
-
-
-def stage_encoder(backend: str) -> StageEncoder:
-    """The row encoder for ``backend`` (a SQLAlchemy dialect name)."""
-    try:
-        return _ENCODERS[backend]
-    except KeyError:
-        raise ValueError(f"no stage encoder for database backend {backend!r}") from None
-
-
-def time_parameter(backend: str) -> Callable[[datetime], Any]:
-    """How ``backend`` takes a time bound as a statement parameter (``synced_at``)."""
-    if backend == "sqlite":
-        return sqlite_time_text
-    return aware_utc

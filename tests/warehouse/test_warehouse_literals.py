@@ -1,8 +1,11 @@
-"""Hostile values round-trip exactly: MariaDB's page writer sends them as escaped literals.
+"""Hostile values round-trip exactly: MariaDB's page writer sends them as escaped literals,
+PostgreSQL's as COPY text.
 
 MariaDB's page writer formats each page's values into the SQL text (``mariadb_pages``), so
-every string must come back byte for byte, in both of MariaDB's string-literal modes; the same
-pages go through the other backends too, which bind parameters, so all three must agree.
+every string must come back byte for byte, in both of MariaDB's string-literal modes;
+PostgreSQL's writes each page as one buffer in COPY text format (``copy_text``), where a
+backslash, tab, newline or carriage return must be escaped and ``\\N`` is NULL; SQLite binds
+parameters.  The same pages go through all three, which must agree.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ HOSTILE = [
     "ünïcødé 名前 🎲 \u2019\u00a0",
     "\u00bf'",  # a multi-byte character right before a quote
     "\U0001f600\\",  # four UTF-8 bytes, then a backslash
+    "\\N",  # PostgreSQL's COPY text NULL, as a value (copy_text)
+    "\\.",  # the end of COPY text data, as a value
 ]
 
 

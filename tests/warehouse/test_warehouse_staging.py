@@ -4,15 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
 from warehouse.warehouse_samples import make_change, make_record
 
-from recordsync.warehouse.staging import (
-    STAGE_COLUMNS,
-    StagedRevision,
-    stage_encoder,
-    stage_page,
-)
+from recordsync.warehouse.staging import StagedRevision, stage_page
 
 
 def test_a_snapshot_page_stages_each_row_for_both_tables() -> None:
@@ -47,17 +41,3 @@ def test_a_top_row_without_a_change_goes_to_records_only() -> None:
         ("a", True, True),
         ("b", True, False),
     ]
-
-
-def test_the_stage_encodes_rows_in_the_stage_column_order() -> None:
-    staged = stage_page([make_record("a")], (), keep_revisions=True)
-    (row,) = stage_encoder("postgresql")(staged)
-    assert len(row) == len(STAGE_COLUMNS)
-    named = dict(zip(STAGE_COLUMNS, row, strict=True))
-    assert named["record_id"] == "a"
-    assert (named["is_top"], named["in_history"]) == (True, True)
-
-
-def test_only_postgresql_has_a_stage() -> None:
-    with pytest.raises(ValueError, match="sqlite"):
-        stage_encoder("sqlite")
