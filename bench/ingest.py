@@ -29,8 +29,10 @@ from urllib.parse import quote, urlsplit
 
 import harness
 import profiling
+from sqlalchemy import text
 
 from recordsync.logs import configure_logging
+from recordsync.service import tune_collector
 from recordsync.service.app import open_app
 from recordsync.sim import DEMO_MERCHANT_ID, DEMO_SECRET
 
@@ -71,6 +73,7 @@ def recordsync_backfill(
         snapshot_concurrency=concurrency,
         keep_revisions=keep_revisions,
     )
+    tune_collector()  # as the CLI's backfill does
     with open_app(settings) as app:
         time.sleep(COLD_START_SECONDS)
         cpu = harness.own_cpu_seconds()
@@ -82,7 +85,9 @@ def recordsync_backfill(
                 result = app.engine.backfill(start, end)
         seconds = time.perf_counter() - started
         cpu = harness.own_cpu_seconds() - cpu
-    outcome = {"records": result.records, "seconds": seconds, "cpu": cpu}
+        with app.warehouse.engine.connect() as conn:
+            stored = conn.execute(text("SELECT count(*) FROM records")).scalar_one()
+    outcome = {"records": result.records, "stored": stored, "seconds": seconds, "cpu": cpu}
     if database_url.startswith("mysql"):
         outcome["tables_mb"] = harness.mariadb_table_mb(database_url, MARIADB_TABLES)
     return outcome
@@ -221,8 +226,11 @@ def main() -> int:
             outcome["sim_cpu"] = sim.cpu_seconds() - sim_cpu
             outcome["db_cpu"] = harness.server_cpu_seconds(name) - db_cpu
             records = outcome["records"]
-            if records != sim.records:
-                report.note(f"{name}: {records:,} records stored, expected {sim.records:,}")
+            # A record read twice (a window cut or carried at its first millisecond) counts
+            # twice in ``records``; the rows stored must be the history, no more, no less.
+            stored = outcome.get("stored", records)
+            if stored != sim.records:
+                report.note(f"{name}: {stored:,} rows stored, expected {sim.records:,}")
             outcome["rate"] = records / outcome["seconds"]
             return outcome
 
