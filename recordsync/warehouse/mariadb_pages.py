@@ -12,7 +12,7 @@ Values are never pasted into SQL as they are: every string goes through PyMySQL'
 chosen per page as PyMySQL's ``Connection.escape`` chooses it (with ``NO_BACKSLASH_ESCAPES``
 the connection's ``escape`` doubles quotes; otherwise the driver's ``escape_str``), amounts
 through the driver's ``Decimal`` encoder (which refuses NaN and infinities), integers through
-``{:d}`` (anything else raises), times through ``mysql_time_text`` (digits only).  The
+``{:d}`` (anything else raises), times through ``mysql_time_literals`` (digits only).  The
 connection is utf8mb4 (``connection``), whose multi-byte sequences never contain a quote or
 backslash byte, the same assumption PyMySQL's own parameter binding makes.
 
@@ -42,7 +42,7 @@ from sqlalchemy.engine import Dialect
 
 from recordsync.warehouse.schema import record_revisions, records
 from recordsync.warehouse.staging import StagedRevision
-from recordsync.warehouse.types import money_units, mysql_time_text
+from recordsync.warehouse.types import money_units, mysql_time_literals, mysql_time_text
 
 _AMOUNTS: Final = ("bet", "refund", "payout", "net")
 # The row formatter below writes the tables' columns in this order: merchant_id, the columns
@@ -190,18 +190,23 @@ class MariaDBPageWriter:
         """The ``VALUES`` rows for ``records`` (by record_id) and ``record_revisions``."""
         q = _quote_for(dbapi_connection)
         d: Callable[[Decimal, Any], str] = dbapi_connection.encoders[Decimal]
-        t = _time
         merchant = q(merchant_id)
-        synced = t(synced_at)
+        synced = _time(synced_at)
+        # The page's times column by column, one call each (``types.mysql_time_literals``).
+        records = [item.record for item in staged]
+        created = mysql_time_literals([r.created_at for r in records])
+        settled = mysql_time_literals([r.settled_at for r in records])
+        updated = mysql_time_literals([r.updated_at for r in records])
         shared = [
             f"{merchant},{q(r.record_id)},{r.revision:d},{q(r.player_id)},{q(r.game_id)},"
             f"{q(r.currency)},{q(r.round_id)},"
             f"{'NULL' if r.parent_round_id is None else q(r.parent_round_id)},"
             f"{d(r.bet_amount, None)},{d(r.refund_amount, None)},"
             f"{d(r.payout_amount, None)},{d(r.net_amount, None)},{q(r.status)},"
-            f"{t(r.created_at)},{'NULL' if r.settled_at is None else t(r.settled_at)},"
-            f"{t(r.updated_at)}"
-            for r, _, _, _, _ in staged
+            f"{created_at},{settled_at},{updated_at}"
+            for r, created_at, settled_at, updated_at in zip(
+                records, created, settled, updated, strict=True
+            )
         ]
         tops = sorted(
             (item.record.record_id, values, item.record)
@@ -219,10 +224,11 @@ class MariaDBPageWriter:
             if item.in_history
         ]
         history.sort(key=_revision_key)
+        changed = mysql_time_literals([item.changed_at for _, _, _, item in history])
         history_rows = [
             f"({values},{'NULL' if item.sequence is None else q(item.sequence)},"
-            f"{'NULL' if item.changed_at is None else t(item.changed_at)},{synced})"
-            for _, _, values, item in history
+            f"{changed_at},{synced})"
+            for (_, _, values, item), changed_at in zip(history, changed, strict=True)
         ]
         return record_rows, history_rows
 
