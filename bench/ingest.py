@@ -32,7 +32,6 @@ import profiling
 from sqlalchemy import text
 
 from recordsync.logs import configure_logging
-from recordsync.service import tune_collector
 from recordsync.service.app import open_app
 from recordsync.sim import DEMO_MERCHANT_ID, DEMO_SECRET
 
@@ -73,7 +72,6 @@ def recordsync_backfill(
         snapshot_concurrency=concurrency,
         keep_revisions=keep_revisions,
     )
-    tune_collector()  # as the CLI's backfill does
     with open_app(settings) as app:
         time.sleep(COLD_START_SECONDS)
         cpu = harness.own_cpu_seconds()

@@ -20,8 +20,6 @@ EXIT_CONFIG = 2
 EXIT_INCOMPLETE = 3
 # Commands that stop gracefully on SIGTERM/SIGINT; the others keep Python's defaults.
 GRACEFUL_COMMANDS = frozenset({"run", "backfill", "verify", "demo"})
-# The commands that read and write pages get the collector tuned for it (service.collector).
-SYNCING_COMMANDS = frozenset({"run", "backfill", "verify", "demo"})
 
 
 def _time_arg(value: str) -> object:
@@ -148,8 +146,6 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: PLR0911 - one return pe
     from recordsync.core.settings import load_settings  # noqa: PLC0415
     from recordsync.logs import configure_logging  # noqa: PLC0415
 
-    if args.command in SYNCING_COMMANDS:
-        service.tune_collector()
     if args.command == "demo":
         return service.run_demo(
             database_url=args.database,

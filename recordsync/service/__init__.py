@@ -7,7 +7,6 @@ It builds the platform client, the warehouse and the sync engine from the settin
 
 from recordsync.service.app import warn_settings
 from recordsync.service.backfill import run_backfill
-from recordsync.service.collector import tune_collector
 from recordsync.service.daemon import run_daemon
 from recordsync.service.demo import run_demo
 from recordsync.service.report import show_report
@@ -23,6 +22,5 @@ __all__ = [
     "run_verify",
     "show_report",
     "show_status",
-    "tune_collector",
     "warn_settings",
 ]
