@@ -313,6 +313,12 @@ def _judge(
             target=f"<= {POSTGRES_CPU_TARGET_US:.0f}",
             met=cpu <= POSTGRES_CPU_TARGET_US,
         )
+        # Not judged: how fast the VM ran, which moves the figure above by 2x between days
+        # (the baseline's own CPU a record: 23.6 us on 2026-11-25, 41 to 51 us on 11-27).
+        baseline_cpu = baseline["cpu"] / max(baseline["records"], 1) * 1e6
+        report.add(
+            "  postgres: our CPU per record / the baseline's, same run", cpu / baseline_cpu, "x"
+        )
 
 
 def _cpu_figures(report: harness.Report, name: str, outcome: dict[str, Any]) -> None:
