@@ -6,7 +6,7 @@ CPU a record for the stage's 19 columns on this project's machine, the largest s
 PostgreSQL write path (bench/README.md, W9).  Here msgspec renders every amount and time of a
 page to text in one C call (``to_builtins``: ``12.3400``, ``2024-03-01T00:01:00.123000Z``),
 each row is one ``str.join`` and the page one more: about 2 us a record, the server parsing
-the text instead (bench/README.md, "the write path in text").
+the text instead (bench/README.md, section 7, "fourth pass").
 
 The format (PostgreSQL, COPY, "Text Format"): columns separated by a tab, rows ended by a
 newline, NULL as ``\\N``; a backslash, tab, newline or carriage return inside a value must be
@@ -116,8 +116,10 @@ def _escape(value: str) -> str:
 _RECORD: Final = attrgetter("record")
 _PARENT: Final = attrgetter("parent_round_id")
 _SEQUENCE: Final = attrgetter("sequence")
-_TIMES: Final = (attrgetter("created_at"), attrgetter("updated_at"))
-_OPTIONAL_TIMES: Final = (attrgetter("settled_at"), attrgetter("changed_at"))
+_CREATED: Final = attrgetter("created_at")
+_UPDATED: Final = attrgetter("updated_at")
+_SETTLED: Final = attrgetter("settled_at")
+_CHANGED: Final = attrgetter("changed_at")
 _ZONE: Final = attrgetter("tzinfo")
 
 
@@ -130,9 +132,9 @@ def _nulls_of_zoned_times(batch: Sequence[StagedRevision]) -> int:
     microsecond a record where one comprehension testing each value cost four.
     """
     records = list(map(_RECORD, batch))
-    settled = list(map(_OPTIONAL_TIMES[0], records))
-    changed = list(map(_OPTIONAL_TIMES[1], batch))
-    times = [*map(_TIMES[0], records), *map(_TIMES[1], records)]
+    settled = list(map(_SETTLED, records))
+    changed = list(map(_CHANGED, batch))
+    times = [*map(_CREATED, records), *map(_UPDATED, records)]
     times += filter(None, settled)
     times += filter(None, changed)
     if None in set(map(_ZONE, times)):

@@ -48,7 +48,7 @@ from sqlalchemy import (
     literal_column,
     select,
 )
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.schema import CreateTable
 from sqlalchemy.sql.dml import Insert
@@ -95,10 +95,9 @@ def page_writer_for(dialect: Dialect) -> PageWriter:
 
 
 def _dialect_insert(backend: str) -> Callable[[Any], Any]:
+    """Only PostgreSQL stages pages (SQLite: ``sqlite_pages``; MariaDB: ``mariadb_pages``)."""
     if backend == "postgresql":
         return postgresql.insert
-    if backend == "sqlite":
-        return sqlite.insert
     raise ValueError(f"no stage writer for database backend {backend!r}")
 
 
