@@ -13,7 +13,6 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Final
 
 import structlog
 
@@ -142,8 +141,6 @@ def open_app(
 
 
 _HEAP_SETTLED: list[bool] = [False]
-# Net container allocations between two collections of the youngest generation (CPython 700).
-YOUNG_GENERATION_THRESHOLD: Final = 10_000
 _BUDGET_MADE: list[bool] = [False]
 
 
@@ -161,8 +158,7 @@ def _cold_since() -> float | None:
 
 def _settle_heap() -> None:
     """Once per process, when the parts are built: what start-up made is moved out of the
-    collector's way (``gc.freeze``), and the youngest generation waits for 10 000 net
-    allocations instead of CPython's 700.
+    collector's way (``gc.freeze``).
 
     A sync allocates every record's objects (a Record, its Decimals and datetimes) and keeps
     them until its page commits, long enough for the collector to promote them and run full
@@ -170,20 +166,12 @@ def _settle_heap() -> None:
     0.61 s of the collector's 1.38 s over a 400 000-record PostgreSQL ingest, 0.15 s frozen
     (bench/README.md, issue 14).  Frozen objects are only ever freed by reference counting,
     which is how module-level state lives anyway.
-
-    A page of 1000 records also allocates some 5000 containers that its commit frees again,
-    so at 700 the youngest generation was collected two or three times a page, each time
-    walking every page then in flight: 2.6 us of our CPU a record into PostgreSQL, 0.3 us at
-    10 000 (bench/README.md, "the collector").  Cycles are still collected: garbage that
-    reference counting leaves is never freed, so it counts towards the next collection.
     """
     if _HEAP_SETTLED[0]:
         return
     _HEAP_SETTLED[0] = True
     gc.collect()
     gc.freeze()
-    _young, middle, oldest = gc.get_threshold()
-    gc.set_threshold(YOUNG_GENERATION_THRESHOLD, middle, oldest)
 
 
 def warn_settings(settings: Settings) -> None:
