@@ -19,6 +19,7 @@ can be tested without sockets as well as over them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -100,9 +101,10 @@ class Request:
     target: str  # the raw request target, exactly as on the request line
     headers: Mapping[str, str]  # names in lower case
     body: bytes = b""
-    # When the request line was read (the API's monotonic clock); None: when ``handle``
-    # is called.  The rate limit counts arrivals, so the server stamps them before parsing
-    # headers and body, which take the GIL and can make a busy process late by milliseconds.
+    # When the request arrived (the API's monotonic clock): when the kernel received its
+    # request line (``SimulatedApi.arrival``); None: when ``handle`` is called.  The rate
+    # limit counts arrivals, and reading a request takes the GIL, which a busy process can
+    # withhold for tens of milliseconds.
     arrival: float | None = None
 
 
@@ -147,6 +149,13 @@ class SimulatedApi:
     def monotonic(self) -> float:
         """The clock arrivals are stamped on (the rate limit's window runs on it)."""
         return self._monotonic()
+
+    def arrival(self, waited: float) -> float:
+        """When a request read now arrived: ``waited`` real seconds ago, at the door (the
+        kernel's receive time, server.py).  A test's injected clock stands still while a
+        request waits, so on it the request arrived now."""
+        now = self._monotonic()
+        return now - waited if self._monotonic is time.monotonic else now
 
     def handle(self, request: Request) -> Response:
         arrival = self._monotonic() if request.arrival is None else request.arrival

@@ -4,14 +4,26 @@ The raw request target is handed on untouched (``BaseHTTPRequestHandler.path`` i
 exactly as on the request line), because that is what the client signed.  A response is written
 in one ``send`` (status line, headers and body together) with TCP_NODELAY, so a keep-alive
 client never waits on Nagle's algorithm.  Nothing here redirects.
+
+A request's arrival, which the rate limit counts, is when the kernel received its bytes
+(SO_TIMESTAMPNS, on Linux), not when a handler thread got round to reading them: that thread
+needs the GIL, which the engine's threads in a test's process, a page being rendered or a
+collection of a large heap can hold for tens of milliseconds, and a real platform's front
+door adds no such delay to what it counts.  Stamped late, a request the client spaced
+correctly could be counted in the same second as a later one (issue 14's end-to-end failure
+under load).
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import socket
 import struct
+import sys
 import threading
+import time
+from collections.abc import Callable
 from email.utils import formatdate
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +33,7 @@ from recordsync.sim.api import Action, Request, Response, SimulatedApi
 from recordsync.sim.envelope import ApiError, RequestIds, error_body
 
 _IDLE_TIMEOUT_SECONDS = 120.0
+_READ_BUFFER_BYTES = 65536
 _ALL_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
@@ -29,6 +42,50 @@ def _reason(status: int) -> str:
         return HTTPStatus(status).phrase
     except ValueError:
         return "Unknown"
+
+
+# Linux's SO_TIMESTAMPNS (asm-generic/socket.h), which Python's socket module does not name.
+_SO_TIMESTAMPNS: int | None = 35 if sys.platform == "linux" else None
+_TIMESPEC = struct.Struct("@qq")
+_ANCILLARY_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
+# An age beyond this is a wall clock that jumped, not a request that waited: not trusted.
+_MOST_BELIEVABLE_AGE_SECONDS = 60.0
+
+
+class ArrivalReader(io.RawIOBase):
+    """A connection's bytes, read with the moment the kernel received the last of them.
+
+    The receive time is on the wall clock (the kernel knows no other for it), so it is used
+    as an age: how long ago, measured now, the bytes arrived.
+    """
+
+    def __init__(self, connection: socket.socket, *, wall: Callable[[], float] = time.time) -> None:
+        super().__init__()
+        self._connection = connection
+        self._wall = wall
+        self._received_at: float | None = None
+        if _SO_TIMESTAMPNS is not None:
+            connection.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        size, ancillary, _flags, _address = self._connection.recvmsg_into(
+            [buffer], _ANCILLARY_SPACE
+        )
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS:
+                seconds, nanoseconds = _TIMESPEC.unpack_from(data)
+                self._received_at = seconds + nanoseconds / 1e9
+        return size
+
+    def age(self) -> float:
+        """Seconds since the kernel received the bytes last read; 0 when it cannot tell."""
+        if self._received_at is None:
+            return 0.0
+        age = self._wall() - self._received_at
+        return age if 0.0 < age <= _MOST_BELIEVABLE_AGE_SECONDS else 0.0
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -42,11 +99,13 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._arrival: float | None = None
+        self._reader = ArrivalReader(self.connection)
+        self.rfile = io.BufferedReader(self._reader, _READ_BUFFER_BYTES)
 
     def parse_request(self) -> bool:
-        # Called right after the request line is read: the earliest moment the request is
-        # known to have arrived, before the headers are parsed.
-        self._arrival = self.server.api.monotonic()
+        # Called right after the request line is read: the request arrived when the kernel
+        # received that line, ``age`` ago.
+        self._arrival = self.server.api.arrival(self._reader.age())
         return super().parse_request()
 
     def _serve(self) -> None:
@@ -129,6 +188,13 @@ class _Server(ThreadingHTTPServer):
         self._reset: set[socket.socket] = set()
         self._open_lock = threading.Lock()
         super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        # Set on the listener, so a connection has it from its first byte on, even before a
+        # handler thread gets to it: the kernel stamps only what arrives once it is set.
+        if _SO_TIMESTAMPNS is not None:
+            self.socket.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        super().server_bind()
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._open_lock:
