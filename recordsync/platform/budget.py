@@ -20,11 +20,13 @@ no ``seconds`` of the platform's clock can then hold more than ``requests`` arri
 - A fast answer removes the assumption: with quick round trips, the spacing is the round
   trip, not the margin, so the budget is used nearly in full without trusting any bound.
 
-A start is the moment the request is handed to the transport, not the moment the budget let the
-caller go: ``acquire`` hands out a ``Slot`` and the client calls ``Slot.stamp()`` right before
-sending.  Until it is stamped, a slot counts as starting *now* (its window cannot end yet), so
-a delay between ``acquire`` and the send (the GIL, another thread) can only make us slower,
-never let two requests land closer than allowed.
+A start is the moment the request's bytes are on the socket, not the moment the budget let the
+caller go: ``acquire`` hands out a ``Slot`` and the transport calls ``Slot.stamp()`` right after
+the write (wire.py; a transport that cannot tell has it stamped when its answer comes back).
+Until it is stamped, a slot counts as starting *now* (its window cannot end yet), so a delay
+between ``acquire`` and the write (the connection pool, the GIL, another thread, the
+collector) can only make us slower, never let two requests land closer than allowed, and the
+margin is left to the network and the platform's front door.
 
 Waiters are served by ``Priority`` (lower first), then by ``rank`` (higher first), then first
 come first served: the tail must not starve behind a week-long snapshot, and background work

@@ -62,6 +62,7 @@ from recordsync.platform.parsing import (
 )
 from recordsync.platform.retry import RetryPolicy
 from recordsync.platform.signing import build_target, format_timestamp, sign
+from recordsync.platform.wire import answer_hook, carrying, settle, wire_transport
 
 CAPABILITIES: Final = "capabilities"
 RECORDS: Final = "records"
@@ -161,11 +162,13 @@ class PlatformClient:
         self._observer: ClientObserver = observer or NullObserver()
         self._limits = DEFAULT_LIMITS
         self._round_trip: float | None = None
+        tls = _tls(verify=verify)
         self._http = httpx.Client(
-            transport=transport,
+            # Requests are stamped for the budget when they are written (wire.py).
+            transport=transport or wire_transport(verify=tls),
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             follow_redirects=False,
-            verify=_tls(verify=verify),
+            verify=tls,
         )
 
     @property
@@ -430,6 +433,7 @@ class PlatformClient:
         )
         check_sent_verbatim(request.url.raw_path, target, endpoint=endpoint)
         slot = None if priority is None or budget is None else budget.acquire(priority, rank=rank)
+        handed = False
         try:
             # Fresh timestamp and signature for every attempt, taken after the budget wait.
             timestamp = format_timestamp(self._clock())
@@ -438,15 +442,16 @@ class PlatformClient:
             request.headers["X-Signature"] = sign(
                 self._current_secret().reveal(), timestamp=timestamp, method="GET", target=target
             )
-            if slot is not None:
-                slot.stamp()
             started = time.perf_counter()
+            handed = True
             try:
-                # Its answer's head came back: it had arrived, the budget may count from now
-                # (budget.py), not from when the whole body has been read.
-                response = self._send(
-                    endpoint, request, answered=None if slot is None else slot.answered
-                )
+                # The slot is stamped when the request's bytes are on the socket (wire.py);
+                # its answer's head coming back proves it arrived, so the budget may count
+                # from then (budget.py), not from when the whole body has been read.
+                with carrying(slot):
+                    response = self._send(
+                        endpoint, request, answered=None if slot is None else answer_hook(slot)
+                    )
             except PlatformError:
                 self._observer.on_response(
                     endpoint, None, None, time.perf_counter() - started, None
@@ -454,7 +459,10 @@ class PlatformClient:
                 raise
         finally:
             if slot is not None:
-                slot.cancel()  # gives the slot back only if it was never stamped
+                if handed:
+                    settle(slot)  # may have gone out: counted, whatever happened to it
+                else:
+                    slot.cancel()  # never handed to the transport: the place is given back
         seconds = time.perf_counter() - started
         if endpoint in _CHAINED:
             previous = self._round_trip
