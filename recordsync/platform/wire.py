@@ -51,8 +51,8 @@ def carrying(slot: Slot | None) -> Iterator[None]:
 
 def _written() -> None:
     slot: Slot | None = getattr(_carried, "slot", None)
-    if slot is not None and not slot.stamped:
-        slot.stamp()
+    if slot is not None:
+        settle(slot)
 
 
 class WireStream(httpcore.NetworkStream):

@@ -146,14 +146,11 @@ class SimulatedApi:
 
     # --- the request pipeline ----------------------------------------------------------
 
-    def monotonic(self) -> float:
-        """The clock arrivals are stamped on (the rate limit's window runs on it)."""
-        return self._monotonic()
-
     def arrival(self, waited: float) -> float:
-        """When a request read now arrived: ``waited`` real seconds ago, at the door (the
-        kernel's receive time, server.py).  A test's injected clock stands still while a
-        request waits, so on it the request arrived now."""
+        """When a request read now arrived, on the clock the rate limit's window runs on:
+        ``waited`` real seconds ago, at the door (the kernel's receive time, server.py).  A
+        test's injected clock stands still while a request waits, so on it the request
+        arrived now."""
         now = self._monotonic()
         return now - waited if self._monotonic is time.monotonic else now
 
