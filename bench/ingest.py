@@ -10,7 +10,7 @@ plain standard-library client against the same simulator: http.client, hmac, jso
 CPU per record is given for our process, the simulator's and the database server's: on two
 cores they share the machine, so every microsecond one spends caps the others.
 
-    .venv/bin/python bench/ingest.py [--size tiny|full] [--profile sqlite]
+    .venv/bin/python bench/ingest.py [--size tiny|full] [--profile sqlite [--gil]]
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ def recordsync_backfill(
     *,
     concurrency: int,
     profile: Path | None,
+    gil: bool = False,
     keep_revisions: bool = True,
 ) -> dict[str, Any]:
     settings = harness.settings_for(
@@ -79,7 +80,7 @@ def recordsync_backfill(
         if profile is None:
             result = app.engine.backfill(start, end)
         else:
-            with profiling.py_spy(profile):
+            with profiling.py_spy(profile, gil=gil):
                 result = app.engine.backfill(start, end)
         seconds = time.perf_counter() - started
         cpu = harness.own_cpu_seconds() - cpu
@@ -200,6 +201,10 @@ def main() -> int:
             ("--concurrency", {"type": int, "default": 4, "help": "snapshot_concurrency"}),
             ("--profile", {"default": "", "help": "backends to sample with py-spy (a,b)"}),
             (
+                "--gil",
+                {"action": "store_true", "help": "profile only the GIL's holder: our own CPU"},
+            ),
+            (
                 "--mariadb-buffer-pool-mib",
                 {"type": int, "default": 0, "help": "also run MariaDB with this buffer pool"},
             ),
@@ -244,6 +249,7 @@ def main() -> int:
                     end,
                     concurrency=args.concurrency,
                     profile=profile,
+                    gil=args.gil,
                     **options,
                 ),
             )
