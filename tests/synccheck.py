@@ -4,7 +4,6 @@ comparison that matters: the warehouse equals the platform's truth, field by fie
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import signal
 import subprocess
@@ -27,7 +26,7 @@ from recordsync.sim import SimConfig, Simulator
 from recordsync.sync.events import SyncObserver
 from recordsync.warehouse import Warehouse
 
-RECORD_FIELDS = [field.name for field in dataclasses.fields(Record)]
+RECORD_FIELDS = list(Record.__struct_fields__)
 
 
 def settings_for(sim: Simulator, database_url: str, **overrides: Any) -> Settings:

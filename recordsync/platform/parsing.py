@@ -14,9 +14,7 @@ Tolerant where the spec asks for tolerance and strict where data would otherwise
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Final, NoReturn
 
@@ -78,55 +76,6 @@ def _optional_time(raw: dict[str, Any], name: str) -> datetime | None:
     return None if raw.get(name) is None else _time(raw, name)
 
 
-# The hot path builds a Record without its generated __init__: a frozen dataclass sets each
-# of its 15 fields through object.__setattr__, which costs more than all the checks of a
-# record together.  Setting the slots directly gives the very same object.
-
-
-def _slot_setter(name: str) -> Callable[[Record, Any], None]:
-    setter: Callable[[Record, Any], None] = Record.__dict__[name].__set__
-    return setter
-
-
-_set_record_id = _slot_setter("record_id")
-_set_revision = _slot_setter("revision")
-_set_player_id = _slot_setter("player_id")
-_set_game_id = _slot_setter("game_id")
-_set_currency = _slot_setter("currency")
-_set_round_id = _slot_setter("round_id")
-_set_parent_round_id = _slot_setter("parent_round_id")
-_set_bet_amount = _slot_setter("bet_amount")
-_set_refund_amount = _slot_setter("refund_amount")
-_set_payout_amount = _slot_setter("payout_amount")
-_set_net_amount = _slot_setter("net_amount")
-_set_status = _slot_setter("status")
-_set_created_at = _slot_setter("created_at")
-_set_settled_at = _slot_setter("settled_at")
-_set_updated_at = _slot_setter("updated_at")
-_FIELDS_SET_BY_HAND = frozenset(
-    [
-        "record_id",
-        "revision",
-        "player_id",
-        "game_id",
-        "currency",
-        "round_id",
-        "parent_round_id",
-        "bet_amount",
-        "refund_amount",
-        "payout_amount",
-        "net_amount",
-        "status",
-        "created_at",
-        "settled_at",
-        "updated_at",
-    ]
-)
-if {item.name for item in dataclasses.fields(Record)} != _FIELDS_SET_BY_HAND or hasattr(
-    Record, "__post_init__"
-):
-    raise RuntimeError("Record changed: update _usual_record, which sets its fields by hand")
-_new_object = object.__new__
 _is_record_time = _RECORD_TIME.fullmatch
 _from_iso = datetime.fromisoformat
 
@@ -186,23 +135,23 @@ def _usual_record(raw: dict[str, Any]) -> Record | None:
         settled_at = None if settled is None else _from_iso(settled)
     except ValueError:  # the right form but an impossible date: the full path names it
         return None
-    record: Record = _new_object(Record)
-    _set_record_id(record, record_id)
-    _set_revision(record, revision)
-    _set_player_id(record, player_id)
-    _set_game_id(record, game_id)
-    _set_currency(record, currency)
-    _set_round_id(record, round_id)
-    _set_parent_round_id(record, parent)
-    _set_bet_amount(record, bet)
-    _set_refund_amount(record, refund)
-    _set_payout_amount(record, payout)
-    _set_net_amount(record, net)
-    _set_status(record, status)
-    _set_created_at(record, created_at)
-    _set_settled_at(record, settled_at)
-    _set_updated_at(record, updated_at)
-    return record
+    return Record(
+        record_id=record_id,
+        revision=revision,
+        player_id=player_id,
+        game_id=game_id,
+        currency=currency,
+        round_id=round_id,
+        parent_round_id=parent,
+        bet_amount=bet,
+        refund_amount=refund,
+        payout_amount=payout,
+        net_amount=net,
+        status=status,
+        created_at=created_at,
+        settled_at=settled_at,
+        updated_at=updated_at,
+    )
 
 
 def parse_record(raw: object) -> Record:

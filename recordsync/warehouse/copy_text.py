@@ -20,7 +20,6 @@ record is quarantined first (``upsert.unstorable``).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from operator import attrgetter
 from typing import Final
@@ -95,7 +94,7 @@ def _nothing_to_escape(text: str, rows: int, nulls: int) -> bool:
 def _escaped(item: StagedRevision) -> StagedRevision:
     """``item`` with every text value escaped for the format (the rare page's slow path)."""
     r = item.record
-    record = dataclasses.replace(
+    record = msgspec.structs.replace(
         r,
         record_id=_escape(r.record_id),
         player_id=_escape(r.player_id),

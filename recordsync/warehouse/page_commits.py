@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Final
 
-import orjson
+import msgspec
 from sqlalchemy import Connection, insert, update
 
 from recordsync.core.models import Record, RecordChange, RejectedItem
@@ -206,7 +206,7 @@ def _unfit_record(position: str, record: Record, reason: str) -> dict[str, Any]:
         "position": f"{position}#record_id={_safe_text(record.record_id)[:64]}",
         "record_id": _safe_text(record.record_id),
         "reason": reason,
-        "raw_json": orjson.dumps(record, default=str).decode(),
+        "raw_json": msgspec.json.encode(record).decode(),
     }
 
 

@@ -7,7 +7,6 @@ The BI views are read by ``summaries``.  Every function runs inside the transact
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import fields
 from datetime import datetime
 from typing import Any, Final
 
@@ -25,7 +24,7 @@ from recordsync.warehouse.values import JobStatus, QuarantinedRecord, WarehouseS
 
 IN_LIST_CHUNK: Final = 500  # keep IN lists well under every backend's parameter limit
 # The columns of ``records`` that make a ``Record`` (the rest is bookkeeping: synced_at, units).
-_RECORD_COLUMNS: Final = tuple(records.c[f.name] for f in fields(Record))
+_RECORD_COLUMNS: Final = tuple(records.c[name] for name in Record.__struct_fields__)
 
 
 def status(conn: Connection, merchant_id: str) -> WarehouseStatus:

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Context, Decimal, Inexact, localcontext
 from functools import cache
 from typing import Any
 
 import orjson
+from msgspec.structs import replace
 
 from recordsync.core.models import Game, Record, RecordChange
 from recordsync.core.state import REBUILD_JOB, Window

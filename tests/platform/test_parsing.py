@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from parsing_samples import record, records_page, tricky_overrides
 
 from recordsync.core.errors import InvalidRecordError, ProtocolError
+from recordsync.core.models import Record
 from recordsync.platform import parsing
 from recordsync.platform.parsing import (
     parse_capabilities,
@@ -290,5 +291,5 @@ def test_records_in_the_platforms_usual_form_take_the_hot_path(overrides):
     usual = parsing._usual_record(raw)
     assert usual is not None
     assert usual == parsing._checked_record(raw)
-    for name in parsing._FIELDS_SET_BY_HAND:
+    for name in Record.__struct_fields__:
         assert getattr(usual, name) == getattr(parsing._checked_record(raw), name)

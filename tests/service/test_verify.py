@@ -10,11 +10,11 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from msgspec.structs import replace
 from prometheus_client import CollectorRegistry
 from sqlalchemy import delete, update
 from structlog.testing import capture_logs

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import date, timedelta, timezone
 from decimal import Decimal
 
 import pytest
+from msgspec.structs import replace
 from warehouse.warehouse_samples import make_record
 
 from recordsync.sync.verify import (

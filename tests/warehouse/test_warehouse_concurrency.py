@@ -6,11 +6,11 @@ from __future__ import annotations
 import random
 import threading
 import time
-from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 from dbfixtures import SERVER_PARAMS
+from msgspec.structs import replace
 from sqlalchemy import Connection, text
 from structlog.testing import capture_logs
 from warehouse.warehouse_samples import MERCHANT, T0, WINDOW, make_record

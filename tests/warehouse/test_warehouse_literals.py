@@ -11,7 +11,6 @@ parameters.  The same pages go through all three, which must agree.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pytest
 from dbfixtures import BACKEND_PARAMS, fresh_database
 from hypothesis import given
 from hypothesis import strategies as st
+from msgspec.structs import replace
 from sqlalchemy import event
 from warehouse.test_warehouse_revisions import snapshot_page
 from warehouse.warehouse_samples import (

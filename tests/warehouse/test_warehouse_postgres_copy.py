@@ -4,7 +4,6 @@ as SQLAlchemy errors."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -13,6 +12,7 @@ import pytest
 from dbfixtures import fresh_database
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 from sqlalchemy import exc, text
 from sqlalchemy.schema import CreateTable
 from warehouse.warehouse_samples import make_record

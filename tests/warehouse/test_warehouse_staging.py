@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
+from msgspec.structs import replace
 from warehouse.warehouse_samples import make_change, make_record
 
 from recordsync.warehouse.staging import StagedRevision, stage_page

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
+
+from msgspec.structs import replace
 
 from recordsync.core.models import Record, RecordChange
 from recordsync.core.state import Window
