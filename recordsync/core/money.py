@@ -19,7 +19,10 @@ MAX_TRANSACTION_AMOUNT = Decimal("999999999999.9999")
 
 # Optional minus, integer part without superfluous leading zeros, optional 1-4 fraction digits.
 # "-0" and "-0.00" are accepted: the platform may print a zero net amount with a sign.
-_MONEY = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]{1,4})?")
+# Possessive quantifiers (``*+``, ``?+``): giving characters back could never make a
+# mismatch match (what follows a part is never what the part takes), so the engine is told
+# not to try; the same strings match, about twice as fast over a page (bench/README.md).
+_MONEY = re.compile(r"-?+(?:0|[1-9][0-9]*+)(?:\.[0-9]{1,4}+)?+")
 
 
 # Amounts repeat (zero refunds, common stakes and payouts): the hot path remembers the
@@ -49,7 +52,7 @@ def amount_or_none(value: object) -> Decimal | None:
 
 
 # Many amounts, each followed by a comma: one regex pass over a whole page's amounts.
-_MONEY_LIST = re.compile(rf"(?:{_MONEY.pattern},)*")
+_MONEY_LIST = re.compile(rf"(?:{_MONEY.pattern},)*+")
 
 
 def all_money(values: Collection[str]) -> bool:

@@ -1,8 +1,11 @@
 """Exact money (spec: Conventions, Money): decimal strings in, Decimal out, never a float."""
 
+import re
 from decimal import Decimal
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from recordsync.core import money
 from recordsync.core.errors import InvalidRecordError
@@ -133,3 +136,40 @@ def test_a_str_subclass_is_parsed_by_the_full_path():
         __slots__ = ()
 
     assert parse_money(Text("10.00"), field="bet_amount") == Decimal("10.00")
+
+
+# The money form as the spec states it, written plainly (no possessive quantifiers): the
+# reference the fast patterns of ``money`` must agree with on every string.
+PLAIN_MONEY = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]{1,4})?")
+NEAR_MONEY = st.one_of(
+    st.builds(
+        "".join,
+        st.tuples(
+            st.sampled_from(["", "-", "+", " ", "--"]),
+            st.text("0123456789", max_size=4),
+            st.sampled_from(["", ".", ".."]),
+            st.text("0123456789", max_size=6),
+            st.sampled_from(["", " ", "e1", ".", "-"]),
+        ),
+    ),
+    st.text(alphabet="-+0123456789. e", max_size=12),
+)
+
+
+@given(NEAR_MONEY)
+@settings(max_examples=500)
+@example("1.12345")
+@example("01")
+@example("1.")
+@example("-")
+def test_the_fast_pattern_takes_exactly_the_plain_money_form(text):
+    assert is_money(text) == (PLAIN_MONEY.fullmatch(text) is not None)
+
+
+@given(st.sets(NEAR_MONEY.filter(lambda text: "," not in text), max_size=6))
+@settings(max_examples=500)
+@example({"1.12345", "1"})
+@example({"0", "-0.0001", "10.50"})
+def test_a_page_of_amounts_is_money_exactly_when_each_one_is(amounts):
+    expected = all(PLAIN_MONEY.fullmatch(text) is not None for text in amounts)
+    assert money.all_money(amounts) == expected
