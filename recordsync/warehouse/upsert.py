@@ -15,7 +15,10 @@ quarantines them with the reason, on every backend alike.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from decimal import Decimal
+from itertools import chain
+from operator import attrgetter
 from typing import Final
 
 from recordsync.core.models import Record
@@ -92,9 +95,36 @@ def unstorable(record: Record) -> str | None:
     return None  # pragma: no cover - fits and the checks above test the same limits
 
 
+_IDS: Final = attrgetter("record_id", "player_id", "game_id", "round_id")
+_CODES: Final = attrgetter("currency", "status")
+_AMOUNTS: Final = attrgetter(*_AMOUNT_FIELDS)
+_PARENT: Final = attrgetter("parent_round_id")
+_REVISION: Final = attrgetter("revision")
+
+
+def all_fit(batch: Sequence[Record]) -> bool:
+    """``all(map(fits, batch))``, the same limits tested column by column for the whole page.
+
+    Every record of every page synced passes here: ``fits`` per record cost about 1.3 us (a
+    call, four ``adjusted`` calls and an f-string); these loops run in C (``map`` over
+    ``attrgetter``, one ``join`` for the NUL test), about 1.0 us (bench/README.md).
+    """
+    ids = [*chain.from_iterable(map(_IDS, batch)), *filter(None, map(_PARENT, batch))]
+    codes = [*chain.from_iterable(map(_CODES, batch))]
+    return (
+        max(map(len, ids), default=0) <= ID_LENGTH
+        and max(map(len, codes), default=0) <= CODE_LENGTH
+        and max(map(_REVISION, batch), default=0) <= MAX_REVISION
+        and max(map(Decimal.adjusted, chain.from_iterable(map(_AMOUNTS, batch))), default=0)
+        < _MONEY_DIGITS
+        and "\x00" not in "".join(ids)
+        and "\x00" not in "".join(codes)
+    )
+
+
 def split_unstorable(batch: list[Record]) -> tuple[list[Record], list[tuple[Record, str]]]:
     """(records the columns hold, [(record, reason)] for the others); one pass when all fit."""
-    if all(map(fits, batch)):
+    if all_fit(batch):
         return batch, []
     reasons = [(record, unstorable(record)) for record in batch]
     fitting = [record for record, reason in reasons if reason is None]

@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 from warehouse.warehouse_samples import (
     MERCHANT,
@@ -20,7 +22,7 @@ from warehouse.warehouse_samples import (
 from recordsync.core.models import Record
 from recordsync.core.state import REBUILD_JOB
 from recordsync.warehouse import Warehouse, WriteResult
-from recordsync.warehouse.upsert import collapse, unstorable
+from recordsync.warehouse.upsert import all_fit, collapse, fits, split_unstorable, unstorable
 
 
 def write(store: Warehouse, *records: Record) -> WriteResult:
@@ -74,6 +76,29 @@ def test_a_sane_record_is_storable():
         "r" * 255, 2**63 - 1, net_amount=Decimal("-99999999999999999999999999.9999")
     )
     assert unstorable(widest) is None
+
+
+EDGES = {
+    "record_id": st.sampled_from(["r", "r" * 255, "r" * 256, "r\x00"]),
+    "player_id": st.sampled_from(["p", "p" * 256, "\x00"]),
+    "round_id": st.sampled_from(["round", "o" * 255, "o" * 256]),
+    "parent_round_id": st.sampled_from([None, "", "q" * 255, "q" * 256, "q\x00"]),
+    "currency": st.sampled_from(["USD", "C" * 64, "C" * 65, "U\x00"]),
+    "status": st.sampled_from(["OPEN", "S" * 64, "S" * 65]),
+    "revision": st.sampled_from([0, 1, 2**63 - 1, 2**63]),
+    "bet_amount": st.sampled_from(
+        [Decimal(0), Decimal("0.0001"), Decimal("9" * 26 + ".9999"), Decimal("1" + "0" * 26)]
+    ),
+    "net_amount": st.sampled_from([Decimal("-10.00"), Decimal("-" + "9" * 26), Decimal("-1e26")]),
+}
+
+
+@given(st.lists(st.fixed_dictionaries({}, optional=EDGES).map(lambda c: make_record(**c))))
+def test_a_page_fits_exactly_when_each_of_its_records_fits(batch):
+    assert all_fit(batch) == all(map(fits, batch))
+    fitting, unfit = split_unstorable(batch)
+    assert fitting == [record for record in batch if fits(record)]
+    assert [record for record, _ in unfit] == [record for record in batch if not fits(record)]
 
 
 # -- on every backend -------------------------------------------------------------------
