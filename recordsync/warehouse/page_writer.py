@@ -4,8 +4,9 @@ Per page, inside the caller's transaction (``page_commits``), on PostgreSQL:
 
 1. the session's temporary stage table is created if this connection has none yet
    (PostgreSQL empties it at every commit itself: ``ON COMMIT DELETE ROWS``);
-2. the staged rows go in once, as one buffer in ``COPY`` text format (``copy_text``), by
-   psycopg 3's ``COPY`` (``postgres_copy``);
+2. the staged rows go in once, as one buffer, by psycopg 3's ``COPY`` (``postgres_copy``):
+   a snapshot page's in CSV encoded by msgspec (``copy_csv``), any other in the ``COPY``
+   text format (``copy_text``);
 3. ``records`` takes the ``is_top`` rows under the revision guard, its integer ``*_units``
    computed by the server from the exact amounts, and ``record_revisions`` the
    ``in_history`` rows, each by one ``INSERT ... SELECT`` from the stage.
@@ -55,6 +56,7 @@ from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.elements import ColumnElement
 
 from recordsync.core.database_url import MYSQL_FAMILY
+from recordsync.warehouse.copy_csv import snapshot_csv
 from recordsync.warehouse.copy_text import copy_text
 from recordsync.warehouse.mariadb_pages import MariaDBPageWriter
 from recordsync.warehouse.postgres_copy import StageCopy
@@ -191,7 +193,11 @@ class StagePageWriter:
         if not staged:
             return
         conn.exec_driver_sql(self._create_stage)
-        self._copy.load(conn, copy_text(staged))
+        snapshot = snapshot_csv(staged)
+        if snapshot is None:
+            self._copy.load(conn, copy_text(staged))
+        else:
+            self._copy.load_csv(conn, snapshot)
         shared = {"merchant_id": merchant_id, "synced_at": aware_utc(synced_at)}
         if any(item.is_top for item in staged):
             merge = self._records_merge

@@ -1,7 +1,8 @@
 """PostgreSQL: a page's staged rows go in by one ``COPY`` in text format.
 
-The page arrives as one buffer already in the format (``copy_text``, where why text and not
-binary is told), so the driver formats nothing: it sends the bytes.  ``ENCODING 'UTF8'``
+The page arrives as one buffer already in the format, so the driver formats nothing: it sends
+the bytes.  A snapshot page comes as CSV (``copy_csv``, encoded by msgspec), any other as COPY
+text (``copy_text``, where why text and not binary is told).  ``ENCODING 'UTF8'``
 says what the bytes are whatever the session's client encoding.
 
 The COPY goes to the driver directly (SQLAlchemy has no COPY), inside the caller's
@@ -21,16 +22,25 @@ from recordsync.warehouse.staging import STAGE_COLUMNS, STAGE_TABLE
 
 
 class StageCopy:
-    """Loads a page's stage rows, in COPY text format, into the session's stage table."""
+    """Loads a page's stage rows, in COPY text or CSV format, into the session's stage table."""
 
     def __init__(self) -> None:
-        columns = ", ".join(STAGE_COLUMNS)
-        self._sql = f"COPY {STAGE_TABLE} ({columns}) FROM STDIN (FORMAT text, ENCODING 'UTF8')"
+        into = f"COPY {STAGE_TABLE} ({', '.join(STAGE_COLUMNS)}) FROM STDIN"
+        self._text = f"{into} (FORMAT text, ENCODING 'UTF8')"
+        self._csv = f"{into} (FORMAT csv, NULL 'null', ENCODING 'UTF8')"
 
     def load(self, conn: Connection, data: bytes) -> None:
+        """``data`` in COPY text format (``copy_text``)."""
+        self._load(conn, self._text, data)
+
+    def load_csv(self, conn: Connection, data: bytes) -> None:
+        """``data`` in CSV with ``null`` for NULL (``copy_csv``)."""
+        self._load(conn, self._csv, data)
+
+    def _load(self, conn: Connection, sql: str, data: bytes) -> None:
         with _driver_errors(conn, "COPY into the stage"):
             driver_connection: Any = conn.connection.dbapi_connection  # psycopg's Connection
-            with driver_connection.cursor() as cursor, cursor.copy(self._sql) as copy:
+            with driver_connection.cursor() as cursor, cursor.copy(sql) as copy:
                 copy.write(data)
 
 
