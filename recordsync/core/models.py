@@ -48,8 +48,8 @@ class Record(msgspec.Struct, frozen=True, gc=False):
     """One game round at one revision; amounts are exact ``Decimal`` values.
 
     A frozen msgspec ``Struct`` rather than a dataclass, for the number made of it (every
-    record synced, several times a second): msgspec decodes a records page straight into
-    these in C, a quarter faster than into a dataclass, and ``gc=False`` keeps them out of
+    record synced, thousands a second): msgspec builds a records page's in C, a quarter
+    faster than it built dataclasses (``platform.parsing``), and ``gc=False`` keeps them out of
     the cycle collector, which no longer walks the thousands a page holds until it commits.
     That is safe because a record holds only strings, ints, ``Decimal`` and ``datetime``
     values, which never form a cycle (bench/README.md, issue 14).  Build a changed copy with

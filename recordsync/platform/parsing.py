@@ -314,10 +314,10 @@ def parse_records_page(
 # in C as well.  Anything else, one odd item, a bad envelope, a field missing, returns None and
 # the caller takes the orjson path (``decode_reply`` and ``parse_records_page``), which accepts
 # and rejects exactly as before and names what is wrong; so an answer's outcome never depends
-# on which path read it.  (Until 2026-11-28 the body was decoded twice, once typed and once for
-# the strings, the typed decode taking "+1", "1e3" or a JSON number as a Decimal and any RFC3339
-# offset as a time: one decode and a conversion cost 2.0-2.15 us a record where the two cost
-# 2.35-2.55, bench/README.md.)
+# on which path read it.  Why not decode straight into ``Record``: that typed decode takes
+# "+1", "1e3" or a JSON number as a Decimal and any RFC3339 offset as a time, so the strings
+# must be seen first; one decode and a conversion cost less than the typed decode and a
+# second one for the strings did (bench/README.md, section 7, fifth pass).
 
 _NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -272,6 +273,13 @@ def test_records_the_columns_cannot_hold_are_quarantined_and_the_rest_stored(reb
     reasons = {item.record_id: item.reason for item in rebuilding.quarantined(MERCHANT)}
     assert reasons["x" * 300].startswith("record_id: 300 characters")
     assert reasons["big"].startswith("payout_amount: more than 26 integer digits")
+    # Kept as JSON of what was parsed: exact amounts as text, times with their zone.
+    (big,) = [item for item in rebuilding.quarantined(MERCHANT) if item.record_id == "big"]
+    kept = json.loads(big.raw_json)
+    assert kept["payout_amount"] == "1E+30"
+    assert kept["bet_amount"] == "10.00"
+    assert kept["created_at"] == "2024-03-01T00:01:00Z"
+    assert kept["revision"] == 1
 
 
 def test_a_warehouse_on_a_plain_injected_engine_stores_the_same(warehouse_url):
