@@ -81,7 +81,12 @@ def configure_logging(
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(stream),
+        # One write per line, its newline included (WriteLogger; print() writes the newline
+        # apart): with an unbuffered stream (PYTHONUNBUFFERED, usual in containers) each is a
+        # write of its own, and a line the standard library's logging writes to stderr from
+        # another thread (APScheduler's job errors) could land between a JSON line and its
+        # newline, breaking both for a log shipper.
+        logger_factory=structlog.WriteLoggerFactory(stream),
         cache_logger_on_first_use=False,
     )
     # APScheduler logs through the standard library; keep its chatter (job added, skipped
