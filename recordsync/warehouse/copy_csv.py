@@ -6,7 +6,7 @@ or not.  For those the whole page is rendered without running Python code per re
 record becomes a tuple (``msgspec.structs.astuple``), then a JSON array (msgspec, in C; its
 amounts as exact decimal strings, its times in RFC 3339), whose brackets are cut off, and the
 page is one ``bytes.join`` with the four shared stage columns as the separator.  That costs
-about 1.6 us a record where the COPY text rows cost about 2.5 (bench/README.md, section 7).
+about 1.8 us a record where the COPY text rows cost 2.1 to 2.5 (bench/README.md, section 7).
 
 Why that JSON is the CSV PostgreSQL reads (PostgreSQL, COPY, "CSV Format", with ``NULL
 'null'``): a JSON string without a backslash holds no quote, control character or backslash,

@@ -105,9 +105,9 @@ _REVISION: Final = attrgetter("revision")
 def all_fit(batch: Sequence[Record]) -> bool:
     """``all(map(fits, batch))``, the same limits tested column by column for the whole page.
 
-    Every record of every page synced passes here: ``fits`` per record cost about 1.3 us (a
+    Every record of every page synced passes here: ``fits`` per record cost about 1.5 us (a
     call, four ``adjusted`` calls and an f-string); these loops run in C (``map`` over
-    ``attrgetter``, one ``join`` for the NUL test), about 1.0 us (bench/README.md).
+    ``attrgetter``, one ``join`` for the NUL test), about 1.3 us (bench/README.md).
     """
     ids = [*chain.from_iterable(map(_IDS, batch)), *filter(None, map(_PARENT, batch))]
     codes = [*chain.from_iterable(map(_CODES, batch))]
