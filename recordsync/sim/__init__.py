@@ -22,6 +22,10 @@ Round-end notifications to a merchant's receiver (spec: Events, Round end)::
         sim.wait_events()
         print(sim.stats().events.delivered, sim.announced())
 
+An optional endpoint refused to one merchant (404, 403, 500, or a stall)::
+
+    sim.refuse("games", Refusal(status=404), merchant_id="demo-merchant-2")
+
 It imports only the core and ``recordsync.platform.signing`` from the package: never the
 client, the sync, the warehouse or the service (``lint-imports`` holds it to that).
 """
@@ -29,8 +33,10 @@ client, the sync, the warehouse or the service (``lint-imports`` holds it to tha
 from recordsync.sim.config import (
     DEMO_MERCHANT_ID,
     DEMO_SECRET,
+    OPTIONAL_ENDPOINTS,
     FaultRates,
     MerchantProfile,
+    Refusal,
     SimConfig,
 )
 from recordsync.sim.events import Announcement
@@ -45,12 +51,14 @@ __all__ = [
     "DEMO_SECRET",
     "DEVIATION_KINDS",
     "FAULT_KINDS",
+    "OPTIONAL_ENDPOINTS",
     "SEQUENCE_BASE",
     "Announcement",
     "EventStats",
     "FaultRates",
     "ManualClock",
     "MerchantProfile",
+    "Refusal",
     "SimConfig",
     "SimStats",
     "Simulator",

@@ -1,7 +1,8 @@
 """The simulated platform API: the record side as a function from request to response (no sockets).
 
 ``SimulatedApi.handle`` does, in order (spec: Authentication, Records endpoints, Limits):
-route by path (404), find the merchant by X-Merchant-Id and authenticate (401), count the
+route by path (404), find the merchant by X-Merchant-Id and authenticate (401), refuse an
+optional endpoint the merchant is refused (``Refusal``: an error, a stall or both), count the
 request in that merchant's shared rate limit (429 and a violation when over it; the game
 catalogue, ``GET /v1/games``, counts in the merchant's own query limit instead and is served
 without injected faults), maybe inject
@@ -28,7 +29,7 @@ from typing import Final, TypeVar
 import orjson
 
 from recordsync.sim.auth import unknown_merchant
-from recordsync.sim.config import SimConfig
+from recordsync.sim.config import Refusal, SimConfig
 from recordsync.sim.cursors import (
     ChangesCursor,
     Cursor,
@@ -69,6 +70,7 @@ from recordsync.sim.stats import (
     NO_RESPONSE,
     PROJECTION_LAG,
     RATE_LIMITED,
+    REFUSED,
     SERVER_ERROR,
     StatsRecorder,
 )
@@ -87,6 +89,12 @@ ENDPOINTS: Final = {
 }
 
 _C = TypeVar("_C", RecordsCursor, ChangesCursor, GamesCursor)
+
+# The error of a refused optional endpoint, by status (spec: Errors; 403's code is not shown).
+_REFUSALS: Final = {
+    403: ("FORBIDDEN", "this merchant lacks the scope this endpoint needs (injected)"),
+    404: ("RESOURCE_NOT_FOUND", "not served to this merchant (injected)"),
+}
 
 
 class Action(Enum):
@@ -199,6 +207,9 @@ class SimulatedApi:
         except ApiError:
             merchant.stats.auth_failure()
             raise
+        refusal = merchant.refusals.get(endpoint)
+        if refusal is not None:
+            self._refuse(merchant, endpoint, refusal)
         if endpoint == CAPABILITIES:
             _, params = split_target(request.target)
             reject_unknown(params, frozenset())
@@ -208,14 +219,33 @@ class SimulatedApi:
             _, params = split_target(request.target)
             return self._games(params, merchant, int(now * 1000), request_id)
         self._count(merchant, arrival, now)
-        delay = merchant.injector.latency_seconds()
-        if delay is not None:
-            merchant.stats.fault(LATENCY)
-            self._sleep(delay)
+        self._delay(merchant, endpoint)
         _, params = split_target(request.target)
         if endpoint == RECORDS:
             return self._records(params, merchant, int(now * 1000), request_id)
         return self._changes(params, merchant, int(now * 1000), request_id)
+
+    def _delay(self, merchant: SimulatedMerchant, endpoint: str) -> None:
+        """The injected latency, and on ``records`` its own latency on top."""
+        delay = merchant.injector.latency_seconds() or 0.0
+        if endpoint == RECORDS:
+            delay += merchant.injector.rates.records_latency_ms / 1000.0
+        if delay > 0:
+            merchant.stats.fault(LATENCY)
+            self._sleep(delay)
+
+    def _refuse(self, merchant: SimulatedMerchant, endpoint: str, refusal: Refusal) -> None:
+        """Stall, then answer the refusal's error; after a stall alone, serve as usual."""
+        merchant.stats.fault(REFUSED)
+        if refusal.stall_seconds > 0:
+            self._sleep(refusal.stall_seconds)
+        status = refusal.status
+        if status is None:
+            return
+        code, message = _REFUSALS.get(status, ("REQUEST_REJECTED", "refused (injected)"))
+        if status >= 500:  # noqa: PLR2004 - HTTP status classes
+            code, message = "INTERNAL_ERROR", "internal error (injected)"
+        raise ApiError(status, code, f"{endpoint}: {message}", retryable=status >= 500)  # noqa: PLR2004
 
     def _count(self, merchant: SimulatedMerchant, arrival: float, now: float) -> None:
         """The merchant's record rate limit, then an injected 429 (which is not a violation)."""

@@ -21,7 +21,9 @@ from recordsync.sim.config import (
     DEFAULT_SEED,
     DEMO_MERCHANT_ID,
     DEMO_SECRET,
+    OPTIONAL_ENDPOINTS,
     FaultRates,
+    Refusal,
     SimConfig,
 )
 from recordsync.sim.simulator import Simulator
@@ -99,8 +101,34 @@ def build_parser() -> argparse.ArgumentParser:
         faults.add_argument(option, type=float, default=None, metavar="RATE", help=text)
     faults.add_argument("--latency-ms", type=float, default=0.0)
     faults.add_argument("--latency-jitter-ms", type=float, default=0.0)
+    faults.add_argument(
+        "--records-latency-ms",
+        type=float,
+        default=0.0,
+        help="added to every records request alone (a slow snapshot and drift check)",
+    )
     faults.add_argument("--clock-skew-seconds", type=float, default=0.0)
+    faults.add_argument(
+        "--refuse",
+        action="append",
+        default=[],
+        metavar="ENDPOINT=HOW[@MERCHANT]",
+        help=f"refuse an optional endpoint ({', '.join(OPTIONAL_ENDPOINTS)}) to every merchant "
+        "or to the one named: HOW is a status (404, 403, 500), a stall (stall:10) or both "
+        "(stall:10,500); repeat for more",
+    )
     return parser
+
+
+def _refused(config: SimConfig, options: list[str]) -> SimConfig:
+    """``config`` with every ``--refuse ENDPOINT=HOW[@MERCHANT]`` applied, in order."""
+    for option in options:
+        endpoint, equals, rest = option.partition("=")
+        how, _, merchant_id = rest.partition("@")
+        if not equals or not how:
+            raise ConfigurationError(f"--refuse takes ENDPOINT=HOW[@MERCHANT], got {option!r}")
+        config = config.refusing(endpoint, Refusal.parse(how), merchant_id=merchant_id or None)
+    return config
 
 
 def _secret(args: argparse.Namespace) -> str:
@@ -120,6 +148,7 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         **{name: value for name, value in rates.items() if value is not None},
         latency_ms=args.latency_ms,
         latency_jitter_ms=args.latency_jitter_ms,
+        records_latency_ms=args.records_latency_ms,
         clock_skew_seconds=args.clock_skew_seconds,
     )
     merchants: int = args.merchants
@@ -148,7 +177,7 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         faults=faults,
         events_url=args.events_url,
     )
-    return config if merchants == 1 else config.with_merchants(merchants)
+    return _refused(config if merchants == 1 else config.with_merchants(merchants), args.refuse)
 
 
 def _announce(simulator: Simulator) -> None:

@@ -3,8 +3,9 @@
 ``SimConfig`` says what the platform looks like (merchants, history, limits, retention);
 ``MerchantProfile`` describes one more merchant served beside the first (its own id, secret,
 history, live traffic, rate limit and faults); ``FaultRates`` says how badly the platform
-behaves towards a merchant.  Faults are kept apart because tests change them at run time
-(``Simulator.set_faults``) to let a sync converge after a storm.
+behaves towards a merchant, and ``Refusal`` how it refuses one of the optional endpoints.
+Faults are kept apart because tests change them at run time (``Simulator.set_faults``) to let
+a sync converge after a storm.
 
 The first merchant is described by ``SimConfig``'s own fields, as it always was, so a
 single-merchant configuration reads exactly as before; ``SimConfig.merchants`` adds the others
@@ -31,6 +32,10 @@ DEFAULT_RECORD_REQUESTS = 2  # spec: Limits, the shared record rate limit
 DEFAULT_RECORD_SECONDS = 1
 
 SPEC_MAX_PAGE_SIZE = 1000  # spec: Conventions, Pagination (1-1000)
+
+# The endpoints a sync can live without: the limits have the spec's defaults until
+# capabilities answer, and the catalogue only names what records identify.
+OPTIONAL_ENDPOINTS = ("capabilities", "games")
 
 
 def _events_url_problems(name: str, url: str | None) -> list[str]:
@@ -60,6 +65,8 @@ class FaultRates:
 
     ``latency_ms`` / ``latency_jitter_ms`` add ``latency_ms + uniform(0, jitter)`` to a fraction
     ``latency`` of requests (all of them by default, once a latency is set).
+    ``records_latency_ms`` adds that much to every ``records`` request alone: a slow snapshot
+    and a slow drift check beside a change stream that answers at once.
     ``clock_skew_seconds`` offsets the simulator's clock from real time, to provoke
     REQUEST_EXPIRED (spec: Limits, clock skew 300 s).
     """
@@ -75,13 +82,14 @@ class FaultRates:
     latency: float = 1.0
     latency_ms: float = 0.0
     latency_jitter_ms: float = 0.0
+    records_latency_ms: float = 0.0
     clock_skew_seconds: float = 0.0
 
     def problems(self) -> list[str]:
         found = []
         for item in fields(self):
             value = getattr(self, item.name)
-            if item.name in {"latency_ms", "latency_jitter_ms"}:
+            if item.name in {"latency_ms", "latency_jitter_ms", "records_latency_ms"}:
                 if value < 0:
                     found.append(f"faults.{item.name} must be >= 0, got {value}")
             elif item.name != "clock_skew_seconds" and not 0.0 <= value <= 1.0:
@@ -93,6 +101,77 @@ class FaultRates:
         if problems:
             raise ConfigurationError("invalid fault rates: " + "; ".join(problems))
         return self
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """How the platform refuses an optional endpoint to one merchant: an error answer, a
+    stall before answering, or a stall and then the error.
+
+    A platform that has not granted the catalogue (spec: Scopes, ``catalog:read``) answers
+    403, an older one without it 404; one in trouble answers 500 or slowly.  Refused
+    requests are not counted in any rate limit: the platform turned them away first.
+    """
+
+    status: int | None = None
+    stall_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ConfigurationError("invalid refusal: " + "; ".join(problems))
+
+    def problems(self) -> list[str]:
+        found = []
+        if self.status is None and self.stall_seconds <= 0:
+            found.append("a refusal needs an error status, a stall, or both")
+        if self.status is not None and not 400 <= self.status <= 599:  # noqa: PLR2004
+            found.append(f"the status must be a 4xx or 5xx, got {self.status}")
+        if not 0 <= self.stall_seconds < float("inf"):
+            found.append(f"the stall must be >= 0 seconds, got {self.stall_seconds}")
+        return found
+
+    @classmethod
+    def parse(cls, text: str) -> Refusal:
+        """``404``, ``stall:10`` or ``stall:10,500`` (stall 10 s, then answer 500)."""
+        status: int | None = None
+        stall = 0.0
+        try:
+            for part in text.split(","):
+                kind, _, value = part.strip().partition(":")
+                if kind == "stall":
+                    stall = float(value)
+                else:
+                    status = int(kind)
+        except ValueError:
+            raise ConfigurationError(
+                f"a refusal is a status (404), a stall (stall:10) or both (stall:10,500), "
+                f"got {text!r}"
+            ) from None
+        return cls(status=status, stall_seconds=stall)
+
+
+Refusals = tuple[tuple[str, Refusal], ...]  # (endpoint, how), one per endpoint refused
+
+
+def _refusal_problems(refusals: Refusals) -> list[str]:
+    endpoints = [endpoint for endpoint, _ in refusals]
+    return [
+        f"only the optional endpoints {', '.join(OPTIONAL_ENDPOINTS)} can be refused, "
+        f"not {endpoint!r}"
+        for endpoint in endpoints
+        if endpoint not in OPTIONAL_ENDPOINTS
+    ] + [
+        f"{endpoint!r} is refused twice"
+        for endpoint in sorted(set(endpoints))
+        if endpoints.count(endpoint) > 1
+    ]
+
+
+def with_refusal(refusals: Refusals, endpoint: str, refusal: Refusal | None) -> Refusals:
+    """``refusals`` with ``endpoint`` refused as told (None: served again)."""
+    kept = tuple(item for item in refusals if item[0] != endpoint)
+    return kept if refusal is None else (*kept, (endpoint, refusal))
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +196,7 @@ class MerchantProfile:
     faults: FaultRates = FaultRates()
     # This merchant's URL for round-end notifications; None: ``SimConfig.events_url``.
     events_url: str | None = None
+    refusals: Refusals = ()
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -143,7 +223,11 @@ def _merchant_problems(merchant: MerchantProfile | SimConfig) -> list[str]:
             "record_requests and record_seconds must both be >= 1",
         ),
     )
-    return [message for ok, message in checks if not ok] + merchant.faults.problems()
+    return (
+        [message for ok, message in checks if not ok]
+        + merchant.faults.problems()
+        + _refusal_problems(merchant.refusals)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +257,7 @@ class SimConfig:
     retention_seconds: float = 90 * 86400.0
     wallet_mode: str = "TRANSFER"
     faults: FaultRates = FaultRates()
+    refusals: Refusals = ()  # the first merchant's refused optional endpoints
     merchants: tuple[MerchantProfile, ...] = ()
     # Round-end notifications (spec: Events, Round end).  ``events_url`` is the merchant URL:
     # every live round that ends is POSTed to ``{events_url}/v1/round-events``, for every
@@ -249,8 +334,34 @@ class SimConfig:
             record_requests=self.record_requests,
             record_seconds=self.record_seconds,
             faults=self.faults,
+            refusals=self.refusals,
         )
         return (first, *self.merchants)
+
+    def refusing(
+        self, endpoint: str, refusal: Refusal | None, *, merchant_id: str | None = None
+    ) -> SimConfig:
+        """This configuration with ``endpoint`` refused (None: served) to one merchant, or
+        to every merchant when ``merchant_id`` is None."""
+        ids = {profile.merchant_id for profile in self.profiles}
+        if merchant_id is not None and merchant_id not in ids:
+            raise ConfigurationError(f"no merchant {merchant_id!r} to refuse {endpoint!r} to")
+
+        def chosen(candidate: str) -> bool:
+            return merchant_id is None or candidate == merchant_id
+
+        return replace(
+            self,
+            refusals=with_refusal(self.refusals, endpoint, refusal)
+            if chosen(self.merchant_id)
+            else self.refusals,
+            merchants=tuple(
+                replace(profile, refusals=with_refusal(profile.refusals, endpoint, refusal))
+                if chosen(profile.merchant_id)
+                else profile
+                for profile in self.merchants
+            ),
+        )
 
     def with_merchants(self, count: int) -> SimConfig:
         """This configuration's merchant ``count`` times over, for demos and tests.

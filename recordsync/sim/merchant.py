@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from recordsync.core.secret import Secret
 from recordsync.sim.auth import Authenticator
-from recordsync.sim.config import MerchantProfile
+from recordsync.sim.config import MerchantProfile, Refusal
 from recordsync.sim.data import LiveEvents, generate_history, seeded
 from recordsync.sim.events import EventChannel, EventSender
 from recordsync.sim.faults import FaultInjector
@@ -62,6 +62,8 @@ class SimulatedMerchant:
         # query_requests per query_seconds).
         self.query_window = SlidingWindow(*query_limit)
         self.stats = StatsRecorder()
+        # The optional endpoints refused to this merchant, and how; changed while serving.
+        self.refusals: dict[str, Refusal] = dict(profile.refusals)
         self.event_stats = EventStatsRecorder()
         self.cursor_epoch = 0
         self.channel: EventChannel | None = None

@@ -30,7 +30,7 @@ import httpx
 from recordsync.core.errors import ConfigurationError
 from recordsync.core.secret import Secret
 from recordsync.sim.api import SimulatedApi
-from recordsync.sim.config import FaultRates, SimConfig
+from recordsync.sim.config import OPTIONAL_ENDPOINTS, FaultRates, Refusal, SimConfig
 from recordsync.sim.cursors import CursorCodec
 from recordsync.sim.events import Announcement, EventSender
 from recordsync.sim.games import GameCatalogue
@@ -291,6 +291,19 @@ class Simulator:
     def set_faults(self, faults: FaultRates, *, merchant_id: str | None = None) -> None:
         """Change a merchant's fault rates (and clock skew) while serving."""
         self._merchant(merchant_id).injector.rates = faults
+
+    def refuse(
+        self, endpoint: str, refusal: Refusal | None, *, merchant_id: str | None = None
+    ) -> None:
+        """Refuse an optional endpoint (``OPTIONAL_ENDPOINTS``) to a merchant from now on, as
+        ``refusal`` says; None serves it again."""
+        if endpoint not in OPTIONAL_ENDPOINTS:
+            raise ValueError(f"only {', '.join(OPTIONAL_ENDPOINTS)} can be refused")
+        refusals = self._merchant(merchant_id).refusals
+        if refusal is None:
+            refusals.pop(endpoint, None)
+        else:
+            refusals[endpoint] = refusal
 
     def expire_cursors(self, merchant_id: str | None = None) -> None:
         """Every cursor issued to the merchant so far answers 410 CURSOR_EXPIRED from now on."""

@@ -26,6 +26,7 @@ DUPLICATES: Final = "duplicates"
 EXTRA_FIELDS: Final = "extra_fields"
 MALFORMED: Final = "malformed"
 BAD_RECORDS: Final = "bad_records"
+REFUSED: Final = "refused"  # an optional endpoint refused to the merchant (``Refusal``)
 FAULT_KINDS: Final = (
     PROJECTION_LAG,
     RATE_LIMITED,
@@ -36,6 +37,7 @@ FAULT_KINDS: Final = (
     EXTRA_FIELDS,
     MALFORMED,
     BAD_RECORDS,
+    REFUSED,
 )
 
 
