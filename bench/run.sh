@@ -18,3 +18,4 @@ run freshness --events   # issue 12: poll every 20 s, woken by round-end notific
 run memory
 run peer_dlt
 run fleet
+run isolation

@@ -82,8 +82,9 @@ class MetricName(StrEnum):
     SYNC_FAILURES = "recordsync_merchant_sync_failures_total"
     DRIFT_CHECKS = "recordsync_drift_checks_total"
     DRIFT_ROWS_BEHIND = "recordsync_drift_rows_behind"
-    # The game catalogue (issue 13): passes committed.
+    # The game catalogue (issue 13): passes committed; whether the platform serves it (28).
     CATALOGUE_REFRESHES = "recordsync_catalogue_refreshes_total"
+    CATALOGUE_AVAILABLE = "recordsync_catalogue_available"
     # The fleet (issue 17): who syncs which merchant.
     LEASE_HELD = "recordsync_lease_held"
     MERCHANTS_HELD = "recordsync_merchants_held"
@@ -193,6 +194,7 @@ class _MerchantState:
     tail_has_more: bool | None = None
     tail_last_sequence: float | None = None
     drift_rows_behind: int | None = None
+    catalogue_available: bool | None = None
     budget: BudgetView | None = None
 
     def copy(self) -> _MerchantState:
@@ -485,6 +487,12 @@ class MerchantMetrics:
     def catalogue_refreshed(self) -> None:
         """A whole game catalogue pass was committed."""
         self._series.catalogue_refreshes.labels(self.merchant_id).inc()
+
+    def catalogue_available(self, *, available: bool) -> None:
+        """Whether the platform serves the game catalogue to the merchant (0: names of games
+        are not refreshed; its records sync all the same)."""
+        with self._book.editing(self.merchant_id) as state:
+            state.catalogue_available = available
 
     def rebuild_started(self) -> None:
         self._series.rebuilds.labels(self.merchant_id).inc()
@@ -790,8 +798,16 @@ def _sync_families(
         "check; non-zero is an alert.",
         labels=labels,
     )
+    catalogue_available = GaugeMetricFamily(
+        MetricName.CATALOGUE_AVAILABLE,
+        "1 while the platform serves the game catalogue to the merchant, 0 while it refuses "
+        "it (the catalogue alone is off; records sync); absent before the first pass.",
+        labels=labels,
+    )
     for merchant_id, state in merchants:
         key = [merchant_id]
+        if state.catalogue_available is not None:
+            catalogue_available.add_metric(key, 1 if state.catalogue_available else 0)
         if state.projection_as_of is not None:
             freshness.add_metric(key, max(now - state.projection_as_of, 0.0))
         if state.tail_has_more is not None:
@@ -801,7 +817,7 @@ def _sync_families(
         last_commit.add_metric(key, 0.0 if state.last_commit_at is None else state.last_commit_at)
         if state.drift_rows_behind is not None:
             rows_behind.add_metric(key, state.drift_rows_behind)
-    return [freshness, has_more, last_sequence, last_commit, rows_behind]
+    return [freshness, has_more, last_sequence, last_commit, rows_behind, catalogue_available]
 
 
 def _fleet_families(snapshot: _Snapshot) -> list[GaugeMetricFamily]:

@@ -75,3 +75,16 @@ class WindowPage:
     cursor_issued_at: datetime | None
     done: bool
     position: str
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointAvailability:
+    """Whether the platform serves an optional endpoint (``games``) to a merchant, as its
+    holder just saw it (issue 28); ``status`` and ``code`` are a refusal's (None: served, or
+    no answer came at all), ``recheck_in`` the seconds until it is looked at again."""
+
+    endpoint: str
+    available: bool
+    status: int | None = None
+    code: str | None = None
+    recheck_in: float | None = None

@@ -10,19 +10,26 @@ parent (a shutdown) or on its own (a rebuild ends one generation of workers, not
 from __future__ import annotations
 
 import threading
+from typing import Protocol
 
 from recordsync.core.errors import ShutdownRequestedError
+
+
+class Stoppable(Protocol):
+    """Anything a stop must reach: a child ``Stopper``, or a wait of its own to cut short."""
+
+    def stop(self) -> None: ...
 
 
 class Stopper:
     def __init__(self, parent: Stopper | None = None) -> None:
         self._event = threading.Event()
-        self._children: list[Stopper] = []
+        self._children: list[Stoppable] = []
         self._lock = threading.Lock()
         if parent is not None:
             parent.adopt(self)
 
-    def adopt(self, child: Stopper) -> None:
+    def adopt(self, child: Stoppable) -> None:
         """Stop ``child`` whenever this stopper stops (at once if it already has)."""
         with self._lock:
             self._children.append(child)

@@ -36,6 +36,11 @@ ends, and served in arrival order, the chains' ends scatter and the budget idles
 last few read their rest one round trip at a time (bench/README.md, 1b).  A 429's
 Retry-After pauses the whole budget (``pause``), every caller, not only the one that got it.
 
+A caller that must not wait out a failure in its thread (a job on a shared pool,
+``core.waiting``) is not kept through a pause: it gets ``Deferred`` with the pause's rest and
+comes back then.  The budget's pacing, a wait of at most its window, is the work itself, and
+such a caller waits it out like any other.
+
 Time is injected (``clock`` and ``sleep``) so the rule is tested on a fake clock; ``sleep`` may
 raise ``ShutdownRequestedError`` to stop a waiting caller, which leaves the budget consistent.
 """
@@ -50,6 +55,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
+
+from recordsync.core.waiting import Deferred, may_wait
 
 # How long an acquired slot may stay neither stamped nor cancelled before it is presumed sent
 # (at acquire time plus this).  The client always stamps or cancels; this only turns a
@@ -206,6 +213,7 @@ class RateBudget:
             try:
                 while True:
                     now = self._clock()
+                    self._defer_through_pause(now)
                     if self._queue[0] != ticket:
                         # Not first in line: wait until the head changes.
                         self._cond.wait(timeout=_IDLE_RECHECK_SECONDS)
@@ -233,6 +241,12 @@ class RateBudget:
                 self._waited += max(0.0, self._clock() - entered)
                 self._cond.notify_all()
                 raise
+
+    def _defer_through_pause(self, now: float) -> None:
+        """A caller that must not wait out a failure is not kept through a pause: it gets
+        ``Deferred`` with the pause's rest (``core.waiting``)."""
+        if now < self._paused_until and not may_wait():
+            raise Deferred(self._paused_until - now, "the rate budget is paused")
 
     def pause(self, seconds: float) -> None:
         """Stop every caller from starting a request for ``seconds`` (a 429's Retry-After)."""

@@ -11,7 +11,10 @@ the target stays the same (spec: "every retry uses a fresh X-Timestamp and a new
 The secret is asked for at every attempt too (a ``SecretProvider``), so a rotated secret signs
 the next request without a restart (spec: Authentication, Key rotation).
 What is retried, and how long to wait, is ``RetryPolicy``'s decision; a 429 pauses the budget
-for every caller.  httpx exceptions become ours in exactly one place, ``_send``.
+for every caller.  A caller that must not wait out a failure in its thread (a job on a shared
+pool, ``core.waiting``) gets the error at once instead: its job's step runner retries it later,
+with the thread given back meanwhile.  httpx exceptions become ours in exactly one place,
+``_send``.
 
 Nothing here logs or raises header values, signatures or the secret.
 """
@@ -51,6 +54,7 @@ from recordsync.core.models import (
 )
 from recordsync.core.secret import Secret, SecretProvider
 from recordsync.core.times import format_time
+from recordsync.core.waiting import may_wait
 from recordsync.platform.budget import Pace, Priority, RateBudget, default_query_budget
 from recordsync.platform.envelope import Reply, decode_reply, is_json_success
 from recordsync.platform.parsing import (
@@ -398,7 +402,7 @@ class PlatformClient:
             )
             if budget is not None:
                 budget.pause(decision.pause)
-        if not decision.retry:
+        if not decision.retry or not may_wait():
             raise error
         delay = decision.delay
         if budget is None:

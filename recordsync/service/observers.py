@@ -84,6 +84,9 @@ class SyncMetricsObserver(SyncObserver):
     def catalogue_refreshed(self, games: int, seconds: float) -> None:
         self._metrics.catalogue_refreshed()
 
+    def catalogue_available(self, *, available: bool) -> None:
+        self._metrics.catalogue_available(available=available)
+
     def rebuild_started(self, reason: str) -> None:
         self._metrics.rebuild_started()
 

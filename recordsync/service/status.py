@@ -25,7 +25,13 @@ from rich.table import Table
 from recordsync.core.errors import RecordSyncError
 from recordsync.core.settings import Settings
 from recordsync.service.health import assess_readiness
-from recordsync.warehouse import Freshness, QuarantinedRecord, Warehouse, WarehouseStatus
+from recordsync.warehouse import (
+    Availability,
+    Freshness,
+    QuarantinedRecord,
+    Warehouse,
+    WarehouseStatus,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,12 +43,14 @@ class MerchantView:
     holder: str | None = None  # the replica holding the merchant's lock now; None: nobody
     epoch: int | None = None  # its lease epoch; None: never held by a replica
     freshness: Freshness | None = None  # its ``sync_freshness`` row; None before a build
+    # The optional endpoints (the game catalogue) and whether the platform serves them.
+    endpoints: Sequence[Availability] = ()
 
 
 def show_status(settings: Settings, *, as_json: bool, check: bool = False) -> int:
     """Every configured merchant's status: a block each for people, one document for scripts
     (``{"merchants": [{"merchant_id", "status", "quarantined", "holder", "epoch",
-    "freshness"}, ...]}``)."""
+    "freshness", "endpoints"}, ...]}``)."""
     merchant_ids = _merchant_ids(settings)
     if check:
         return _check(settings, merchant_ids)
@@ -56,6 +64,7 @@ def show_status(settings: Settings, *, as_json: bool, check: bool = False) -> in
                 holder=holders.get(merchant_id),
                 epoch=warehouse.lease_epoch(merchant_id),
                 freshness=warehouse.freshness(merchant_id),
+                endpoints=warehouse.availability(merchant_id),
             )
             for merchant_id in merchant_ids
         ]
@@ -101,6 +110,7 @@ def _json_view(view: MerchantView) -> dict[str, Any]:
             "staleness_seconds": freshness.staleness_seconds,
             "seconds_since_commit": freshness.seconds_since_commit,
         },
+        "endpoints": [_plain(dataclasses.asdict(item)) for item in view.endpoints],
     }
 
 
@@ -116,7 +126,13 @@ def render_status(console: Console, view: MerchantView) -> None:
     as small tables.  ``--json`` keeps the full structure for scripts."""
     report, quarantined = view.report, view.quarantined
     facts = Table(title=f"recordsync status: {report.merchant_id}", show_header=False)
-    for label, value in [*_holder_lines(view), *_state_lines(report), *_freshness_lines(view)]:
+    lines = [
+        *_holder_lines(view),
+        *_state_lines(report),
+        *_freshness_lines(view),
+        *_endpoint_lines(view),
+    ]
+    for label, value in lines:
         facts.add_row(label, value)
     console.print(facts)
     if report.jobs:
@@ -178,6 +194,28 @@ def _freshness_lines(view: MerchantView) -> list[tuple[str, str]]:
         ("data age (platform time)", _seconds(freshness.staleness_seconds)),
         ("since last commit", _seconds(freshness.seconds_since_commit)),
     ]
+
+
+_ENDPOINT_LABELS = {"games": "game catalogue (GET /v1/games)"}
+
+
+def _endpoint_lines(view: MerchantView) -> list[tuple[str, str]]:
+    """Each optional endpoint: served, or refused since when and why (the feature alone is
+    off: the records sync all the same)."""
+    lines = []
+    for item in view.endpoints:
+        label = _ENDPOINT_LABELS.get(item.endpoint, item.endpoint)
+        if item.available:
+            lines.append((label, f"served (checked {_when(item.checked_at)})"))
+            continue
+        refusal = " ".join(str(part) for part in (item.status, item.code) if part is not None)
+        text = (
+            f"NOT served since {_when(item.since)} ({refusal or 'no answer'}); off for this "
+            f"merchant, its records sync all the same; asked again at "
+            f"{_when(item.next_check_at)}"
+        )
+        lines.append((label, text))
+    return lines
 
 
 def _seconds(value: int | None) -> str:

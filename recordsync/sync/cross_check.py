@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from recordsync.core.stopping import Stopper
 from recordsync.sync.context import SyncContext
+from recordsync.sync.resilience import StepRunner
 
 SHOWN_ROUNDS: Final = 50  # round ids written in one log line; the count is always complete
 
@@ -27,13 +27,14 @@ class CrossCheck:
         self._ctx = ctx
         self._missing = 0
 
-    def run(self, stopper: Stopper) -> None:
+    def run(self, runner: StepRunner) -> None:
+        """One check; ``runner`` is the job's own (a warehouse outage is waited out or, on a
+        shared pool, deferred)."""
         ctx = self._ctx
         grace = ctx.options.event_grace
         if grace is None:
             return
         merchant_id = ctx.options.merchant_id
-        runner = ctx.runner(stopper, fatal_is_final=False)
         missing = runner.run(
             lambda: ctx.warehouse.rounds_announced_missing(merchant_id, grace),
             what="cross-check",

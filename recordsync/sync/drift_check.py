@@ -2,64 +2,87 @@
 budget priority and compared with the warehouse (what counts as drift is in ``drift``).
 
 It runs as a periodic job of the daemon, every ``drift_interval`` seconds, and compares
-nothing until the snapshot is done.
+nothing until the snapshot is done.  A check deferred by a failure (``core.waiting``) goes on
+from the page it failed on when it runs again, its tally kept.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 
-from recordsync.core.state import Phase
-from recordsync.core.stopping import Stopper
+from recordsync.core.state import Phase, Window
 from recordsync.platform.budget import Priority
 from recordsync.sync.context import SyncContext
 from recordsync.sync.drift import DriftTally, last_closed_day
+from recordsync.sync.resilience import StepRunner
 
 
-def check_drift(ctx: SyncContext, stopper: Stopper) -> None:
-    """Re-read the last closed day at the lowest priority; count rows behind the platform.
+@dataclass(slots=True)
+class _Check:
+    """A check under way: its day, the next page's cursor, what it counted so far."""
 
-    Every read, of the platform and of the warehouse alike, is a step of the runner: an
-    outage of either while the check runs is waited out like one during a page commit, never
-    an exception that ends the daemon.
-    """
-    merchant_id = ctx.options.merchant_id
-    runner = ctx.runner(stopper, fatal_is_final=False)
-    state = runner.run(lambda: ctx.warehouse.load_state(merchant_id), what="drift check")
-    if state is None or state.phase is not Phase.TAILING:
-        return  # the snapshot is still filling the warehouse: nothing to compare yet
-    platform_now = state.last_projection_as_of or state.anchor_at
-    window = last_closed_day(platform_now)
-    tally = DriftTally()
+    window: Window
     cursor: str | None = None
-    while True:
-        page = runner.run(
-            lambda at=cursor: ctx.records_page(  # type: ignore[misc]
-                window.start, window.end, at, Priority.BACKGROUND
-            ),
-            what="drift check",
-        )
-        ids = [record.record_id for record in page.records]
+    tally: DriftTally = field(default_factory=DriftTally)
 
-        def compare(ids: list[str] = ids) -> tuple[dict[str, int], datetime | None]:
-            stored = ctx.warehouse.stored_revisions(merchant_id, ids)
-            current = ctx.warehouse.load_state(merchant_id)
-            return stored, current.last_projection_as_of if current else None
 
-        stored, covered_until = runner.run(compare, what="drift check")
-        tally.add(page.records, stored, covered_until=covered_until)
-        if not page.has_more:
-            break
-        cursor = page.next_cursor
-    ctx.observer.drift_checked(window, tally.rows_behind)
-    fields = {
-        "window_start": window.start.isoformat(),
-        "checked": tally.checked,
-        "behind": tally.behind,
-        "missing": tally.missing,
-        "still_arriving": tally.ignored_recent,
-    }
-    if tally.rows_behind:
-        ctx.log.error("drift_found", action="alert: investigate; nothing was changed", **fields)
-    else:
-        ctx.log.info("drift_checked", **fields)
+class DriftCheck:
+    """One merchant's drift check.  ``runner`` is the job's own: an outage of the platform
+    or the warehouse while the check runs is waited out (or deferred) like one during a page
+    commit, never an exception that ends the daemon."""
+
+    def __init__(self, ctx: SyncContext, runner: StepRunner) -> None:
+        self._ctx = ctx
+        self._runner = runner
+        self._check: _Check | None = None
+
+    def run(self) -> None:
+        """Re-read the last closed day at the lowest priority; count rows behind the
+        platform."""
+        ctx, runner = self._ctx, self._runner
+        merchant_id = ctx.options.merchant_id
+        check = self._check
+        if check is None:
+            state = runner.run(lambda: ctx.warehouse.load_state(merchant_id), what="drift check")
+            if state is None or state.phase is not Phase.TAILING:
+                return  # the snapshot is still filling the warehouse: nothing to compare yet
+            platform_now = state.last_projection_as_of or state.anchor_at
+            check = self._check = _Check(last_closed_day(platform_now))
+        window = check.window
+        while True:
+            page = runner.run(
+                lambda at=check.cursor: ctx.records_page(  # type: ignore[misc]
+                    window.start, window.end, at, Priority.BACKGROUND
+                ),
+                what="drift check",
+            )
+            ids = [record.record_id for record in page.records]
+
+            def compare(ids: list[str] = ids) -> tuple[dict[str, int], datetime | None]:
+                stored = ctx.warehouse.stored_revisions(merchant_id, ids)
+                current = ctx.warehouse.load_state(merchant_id)
+                return stored, current.last_projection_as_of if current else None
+
+            stored, covered_until = runner.run(compare, what="drift check")
+            check.tally.add(page.records, stored, covered_until=covered_until)
+            if not page.has_more:
+                break
+            check.cursor = page.next_cursor
+        self._check = None
+        self._report(window, check.tally)
+
+    def _report(self, window: Window, tally: DriftTally) -> None:
+        ctx = self._ctx
+        ctx.observer.drift_checked(window, tally.rows_behind)
+        fields = {
+            "window_start": window.start.isoformat(),
+            "checked": tally.checked,
+            "behind": tally.behind,
+            "missing": tally.missing,
+            "still_arriving": tally.ignored_recent,
+        }
+        if tally.rows_behind:
+            ctx.log.error("drift_found", action="alert: investigate; nothing was changed", **fields)
+        else:
+            ctx.log.info("drift_checked", **fields)

@@ -12,15 +12,18 @@ The shape follows the spec's "Rebuild without gaps" (Records endpoints):
 
 This module composes them.  The tail starts as soon as the anchor exists and runs alongside
 the snapshot (with priority on the shared rate budget), so a week-long backfill never leaves
-today's data a week stale; the drift check (``drift_check``) and the game catalogue
-(``catalogue``, at start and then periodically, under the query budget) are periodic jobs
-beside them.
-They run as one generation of jobs (``jobs``) until a stop from outside, or until the change
-cursor expires: then a rebuild anchors again and a new generation starts.
+today's data a week stale; it runs in the engine's own thread, where nothing else can take
+its place.  The snapshot workers, the drift check (``drift_check``), the cross-check and the
+game catalogue (``catalogue``, at start and then periodically, under the query budget) are
+jobs beside it (``jobs``), on pools that may be shared with other merchants' engines, which
+no job of theirs ever holds to wait out a failure (``core.waiting``).
+They run as one generation until a stop from outside, or until the change cursor expires:
+then a rebuild anchors again and a new generation starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 from datetime import datetime
@@ -30,17 +33,17 @@ from recordsync.core.errors import ShutdownRequestedError
 from recordsync.core.state import REBUILD_JOB, SyncState
 from recordsync.core.stopping import Stopper
 from recordsync.sync.anchor import load_or_anchor, rebuild
-from recordsync.sync.catalogue import refresh_catalogue
+from recordsync.sync.catalogue import CatalogueRefresh
 from recordsync.sync.context import SyncContext
 from recordsync.sync.cross_check import CrossCheck
-from recordsync.sync.drift_check import check_drift
+from recordsync.sync.drift_check import DriftCheck
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.indexes import bi_indexes_missing, build_bi_indexes
 from recordsync.sync.jobs import JobHost, Jobs
 from recordsync.sync.options import DEFAULT_CATALOGUE_INTERVAL, DEFAULT_DRIFT_INTERVAL, SyncOptions
 from recordsync.sync.ports import CatalogueStore, GameSource, RecordSource, SyncStore
 from recordsync.sync.snapshot import BackfillResult, backfill, plan_snapshot, schedule_snapshot
-from recordsync.sync.tail import Tail, TailWakeups, drain_tail
+from recordsync.sync.tail import Tail, TailWakeups, follow_tail
 
 __all__ = [
     "DEFAULT_CATALOGUE_INTERVAL",
@@ -75,7 +78,6 @@ class SyncEngine:
         and warehouse); None, or ``options.catalogue_interval`` None, leaves it out."""
         self._host = host
         self._catalogue = catalogue
-        self._jobs: Jobs | None = None
         self._wakeups = TailWakeups()
         self._context = SyncContext(
             client=client,
@@ -114,14 +116,12 @@ class SyncEngine:
         """Read the changes now rather than at the next poll (a round just ended); during a
         read, read once more after it (``TailWakeups``).  The read goes through the rate
         budget like any other."""
-        jobs = self._jobs
-        if self._wakeups.request() and jobs is not None:
-            jobs.wake("tail")
+        self._wakeups.request()
 
     def _run_generation(self, state: SyncState) -> _Outcome:
-        """Tail, snapshot workers and drift checks until a stop or an expired change cursor."""
+        """The tail in this thread, the snapshot workers and the checks as jobs beside it,
+        until a stop or an expired change cursor."""
         ctx = self._context
-        options = ctx.options
         generation = Stopper(parent=ctx.stopper)
         expired = threading.Event()
         tail = Tail(position=state.change_cursor)
@@ -134,56 +134,51 @@ class SyncEngine:
         unindexed = snapshot is None and bi_indexes_missing(ctx, generation)
         if snapshot is None and not unindexed:
             snapshot_done.set()
+        index_runner = ctx.runner(generation, fatal_is_final=False)
 
         def index() -> None:
-            try:
-                build_bi_indexes(ctx, generation)
-            except ShutdownRequestedError:
-                return  # stopped first: the next start builds them
-            finally:
-                snapshot_done.set()
+            # A deferred build (core.waiting) runs again: the rebuild is not done before it.
+            with contextlib.suppress(ShutdownRequestedError):  # the next start builds them
+                build_bi_indexes(ctx, index_runner)
+            snapshot_done.set()
 
-        workers = options.snapshot_concurrency if snapshot is None else snapshot.most_workers
+        workers = ctx.options.snapshot_concurrency if snapshot is None else snapshot.most_workers
         jobs = Jobs(generation, workers=workers, host=self._host)
-        self._jobs = jobs
-        jobs.every(
-            "tail",
-            options.poll_interval,
-            lambda: drain_tail(
-                ctx, tail, generation, expired, snapshot_done, wakeups=self._wakeups
-            ),
-            now=True,
-        )
         if unindexed:
             jobs.once("bi-indexes", index)
         if snapshot is not None:
             schedule_snapshot(
                 ctx, jobs, REBUILD_JOB, snapshot, generation, fatal_is_final=False, finished=index
             )
+        self._schedule_checks(jobs, generation)
+        generation.adopt(self._wakeups)
+        with jobs.running(), contextlib.suppress(ShutdownRequestedError):
+            # A stop while the tail waited out a failure: a job's failure is raised on exit.
+            follow_tail(ctx, tail, generation, expired, snapshot_done, wakeups=self._wakeups)
+        if expired.is_set() and not ctx.stopper.stopped:
+            return _Outcome.REBUILD
+        return _Outcome.STOPPED
+
+    def _schedule_checks(self, jobs: Jobs, generation: Stopper) -> None:
+        """The periodic jobs beside the tail; each keeps its own runner, so that its failures
+        are counted across its deferred runs."""
+        ctx = self._context
+        options = ctx.options
         if options.drift_interval:
-            jobs.every(
-                "drift-check",
-                options.drift_interval,
-                lambda: check_drift(ctx, generation),
-                now=False,
-            )
+            drift = DriftCheck(ctx, ctx.runner(generation, fatal_is_final=False))
+            jobs.every("drift-check", options.drift_interval, drift.run, now=False)
         if options.event_grace is not None:
             cross_check = self._cross_check
+            cross_runner = ctx.runner(generation, fatal_is_final=False)
             jobs.every(
                 "cross-check",
                 options.cross_check_interval,
-                lambda: cross_check.run(generation),
+                lambda: cross_check.run(cross_runner),
                 now=False,
             )
         if self._catalogue is not None and options.catalogue_interval:
             source, store = self._catalogue
-            jobs.every(
-                "catalogue",
-                options.catalogue_interval,
-                lambda: refresh_catalogue(ctx, source, store, generation),
-                now=True,
+            refresh = CatalogueRefresh(
+                ctx, source, store, ctx.runner(generation, fatal_is_final=False)
             )
-        jobs.run_until_stopped()
-        if expired.is_set() and not ctx.stopper.stopped:
-            return _Outcome.REBUILD
-        return _Outcome.STOPPED
+            jobs.every("catalogue", options.catalogue_interval, refresh.run, now=True)

@@ -47,6 +47,9 @@ class SyncObserver:
     def catalogue_refreshed(self, games: int, seconds: float) -> None:
         """A catalogue pass of ``games`` games was committed, ``seconds`` after it began."""
 
+    def catalogue_available(self, *, available: bool) -> None:
+        """Whether the platform serves the catalogue to this merchant (each pass says)."""
+
     def phase_changed(self, phase: str) -> None:
         """The sync entered ``phase`` (standby, anchoring, snapshot, tailing, rebuilding,
         backfill)."""
@@ -111,6 +114,10 @@ class MultiObserver(SyncObserver):
     def catalogue_refreshed(self, games: int, seconds: float) -> None:
         for observer in self.observers:
             observer.catalogue_refreshed(games, seconds)
+
+    def catalogue_available(self, *, available: bool) -> None:
+        for observer in self.observers:
+            observer.catalogue_available(available=available)
 
     def phase_changed(self, phase: str) -> None:
         for observer in self.observers:

@@ -24,6 +24,7 @@ from typing import Final
 from recordsync.core.stopping import Stopper
 from recordsync.platform.budget import Pace
 from recordsync.sync.context import SyncContext
+from recordsync.sync.resilience import StepRunner
 
 # Records per second above which a first load may outrun a writer keeping the BI indexes up
 # to date.  The slowest indexed load measured here is MariaDB's at its default buffer pool:
@@ -45,8 +46,9 @@ def defer_bi_indexes(ctx: SyncContext) -> bool:
     return defer_for(ctx.client.pace(), ctx.options.page_size)
 
 
-def build_bi_indexes(ctx: SyncContext, stopper: Stopper) -> None:
-    """Have the missing BI indexes built, waiting out a warehouse outage like any step."""
+def build_bi_indexes(ctx: SyncContext, runner: StepRunner) -> None:
+    """Have the missing BI indexes built, waiting out a warehouse outage like any step
+    (``runner``: the job's own, which counts its failures across deferred runs)."""
 
     def step() -> None:
         # With one writer (SQLite) the build holds the database's write lock throughout:
@@ -54,7 +56,7 @@ def build_bi_indexes(ctx: SyncContext, stopper: Stopper) -> None:
         with ctx.writer:
             ctx.warehouse.build_bi_indexes(ctx.options.merchant_id)
 
-    ctx.runner(stopper, fatal_is_final=False).run(step, what="build BI indexes")
+    runner.run(step, what="build BI indexes")
 
 
 def bi_indexes_missing(ctx: SyncContext, stopper: Stopper) -> bool:

@@ -1,17 +1,21 @@
-"""The job runner: the sync's work runs as APScheduler jobs, each with one instance and
-coalescing.
+"""The job runner: the sync's background work runs as APScheduler jobs, each with one
+instance and coalescing.
 
-The tail drains its backlog on an interval of ``poll_interval`` (a run that outlasts the
-interval is never doubled), each snapshot worker is a job, and the drift check is a periodic
-job at the lowest budget priority.
+Each snapshot worker is a job, and so are the periodic checks (the drift check at the lowest
+budget priority, the cross-check, the game catalogue).  The tail is not: it runs in the
+engine's own thread (``tail.follow_tail``), where nothing else can take its place.
 
 Every merchant's jobs may share one ``JobHost``: one scheduler thread and two bounded pools,
-``periodic`` for the short runs of the tail and the checks, ``workers`` for the snapshot
-workers that read window after window.  So the threads of a process that syncs fifty
-merchants are bounded by the pools' sizes, not multiplied by the merchants, and a long
-backfill of one merchant can never starve another's tail.  A ``Jobs`` is one generation of
-one engine's jobs on a host (its own private host when none is given, as for a one-shot
-backfill): started together, stopped together, failures surfaced to the thread that waits.
+``periodic`` for the short runs of the checks, ``workers`` for the snapshot workers that read
+window after window.  So the threads of a process that syncs fifty merchants are bounded by
+the pools' sizes, not multiplied by the merchants, and a long backfill of one merchant can
+never starve another.  A job never waits out a failure on those threads: it runs under
+``core.waiting.no_waiting()``, raises ``Deferred`` where it would wait, and is scheduled again
+for when the wait is over (``Jobs``), so the pools hold only work that is running (issue 28:
+eight catalogue refreshes sleeping out a 404 once held all eight threads).  A ``Jobs`` is one
+generation of one engine's jobs on a host (its own private host when none is given, as for a
+one-shot backfill): started together, stopped together, failures surfaced to the thread that
+waits.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-from collections.abc import Callable
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 import structlog
@@ -36,6 +40,7 @@ from recordsync.core.errors import (
     WarehouseUnavailableError,
 )
 from recordsync.core.stopping import Stopper
+from recordsync.core.waiting import Deferred, no_waiting
 
 log = structlog.get_logger("recordsync.sync")
 
@@ -138,42 +143,71 @@ class Jobs:
             job_id,
             periodic(job_id, func),
             executor=PERIODIC,
+            repeats=True,
             trigger=IntervalTrigger(seconds=seconds, timezone=UTC),
             **first_run,
         )
 
-    def wake(self, job_id: str) -> None:
-        """Run a periodic job now instead of at its next interval (a notification came)."""
-        with contextlib.suppress(JobLookupError):  # the generation ended meanwhile
-            self.host.scheduler.modify_job(
-                f"{self._prefix}:{job_id}", next_run_time=datetime.now(UTC)
-            )
-
-    def run_until_stopped(self, done: threading.Event | None = None) -> None:
-        """Start the jobs; return when the stopper stops (or ``done`` is set), jobs finished."""
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """The jobs run while the block does (the tail, in the caller's thread); then the
+        generation stops, its jobs in hand finish, and a job's failure is raised here."""
         self.host.start()
-        # Without ``done`` only the stopper ends the wait (a failure stops it too): no need
-        # to wake up, which fifty merchants' engines would otherwise do 250 times a second.
-        period = 0.2 if done is not None else 60.0
         try:
-            while not self.stopper.wait(period):
-                if done is not None and done.is_set():
-                    break
+            yield
         finally:
             self.stopper.stop()
             self._close()
         if self.failures:
             raise self.failures[0]
 
+    def run_until_stopped(self, done: threading.Event | None = None) -> None:
+        """Run the jobs until the stopper stops (or ``done`` is set), jobs finished."""
+        # Without ``done`` only the stopper ends the wait (a failure stops it too): no need
+        # to wake up, which fifty merchants' engines would otherwise do 250 times a second.
+        period = 0.2 if done is not None else 60.0
+        with self.running():
+            while not self.stopper.wait(period):
+                if done is not None and done.is_set():
+                    break
+
     def _add(
-        self, job_id: str, func: Callable[[], None], *, executor: str, **options: object
+        self,
+        job_id: str,
+        func: Callable[[], None],
+        *,
+        executor: str,
+        repeats: bool = False,
+        **options: object,
     ) -> None:
         full_id = f"{self._prefix}:{job_id}"
+        scheduler = self.host.scheduler
+
+        def again(seconds: float) -> None:
+            """Run the job once more in ``seconds`` (a periodic one then follows its trigger
+            from there), unless the generation ended meanwhile."""
+            at = datetime.now(UTC) + timedelta(seconds=seconds)
+            with self._idle:
+                if self._closed:
+                    return
+                if repeats:
+                    with contextlib.suppress(JobLookupError):
+                        scheduler.modify_job(full_id, next_run_time=at)
+                else:
+                    # A one-off job is gone from the scheduler once it started: add it again.
+                    scheduler.add_job(
+                        run,
+                        id=full_id,
+                        name=full_id,
+                        executor=executor,
+                        next_run_time=at,
+                        replace_existing=True,
+                    )
+
+        run = self._tracked(deferring(full_id, quiet(func), again))
         self.host.own(full_id, self)
         self._ids.append(full_id)
-        self.host.scheduler.add_job(
-            self._tracked(quiet(func)), id=full_id, name=full_id, executor=executor, **options
-        )
+        scheduler.add_job(run, id=full_id, name=full_id, executor=executor, **options)
 
     def _tracked(self, func: Callable[[], None]) -> Callable[[], None]:
         """Counts the runs in progress, so the generation ends only after its last one; a run
@@ -224,6 +258,23 @@ def periodic(job_id: str, func: Callable[[], None]) -> Callable[[], None]:
                 kind=type(exc).__name__,
                 action="tried again at its next run",
             )
+
+    return job
+
+
+def deferring(
+    job_id: str, func: Callable[[], None], again: Callable[[float], None]
+) -> Callable[[], None]:
+    """One run without waits (``core.waiting``): a run that would wait is scheduled again by
+    ``again`` for when the wait is over, and its thread goes back to the pool at once."""
+
+    def job() -> None:
+        try:
+            with no_waiting():
+                func()
+        except Deferred as later:
+            log.debug("job_deferred", job=job_id, seconds=round(later.seconds, 3), why=later.reason)
+            again(later.seconds)
 
     return job
 

@@ -23,7 +23,13 @@ from recordsync.core.models import (
     RecordsPage,
     RejectedItem,
 )
-from recordsync.core.state import SyncState, Window, WindowPage, WindowProgress
+from recordsync.core.state import (
+    EndpointAvailability,
+    SyncState,
+    Window,
+    WindowPage,
+    WindowProgress,
+)
 from recordsync.platform.budget import Pace, Priority
 
 
@@ -194,8 +200,11 @@ class CatalogueCounts(Protocol):
 
 
 class CatalogueStore(Protocol):
-    """The warehouse's side: one whole pass in one transaction."""
+    """The warehouse's side: one whole pass in one transaction, and whether the platform
+    serves the catalogue at all (``recordsync status`` shows it)."""
 
     def commit_catalogue(
         self, merchant_id: str, games: Sequence[Game], *, kept_ids: Collection[str] = ()
     ) -> CatalogueCounts: ...
+
+    def record_availability(self, merchant_id: str, seen: EndpointAvailability) -> None: ...

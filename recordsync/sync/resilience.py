@@ -7,6 +7,10 @@ a database restart and carry on where the committed state says.  A failure that 
 not fix (wrong secret, clock skew, a rejected request) is reported plainly; the daemon keeps
 trying slowly so it heals by itself once the cause is fixed (NTP, a rotated secret at the
 platform), while a one-shot backfill stops with that error.
+
+Where the step runs on a shared pool's thread (``core.waiting``), the runner never sleeps
+there: it raises ``Deferred`` with the wait, the job runs again when it is over, and the
+runner, kept by the job, goes on counting the failures so the backoff still grows.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ import structlog
 from recordsync.core.errors import (
     ClockSkewError,
     FatalPlatformError,
+    RateLimitedError,
     RetryableError,
     ShutdownRequestedError,
     WarehouseUnavailableError,
 )
 from recordsync.core.stopping import Stopper
+from recordsync.core.waiting import Deferred, may_wait
 from recordsync.platform.retry import RetryPolicy
 from recordsync.sync.events import SyncObserver
 
@@ -32,12 +38,16 @@ T = TypeVar("T")
 
 log = structlog.get_logger("recordsync.sync")
 
-# The client has already retried the request itself; a step that still fails waits longer.
+# The client has already retried the request itself (unless its caller may not wait, a job on a
+# shared pool: then this is the one retry); a step that still fails waits longer.
 STEP_BACKOFF = RetryPolicy(max_attempts=1, base_delay=1.0, max_delay=60.0)
 FATAL_BACKOFF = 300.0
 
 
 class StepRunner:
+    """Runs steps until they succeed; one runner per job, so that its consecutive failures
+    (``failures``) are counted across the job's deferred runs."""
+
     def __init__(
         self,
         *,
@@ -52,31 +62,34 @@ class StepRunner:
         self.fatal_is_final = fatal_is_final
         self.rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
         self.log = logger if logger is not None else log
+        self.failures = 0  # in a row, across deferred runs; a step that succeeds resets it
 
     def run(self, step: Callable[[], T], *, what: str) -> T:
-        """Run ``step`` until it returns; raises ``ShutdownRequestedError`` on a stop."""
-        failures = 0
+        """Run ``step`` until it returns; raises ``ShutdownRequestedError`` on a stop, and
+        ``Deferred`` instead of a wait where the thread must not wait."""
         while True:
             if self.stopper.stopped:
                 raise ShutdownRequestedError("stop requested")
             try:
-                return step()
+                result = step()
             except ShutdownRequestedError:
                 raise
             except (RetryableError, WarehouseUnavailableError) as exc:
-                delay = STEP_BACKOFF.backoff(failures, self.rng)
-                failures += 1
+                delay = STEP_BACKOFF.backoff(self.failures, self.rng)
+                if isinstance(exc, RateLimitedError):
+                    delay = max(delay, exc.retry_after)  # the platform said how long
+                self.failures += 1
                 self.observer.error(type(exc).__name__)
                 self.log.warning(
                     "step_failed",
                     step=what,
                     error=str(exc),
                     kind=type(exc).__name__,
-                    failures=failures,
+                    failures=self.failures,
                     retry_in=round(delay, 3),
                     request_id=getattr(exc, "request_id", None),
                 )
-                self.stopper.sleep(delay)
+                self._wait(delay, what)
             except FatalPlatformError as exc:
                 self.observer.error(type(exc).__name__)
                 hint = (
@@ -97,4 +110,13 @@ class StepRunner:
                 )
                 if self.fatal_is_final:
                     raise
-                self.stopper.sleep(FATAL_BACKOFF)
+                self.failures += 1
+                self._wait(FATAL_BACKOFF, what)
+            else:
+                self.failures = 0
+                return result
+
+    def _wait(self, seconds: float, what: str) -> None:
+        if not may_wait():
+            raise Deferred(seconds, f"{what} failed")
+        self.stopper.sleep(seconds)

@@ -34,6 +34,7 @@ from recordsync.core.state import (
 )
 from recordsync.core.stopping import Stopper
 from recordsync.core.times import MILLISECOND
+from recordsync.core.waiting import Deferred
 from recordsync.platform.budget import Pace, Priority
 from recordsync.sync.context import SyncContext
 from recordsync.sync.indexes import build_bi_indexes, defer_bi_indexes
@@ -314,7 +315,8 @@ def backfill(
         jobs.run_until_stopped(done=snapshot.done)
     progress = ctx.warehouse.load_windows(ctx.options.merchant_id, job)
     if progress and all(item.done for item in progress):
-        build_bi_indexes(ctx, ctx.stopper)  # inside the job's time: a bulk load ends indexed
+        # Inside the job's time: a bulk load ends indexed.
+        build_bi_indexes(ctx, ctx.runner(ctx.stopper, fatal_is_final=False))
     return BackfillResult(
         job=job, windows=len(progress), records=sum(item.records for item in progress)
     )
@@ -376,35 +378,78 @@ def schedule_snapshot(
     """One worker job per reader; each takes windows until none is left.  A chain that
     re-splits its window starts more workers for the pieces (``PendingWindows.offer``).
     ``finished`` runs in the worker that finds the job done (every window read)."""
-    runner = ctx.runner(stopper, fatal_is_final=fatal_is_final)
     numbers = itertools.count()
-
-    def worker() -> None:
-        reading = False
-        try:
-            while not stopper.stopped:
-                item = snapshot.take()
-                if item is None:
-                    if snapshot.done.is_set():
-                        ctx.log.info("snapshot_finished", job=job)
-                        if finished is not None:
-                            finished()
-                    return
-                reading = True
-                read_window(ctx, job, item, runner, snapshot)
-                reading = False
-                snapshot.window_finished()
-            snapshot.worker_stopped(reading=False)
-        except BaseException:
-            snapshot.worker_stopped(reading=reading)
-            raise
 
     def spawn(count: int) -> None:
         for _ in range(count):
-            jobs.once(f"snapshot-{next(numbers)}", worker)
+            worker = SnapshotWorker(
+                ctx,
+                job,
+                snapshot,
+                runner=ctx.runner(stopper, fatal_is_final=fatal_is_final),
+                stopper=stopper,
+                finished=finished,
+            )
+            jobs.once(f"snapshot-{next(numbers)}", worker.run)
 
     snapshot.spawn = spawn
     spawn(snapshot.start())
+
+
+class SnapshotWorker:
+    """One snapshot worker: takes windows and reads each to its end.  A run deferred by a
+    failure (``core.waiting``) goes on where it stopped: the same window, the same page, or
+    the job's end (``finished``) when that is what failed."""
+
+    def __init__(
+        self,
+        ctx: SyncContext,
+        job: str,
+        snapshot: PendingWindows,
+        *,
+        runner: StepRunner,
+        stopper: Stopper,
+        finished: Callable[[], None] | None,
+    ) -> None:
+        self._ctx = ctx
+        self._job = job
+        self._snapshot = snapshot
+        self._runner = runner
+        self._stopper = stopper
+        self._finished = finished
+        self._chain: WindowChain | None = None
+        self._finishing = False
+
+    def run(self) -> None:
+        snapshot = self._snapshot
+        try:
+            if self._finishing:
+                self._finish()
+                return
+            while not self._stopper.stopped:
+                if self._chain is None:
+                    item = snapshot.take()
+                    if item is None:
+                        if snapshot.done.is_set():
+                            self._ctx.log.info("snapshot_finished", job=self._job)
+                            self._finishing = True
+                            self._finish()
+                        return
+                    self._chain = WindowChain(self._ctx, self._job, item, snapshot)
+                self._chain.read(self._runner)
+                self._chain = None
+                snapshot.window_finished()
+            snapshot.worker_stopped(reading=False)
+        except Deferred:
+            raise  # still this job's worker: it runs again where it stopped
+        except BaseException:
+            snapshot.worker_stopped(reading=self._chain is not None)
+            raise
+
+    def _finish(self) -> None:
+        if self._finished is not None:
+            self._finished()
+        self._finishing = False
 
 
 def read_window(
@@ -414,16 +459,48 @@ def read_window(
     runner: StepRunner,
     snapshot: PendingWindows | None = None,
 ) -> None:
-    """Read one window to its end from where its committed cursor says; with ``snapshot``,
-    cut the rest of the window for more chains when the measured round trip needs them."""
-    window = progress.window
-    cursor = progress.cursor
-    issued_at = progress.cursor_issued_at
-    sample = Sample()
-    done = False
+    """Read one window to its end from where its committed cursor says (``WindowChain``)."""
+    WindowChain(ctx, job, progress, snapshot).read(runner)
 
-    def step() -> None:
-        nonlocal window, cursor, issued_at, done, sample
+
+class WindowChain:
+    """One window's cursor chain, read page by page from where its committed cursor says;
+    with ``snapshot``, the rest of the window is cut for more chains when the measured round
+    trip needs them.  Where it is lives here, so a step deferred by a failure
+    (``core.waiting``) is tried again on the same page."""
+
+    def __init__(
+        self,
+        ctx: SyncContext,
+        job: str,
+        progress: WindowProgress,
+        snapshot: PendingWindows | None = None,
+    ) -> None:
+        self._ctx = ctx
+        self._job = job
+        self._snapshot = snapshot
+        self.window = progress.window
+        self.cursor = progress.cursor
+        self.issued_at = progress.cursor_issued_at
+        self.sample = Sample()
+        self.done = False
+
+    def read(self, runner: StepRunner) -> None:
+        """Read on until the window's last page is committed."""
+        while not self.done:
+            runner.run(self._step, what=f"{self._job} window {self.window.start.isoformat()}")
+        self._ctx.log.debug(
+            "window_done", job=self._job, window_start=self.window.start.isoformat()
+        )
+
+    def _step(self) -> None:
+        ctx, job, snapshot, window, cursor = (
+            self._ctx,
+            self._job,
+            self._snapshot,
+            self.window,
+            self.cursor,
+        )
         # The chain with most left goes first when several wait for the budget (budget.py).
         rank = 0.0 if snapshot is None else snapshot.pages_left(window)
         try:
@@ -444,11 +521,11 @@ def read_window(
             )
             with ctx.writer:
                 ctx.warehouse.restart_window(ctx.options.merchant_id, job, window)
-            cursor, issued_at, sample = None, None, Sample()
+            self.cursor, self.issued_at, self.sample = None, None, Sample()
             return
         position = cursor or f"first:{window.start.isoformat()}/{window.end.isoformat()}"
         if cursor is None:
-            issued_at = page.projection_as_of
+            self.issued_at = page.projection_as_of
         finished = not page.has_more
         seconds = ctx.commit_window_page(
             WindowPage(
@@ -457,7 +534,7 @@ def read_window(
                 records=page.records,
                 rejected=page.rejected,
                 next_cursor=None if finished else page.next_cursor,
-                cursor_issued_at=issued_at,
+                cursor_issued_at=self.issued_at,
                 done=finished,
                 position=position,
             )
@@ -469,22 +546,18 @@ def read_window(
             state = ctx.warehouse.load_state(ctx.options.merchant_id)
             if state is not None and state.phase is Phase.TAILING:
                 ctx.phase(Phase.TAILING.value)
-        cursor, done = page.next_cursor, finished
-        sample.add(page)
+        self.cursor, self.done = page.next_cursor, finished
+        self.sample.add(page)
         if snapshot is not None:
             snapshot.committed(window, time.perf_counter() - answered, finished=finished)
             cut = (
                 None
                 if finished
-                else split_if_wanted(ctx, job, window, page, sample=sample, snapshot=snapshot)
+                else split_if_wanted(ctx, job, window, page, sample=self.sample, snapshot=snapshot)
                 or carry_if_spare(ctx, job, window, page, snapshot=snapshot)
             )
             if cut is not None:
-                window, cursor, issued_at, sample = cut, None, None, Sample()
-
-    while not done:
-        runner.run(step, what=f"{job} window {window.start.isoformat()}")
-    ctx.log.debug("window_done", job=job, window_start=window.start.isoformat())
+                self.window, self.cursor, self.issued_at, self.sample = cut, None, None, Sample()
 
 
 def split_if_wanted(

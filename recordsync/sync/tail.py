@@ -4,8 +4,11 @@ its page (spec, Records endpoints, "Rebuild without gaps", step 3).
 The tail starts as soon as the anchor exists and runs alongside the snapshot with priority
 on the shared rate budget, so a week-long backfill never leaves today's data a week stale;
 that is safe because the warehouse keeps the highest revision whatever the arrival order.
-It drains its backlog on each run of its interval job; an expired change cursor cannot be
-read on, so it ends the generation and asks for a rebuild.  An idle poll (an empty page whose
+It runs in the engine's own thread (``follow_tail``), never on the shared pools: no other
+job of this merchant or another, slow or failing, can take its place or make it wait (issue
+28), and a failure of its own is waited out there, slowly, on its own.  It drains its
+backlog at every poll; an expired change cursor cannot be read on, so it ends the generation
+and asks for a rebuild.  An idle poll (an empty page whose
 ``next_cursor`` is the committed one) has nothing to store and commits nothing, but for one
 every ``idle_commit_interval`` that shows the tail alive: with fifty merchants in a process,
 fifty empty transactions a second were most of an idle fleet's CPU.
@@ -13,8 +16,10 @@ fifty empty transactions a second were most of an idle fleet's CPU.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from recordsync.core.errors import CursorExpiredError
@@ -26,45 +31,58 @@ from recordsync.sync.plan import highest_sequence
 
 
 class TailWakeups:
-    """Read-now requests for the tail (a round-end notification came), coalesced.
+    """Read-now requests for the tail (a round-end notification came), coalesced, and the
+    tail's wait for its next poll, which a request or a stop cuts short.
 
-    A request while the tail is idle runs its job at once (``request`` returns True: the
-    caller wakes the job); a request while it reads makes it read once more when the read in
-    hand ends, since that read may have been answered before the round's change existed.
-    Any number of requests during one read cause one more read, not one each: a burst of
-    notifications costs the rate budget one or two requests.
+    A request while the tail waits ends the wait at once (``request`` returns True); a
+    request while it reads makes it read once more when the read in hand ends, since that
+    read may have been answered before the round's change existed.  Any number of requests
+    during one read cause one more read, not one each: a burst of notifications costs the
+    rate budget one or two requests.
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._changed = threading.Condition(threading.Lock())
         self._running = False
         self._wanted = False
 
     def request(self) -> bool:
-        """Ask for a read now; True when the tail is idle and its job must be woken."""
-        with self._lock:
+        """Ask for a read now; True when the tail was waiting (it reads at once)."""
+        with self._changed:
             self._wanted = True
+            self._changed.notify_all()
             return not self._running
 
+    def wait(self, seconds: float, stopper: Stopper) -> None:
+        """Until ``seconds`` passed, a read is asked for, or ``stopper`` stops (it must have
+        adopted this object, so that its stop ends the wait)."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._wanted or stopper.stopped, max(seconds, 0.0))
+
+    def stop(self) -> None:
+        """A stop: end the wait in hand (``Stopper.adopt``)."""
+        with self._changed:
+            self._changed.notify_all()
+
     def begin(self) -> None:
-        with self._lock:
+        with self._changed:
             self._running = True
 
     def take(self) -> None:
         """A read starts: it covers every request made so far."""
-        with self._lock:
+        with self._changed:
             self._wanted = False
 
     def end(self) -> bool:
         """The tail caught up: True to stop reading, False when a request came meanwhile."""
-        with self._lock:
+        with self._changed:
             if self._wanted:
                 return False
             self._running = False
             return True
 
     def finish(self) -> None:
-        with self._lock:
+        with self._changed:
             self._running = False
 
 
@@ -85,6 +103,40 @@ def _idle(page: ChangesPage, tail: Tail, interval: float) -> bool:
     return tail.committed_at is not None and time.monotonic() - tail.committed_at < interval
 
 
+def next_poll(due: float, interval: float, now: float) -> float:
+    """When the poll after the one due at ``due`` is: on the grid ``due + k * interval``,
+    the first point after ``now``, so a poll that outlasts its interval is followed by the
+    next one on time, never by a burst of the ones it missed."""
+    if now < due + interval:
+        return due + interval
+    return due + (math.floor((now - due) / interval) + 1) * interval
+
+
+def follow_tail(
+    ctx: SyncContext,
+    tail: Tail,
+    stopper: Stopper,
+    rebuild: threading.Event,
+    snapshot_done: threading.Event | None,
+    *,
+    wakeups: TailWakeups,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """The tail's loop, in the calling thread: drain, then wait for the next poll (every
+    ``poll_interval``) or a read-now request, until ``stopper`` stops or the change cursor
+    expires (``rebuild``).  ``stopper`` must have adopted ``wakeups``."""
+    interval = ctx.options.poll_interval
+    due = clock()
+    while True:
+        wakeups.wait(due - clock(), stopper)
+        if stopper.stopped:
+            return
+        drain_tail(ctx, tail, stopper, rebuild, snapshot_done, wakeups=wakeups)
+        if rebuild.is_set():
+            return
+        due = next_poll(due, interval, clock())
+
+
 def drain_tail(
     ctx: SyncContext,
     tail: Tail,
@@ -95,7 +147,7 @@ def drain_tail(
     wakeups: TailWakeups | None = None,
 ) -> None:
     """Read changes until there is no backlog (and no read-now request came meanwhile); the
-    interval trigger polls again.
+    tail's loop polls again at its next interval.
 
     ``snapshot_done`` is the running snapshot's end (None: no snapshot to wait for); with
     ``stop_when_caught_up`` the engine stops once both are through.

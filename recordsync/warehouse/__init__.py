@@ -7,6 +7,7 @@ from recordsync.warehouse.fenced import FencedWarehouse
 from recordsync.warehouse.fleet import FleetSession
 from recordsync.warehouse.store import Warehouse
 from recordsync.warehouse.values import (
+    Availability,
     BackfillRequest,
     BackfillState,
     CatalogueResult,
@@ -21,6 +22,7 @@ from recordsync.warehouse.values import (
 )
 
 __all__ = [
+    "Availability",
     "BackfillRequest",
     "BackfillState",
     "CatalogueResult",

@@ -14,7 +14,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from recordsync.core.models import Game, Record, RecordChange, RejectedItem
-from recordsync.core.state import SyncState, Window, WindowPage, WindowProgress
+from recordsync.core.state import (
+    EndpointAvailability,
+    SyncState,
+    Window,
+    WindowPage,
+    WindowProgress,
+)
 from recordsync.warehouse.values import CatalogueResult, WriteResult
 
 if TYPE_CHECKING:
@@ -175,6 +181,9 @@ class FencedWarehouse:
         return self._warehouse.commit_catalogue(
             self._own(merchant_id), games, kept_ids=kept_ids, epoch=self._epoch
         )
+
+    def record_availability(self, merchant_id: str, seen: EndpointAvailability) -> None:
+        self._warehouse.record_availability(self._own(merchant_id), seen, epoch=self._epoch)
 
     def _own(self, merchant_id: str) -> str:
         if merchant_id != self._merchant_id:

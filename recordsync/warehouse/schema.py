@@ -15,7 +15,8 @@ migrated schema with these tables on every backend.  The BI views (revision 0003
 through ``recordsync.warehouse.summaries``.  ``merchant_leases``, ``replicas`` and
 ``backfill_requests`` (revision 0004) are the fleet's: which holder's writes count, who is
 alive, and backfills handed to a merchant's holder.  ``games`` and ``game_localizations``
-(revision 0006) are the game catalogue, the dimension that names a record's ``game_id``.
+(revision 0006) are the game catalogue, the dimension that names a record's ``game_id``;
+``endpoint_availability`` (revision 0009) says which optional endpoints a merchant is served.
 """
 
 from __future__ import annotations
@@ -291,6 +292,22 @@ game_localizations = Table(
     Column("game_id", String(ID_LENGTH), primary_key=True),
     Column("language", String(CODE_LENGTH), primary_key=True),
     Column("name", Text, nullable=False),
+)
+
+# Revision 0009: whether the platform serves each optional endpoint (``games``) to a merchant,
+# as its holder last saw it (issue 28), for ``recordsync status``; ``status`` and ``code`` are
+# the last refusal's (NULL: no answer came), ``since`` when it became as it is.
+endpoint_availability = Table(
+    "endpoint_availability",
+    metadata,
+    Column("merchant_id", String(ID_LENGTH), primary_key=True),
+    Column("endpoint", String(CODE_LENGTH), primary_key=True),
+    Column("available", Boolean, nullable=False),
+    Column("status", Integer, nullable=True),
+    Column("code", String(CODE_LENGTH), nullable=True),
+    Column("since", utc_datetime(), nullable=False),
+    Column("checked_at", utc_datetime(), nullable=False),
+    Column("next_check_at", utc_datetime(), nullable=True),
 )
 
 # Revision 0008, MariaDB / MySQL only: InnoDB stores a table's rows in its primary key's

@@ -35,8 +35,16 @@ from recordsync.core.database_url import MYSQL_FAMILY, SUPPORTED_BACKENDS, check
 from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
 from recordsync.core.models import Game, Record, RecordChange, RejectedItem
 from recordsync.core.round_events import RoundEvent, RoundEventReceipt
-from recordsync.core.state import REBUILD_JOB, SyncState, Window, WindowPage, WindowProgress
+from recordsync.core.state import (
+    REBUILD_JOB,
+    EndpointAvailability,
+    SyncState,
+    Window,
+    WindowPage,
+    WindowProgress,
+)
 from recordsync.warehouse import (
+    availability,
     backfill_requests,
     bi_indexes,
     catalogue,
@@ -62,6 +70,7 @@ from recordsync.warehouse.migrate import schema_state
 from recordsync.warehouse.migrate import upgrade as upgrade_schema
 from recordsync.warehouse.page_writer import PageWriter, page_writer_for
 from recordsync.warehouse.values import (
+    Availability,
     BackfillRequest,
     CatalogueResult,
     DailySummary,
@@ -537,6 +546,20 @@ class Warehouse:
         now = self._clock()
         with self._write("commit catalogue", merchant_id, epoch) as conn:
             return catalogue.commit_pass(conn, merchant_id, games, kept_ids=kept_ids, now=now)
+
+    def record_availability(
+        self, merchant_id: str, seen: EndpointAvailability, *, epoch: int | None = None
+    ) -> None:
+        """Store whether the platform serves ``seen.endpoint`` to the merchant (``availability``
+        says how ``since`` moves)."""
+        now = self._clock()
+        with self._write("record endpoint availability", merchant_id, epoch) as conn:
+            availability.record(conn, merchant_id, seen, now=now)
+
+    def availability(self, merchant_id: str) -> list[Availability]:
+        """The optional endpoints recorded for the merchant (``recordsync status``)."""
+        with translate_errors("read endpoint availability"), self._engine.begin() as conn:
+            return availability.read(conn, merchant_id)
 
     def game_names(self, merchant_id: str) -> dict[str, GameName]:
         """game_id -> its name and provider from the catalogue (every game ever listed)."""

@@ -172,6 +172,21 @@ class CatalogueResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Availability:
+    """Whether the platform serves an optional endpoint to a merchant, as last recorded
+    (``availability``); ``status``/``code`` are the last refusal's, None when none or when no
+    answer came."""
+
+    endpoint: str
+    available: bool
+    status: int | None
+    code: str | None
+    since: datetime
+    checked_at: datetime
+    next_check_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class GameName:
     """How BI names a game: ``games`` row fields a report shows beside the game_id."""
 

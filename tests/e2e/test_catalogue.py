@@ -23,7 +23,7 @@ from recordsync.service.app import open_app
 from recordsync.service.merchant_syncs import MerchantSyncs
 from recordsync.service.secrets import SecretKeeper
 from recordsync.sim import ManualClock, SimConfig, Simulator, running_simulator
-from recordsync.sync.catalogue import refresh_catalogue
+from recordsync.sync.catalogue import CatalogueRefresh
 from recordsync.sync.context import SyncContext
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.jobs import JobHost
@@ -77,7 +77,8 @@ def context(client: PlatformClient, warehouse: Warehouse, page_size: int = 5) ->
 
 def refresh(ctx: SyncContext, source, warehouse: Warehouse) -> list[dict]:
     with capture_logs() as logs:
-        refresh_catalogue(ctx, source, warehouse, ctx.stopper)
+        runner = ctx.runner(ctx.stopper, fatal_is_final=False)
+        CatalogueRefresh(ctx, source, warehouse, runner).run()
     return logs
 
 

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recordsync.core.errors import ShutdownRequestedError
+from recordsync.core.waiting import Deferred, no_waiting
 from recordsync.platform.budget import UNSTAMPED_GRACE_SECONDS, Priority, RateBudget
 
 EPSILON = 1e-9
@@ -521,3 +522,31 @@ def test_a_cold_start_counts_from_the_moment_given(fake_time, since, expected):
     slot = budget.acquire()
     slot.stamp()
     assert slot.started_at == pytest.approx(made + expected)
+
+
+def test_a_caller_that_must_not_wait_still_waits_out_the_pacing(fake_time):
+    """The budget's pacing is the work itself (at most a window): only a pause defers."""
+    budget = RateBudget(1, 1.0, margin=0.0, clock=fake_time, sleep=fake_time.sleep)
+    budget.acquire().stamp()
+    with no_waiting():
+        slot = budget.acquire()
+    assert slot.acquired_at == pytest.approx(1001.0)
+
+
+def test_a_caller_that_must_not_wait_is_deferred_through_a_pause_and_leaves_no_trace(fake_time):
+    budget = RateBudget(2, 1.0, margin=0.0, clock=fake_time, sleep=fake_time.sleep)
+    budget.pause(30)
+    with no_waiting(), pytest.raises(Deferred) as deferred:
+        budget.acquire(Priority.BACKGROUND)
+    assert deferred.value.seconds == pytest.approx(30.0)
+    assert budget.waiting == 0
+    assert budget.acquire().acquired_at == pytest.approx(1030.0)  # anyone else waits it out
+
+
+def test_a_cold_budget_defers_a_caller_that_must_not_wait_for_its_first_window(fake_time):
+    budget = RateBudget(
+        2, 1.0, margin=0.05, clock=fake_time, sleep=fake_time.sleep, cold_start=True
+    )
+    with no_waiting(), pytest.raises(Deferred) as deferred:
+        budget.acquire()
+    assert deferred.value.seconds == pytest.approx(1.05)

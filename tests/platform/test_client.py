@@ -21,6 +21,7 @@ from recordsync.core.errors import (
     ProtocolError,
     RateLimitedError,
     RequestRejectedError,
+    RetryableError,
     ServerError,
     ShutdownRequestedError,
     TransportError,
@@ -28,6 +29,7 @@ from recordsync.core.errors import (
 )
 from recordsync.core.models import DEFAULT_LIMITS
 from recordsync.core.secret import Secret
+from recordsync.core.waiting import Deferred, no_waiting
 from recordsync.platform.budget import Priority, RateBudget
 from recordsync.platform.client import PlatformClient, check_sent_verbatim
 from recordsync.platform.retry import RetryPolicy
@@ -323,6 +325,31 @@ def test_retryable_failures_are_retried_with_a_fresh_signature(fake_time, first)
         assert request.headers["X-Merchant-Id"] == MERCHANT
 
 
+@pytest.mark.parametrize(
+    "first",
+    [
+        httpx.ReadTimeout("read timed out"),
+        failure(500, "INTERNAL"),
+        failure(503, "PROJECTION_LAG"),
+        failure(429, "RATE_LIMITED", headers={"Retry-After": "2"}),
+    ],
+    ids=["read-timeout", "500", "503", "429"],
+)
+def test_a_caller_that_must_not_wait_gets_the_failure_at_once_not_a_retry(fake_time, first):
+    """A job on a shared pool (core.waiting): its step runner retries later, with the thread
+    given back, so the client neither sleeps a backoff nor sends again."""
+    platform = Platform(fake_time, first, envelope(CHANGES_PAGE))
+    own_sleeps = []
+    with (
+        make_client(fake_time, platform, sleep=own_sleeps.append) as client,
+        no_waiting(),
+        pytest.raises(RetryableError),
+    ):
+        client.changes(cursor="c-1", limit=10)
+    assert len(platform.requests) == 1
+    assert own_sleeps == []
+
+
 class RotatingSecret:
     """A ``SecretProvider`` whose secret rotates after the first ask; counts the asks."""
 
@@ -478,6 +505,24 @@ def test_429_pauses_the_budget_for_every_caller(fake_time):
     assert platform.received_at[1] >= paused_at + 7
     assert other.acquired_at >= paused_at + 7
     assert own_sleeps == []
+
+
+def test_a_paused_budget_defers_a_caller_that_must_not_wait_for_the_rest_of_the_pause(
+    fake_time,
+):
+    budget = RateBudget(10, 1.0, clock=fake_time, sleep=fake_time.sleep)
+    platform = Platform(
+        fake_time, failure(429, "RATE_LIMITED", headers={"Retry-After": "7"}), envelope({})
+    )
+    with make_client(fake_time, platform, budget=budget) as client, no_waiting():
+        with pytest.raises(RateLimitedError):
+            client.changes(cursor="c", limit=1)
+        fake_time.advance(2)
+        with pytest.raises(Deferred) as deferred:
+            client.changes(cursor="c", limit=1)
+    assert deferred.value.seconds == pytest.approx(5.0)
+    assert len(platform.requests) == 1
+    assert budget.waiting == 0  # nothing left in the queue
 
 
 def test_429_retry_waits_retry_after_through_the_budget(fake_time):

@@ -382,6 +382,7 @@ def test_every_named_metric_is_exposed_with_conventional_names(metrics, merchant
     merchant.observe_write(0.1)
     merchant.drift_checked(0)
     merchant.sync_failed("RuntimeError")
+    merchant.catalogue_available(available=False)
     metrics.set_lease_held(MERCHANT, held=True)
     metrics.set_replicas_live(2)
 
@@ -438,6 +439,7 @@ PER_MERCHANT = [
     (MetricName.DRIFT_ROWS_BEHIND, {}, 1, 2),
     (MetricName.SYNC_FAILURES, {"kind": "RuntimeError"}, 1, 2),
     (MetricName.CATALOGUE_REFRESHES, {}, 1, 2),
+    (MetricName.CATALOGUE_AVAILABLE, {}, 1, 0),
     (MetricName.LEASE_HELD, {}, 1, 0),
 ]
 # What a merchant handed to another replica leaves behind: its counters, and a lease of 0.
@@ -456,6 +458,7 @@ GONE_WHEN_FORGOTTEN = frozenset(
         MetricName.TAIL_HAS_MORE,
         MetricName.TAIL_LAST_SEQUENCE,
         MetricName.DRIFT_ROWS_BEHIND,
+        MetricName.CATALOGUE_AVAILABLE,
     }
 )
 
@@ -483,6 +486,7 @@ def feed(metrics, merchant_id, n, clock):
         sync.drift_checked(WINDOW, n)
         view.sync_failed("RuntimeError")
         sync.catalogue_refreshed(24, 0.5)
+    sync.catalogue_available(available=n == 1)
     sync.tail_page(
         7 * n,
         has_more=n > 1,

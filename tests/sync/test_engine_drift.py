@@ -22,7 +22,7 @@ from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.state import Phase, Window
 from recordsync.core.stopping import Stopper
 from recordsync.platform.budget import Priority
-from recordsync.sync.drift_check import check_drift
+from recordsync.sync.drift_check import DriftCheck
 from recordsync.sync.jobs import Jobs
 
 # NOW is 2024-03-05 10:30 platform time: the last closed day is March 4.
@@ -35,7 +35,7 @@ def run_check(platform: FakePlatform, store: FakeStore) -> tuple[RecordingObserv
     observer = RecordingObserver()
     ctx = make_context(platform, store, observer=observer)
     with capture_logs() as logs:
-        check_drift(ctx, Stopper())
+        DriftCheck(ctx, ctx.runner(Stopper(), fatal_is_final=False)).run()
     return observer, [entry for entry in logs if entry["event"].startswith("drift")]
 
 
@@ -125,7 +125,7 @@ def test_the_drift_check_waits_out_a_warehouse_outage(method, failures):
     observer = RecordingObserver()
     ctx = make_context(platform, store, observer=observer, stopper=stopper)
 
-    check_drift(ctx, stopper)
+    DriftCheck(ctx, ctx.runner(stopper, fatal_is_final=False)).run()
 
     assert observer.drift == [(DAY, 1)]
     assert observer.errors == ["WarehouseUnavailableError"] * failures

@@ -1,15 +1,20 @@
 """The job runner: generations of jobs on one shared host, bounded pools, failures routed to
-the generation they belong to, and a wake-up that runs a periodic job at once."""
+the generation they belong to, and jobs that must wait give their thread back (issue 28)."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
 import pytest
 
+from recordsync.core.errors import AuthenticationError
 from recordsync.core.stopping import Stopper
+from recordsync.core.waiting import Deferred, may_wait
+from recordsync.sync.events import SyncObserver
 from recordsync.sync.jobs import JobHost, Jobs
+from recordsync.sync.resilience import FATAL_BACKOFF, StepRunner
 
 
 def run_in_thread(jobs: Jobs, **kwargs) -> tuple[threading.Thread, list[BaseException]]:
@@ -136,17 +141,119 @@ def test_workers_beyond_the_pool_wait_for_a_thread(host):
     thread.join(5)
 
 
-def test_wake_runs_a_periodic_job_now(host):
+@pytest.fixture
+def one_thread():
+    """A host whose pools have one thread each: any job that held it would stop the rest."""
+    shared = JobHost(periodic_threads=1, worker_threads=1)
+    yield shared
+    shared.shutdown()
+
+
+def refused_step():
+    raise AuthenticationError("signature mismatch", endpoint="games", status=401)
+
+
+def test_a_step_that_fails_fatally_holds_no_thread_and_another_job_runs_on_time(one_thread):
+    """The rule of issue 28: a waiting step gives its thread back.  Its runner would sleep
+    300 s; in the only thread of the pool, every other job would wait that long."""
     stopper = Stopper()
-    jobs = Jobs(stopper, workers=1, host=host)
-    runs = []
-    jobs.every("tail", 3600, lambda: runs.append(time.monotonic()), now=True)
-    thread, _raised = run_in_thread(jobs)
-    wait_until(lambda: len(runs) == 1)
-    woken = time.monotonic()
-    jobs.wake("tail")
-    wait_until(lambda: len(runs) == 2)
-    assert runs[1] - woken < 1.0
+    jobs = Jobs(stopper, workers=1, host=one_thread)
+    runner = StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=False)
+    failed_runs, ticks = [], []
+
+    def failing() -> None:
+        failed_runs.append(time.monotonic())
+        runner.run(refused_step, what="read catalogue")
+
+    jobs.every("catalogue", 3600, failing, now=True)
+    jobs.every("other", 0.05, lambda: ticks.append(time.monotonic()), now=True)
+    thread, raised = run_in_thread(jobs)
+    wait_until(lambda: len(failed_runs) == 1)
+    started = time.monotonic()
+    wait_until(lambda: len([tick for tick in ticks if tick > started]) >= 10, timeout=2.0)
+    late = [tick for tick in ticks if tick > started]
+    assert max(b - a for a, b in itertools.pairwise(late)) < 0.5
+    assert len(failed_runs) == 1  # deferred for FATAL_BACKOFF, not run again meanwhile
+    assert runner.failures == 1
+    (job,) = [job for job in one_thread.scheduler.get_jobs() if job.id.endswith(":catalogue")]
+    assert job.next_run_time.timestamp() - time.time() > FATAL_BACKOFF - 10
     stopper.stop()
     thread.join(5)
-    jobs.wake("tail")  # after the generation ended: nothing happens, nothing raised
+    assert raised == []
+
+
+def test_a_deferred_one_off_job_runs_again_after_the_wait_and_keeps_its_state(one_thread):
+    stopper = Stopper()
+    jobs = Jobs(stopper, workers=1, host=one_thread)
+    runs, done = [], threading.Event()
+    pages = iter([Deferred(0.2, "first page failed"), Deferred(0.1, "again"), None])
+
+    def worker() -> None:
+        runs.append(time.monotonic())
+        outcome = next(pages)  # the state a deferral keeps: where the worker stands
+        if outcome is not None:
+            raise outcome
+        done.set()
+
+    jobs.once("snapshot-0", worker)
+    thread, raised = run_in_thread(jobs, done=done)
+    thread.join(5)
+    assert raised == []
+    assert len(runs) == 3
+    assert runs[1] - runs[0] >= 0.2
+    assert runs[2] - runs[1] >= 0.1
+
+
+def test_a_deferred_periodic_job_runs_again_after_the_wait_then_at_its_interval(one_thread):
+    stopper = Stopper()
+    jobs = Jobs(stopper, workers=1, host=one_thread)
+    runs = []
+
+    def check() -> None:
+        runs.append(time.monotonic())
+        if len(runs) == 1:
+            raise Deferred(0.3, "the warehouse restarts")
+
+    jobs.every("drift-check", 3600, check, now=True)
+    thread, _raised = run_in_thread(jobs)
+    wait_until(lambda: len(runs) == 2)
+    assert runs[1] - runs[0] >= 0.3
+    time.sleep(0.3)
+    assert len(runs) == 2  # then its interval: an hour
+    stopper.stop()
+    thread.join(5)
+
+
+def test_inside_a_job_no_failure_is_waited_out_outside_one_it_is(one_thread):
+    seen = []
+    stopper = Stopper()
+    jobs = Jobs(stopper, workers=1, host=one_thread)
+    jobs.once("look", lambda: seen.append(may_wait()))
+    thread, _raised = run_in_thread(jobs)
+    wait_until(lambda: seen)
+    stopper.stop()
+    thread.join(5)
+    assert seen == [False]
+    assert may_wait()
+
+
+def test_a_job_deferred_as_its_generation_ends_is_not_scheduled_again(one_thread):
+    stopper = Stopper()
+    jobs = Jobs(stopper, workers=1, host=one_thread)
+    started, release = threading.Event(), threading.Event()
+
+    def worker() -> None:
+        started.set()
+        release.wait(5)
+        raise Deferred(0.05, "deferred while the generation closes")
+
+    jobs.once("snapshot-0", worker)
+    thread, raised = run_in_thread(jobs)
+    assert started.wait(5)
+    stopper.stop()
+    time.sleep(0.1)
+    release.set()
+    thread.join(5)
+    assert raised == []
+    time.sleep(0.2)
+    assert not [job for job in one_thread.scheduler.get_jobs() if job.id.startswith("g1:")]

@@ -19,6 +19,7 @@ FLEET_TABLES = {"merchant_leases", "replicas", "backfill_requests"}
 EVENT_TABLES = {"round_events"}  # revision 0005
 VERIFY_TABLES = {"verify_requests"}  # revision 0007
 CATALOGUE_TABLES = {"games", "game_localizations"}
+AVAILABILITY_TABLES = {"endpoint_availability"}  # revision 0009
 TABLES = {
     "records",
     "record_revisions",
@@ -30,6 +31,7 @@ TABLES = {
     *EVENT_TABLES,
     *VERIFY_TABLES,
     *CATALOGUE_TABLES,
+    *AVAILABILITY_TABLES,
 }
 VIEWS = {
     "daily_game_summary",
@@ -66,7 +68,7 @@ def test_migrations_build_the_schema_on_an_empty_database_and_are_idempotent(war
         store.close()
     assert tables == TABLES
     assert views == VIEWS
-    assert revision == head_revision() == "0008"
+    assert revision == head_revision() == "0009"
 
 
 def test_migrated_schema_matches_the_tables_the_code_uses(warehouse):
@@ -143,6 +145,7 @@ def test_scripts_are_found_from_the_source_checkout():
         "0006_games.py",
         "0007_verify_requests.py",
         "0008_sequential_clustered_key.py",
+        "0009_endpoint_availability.py",
     ):
         assert (versions / name).is_file()
 
@@ -196,6 +199,7 @@ def test_the_bi_revisions_downgrade_to_0001_and_upgrade_again(warehouse):
         *EVENT_TABLES,
         *VERIFY_TABLES,
         *CATALOGUE_TABLES,
+        *AVAILABILITY_TABLES,
     }
     assert inspector.get_view_names() == []
     assert not any(c["name"].endswith("_units") for c in inspector.get_columns("records"))
@@ -203,7 +207,7 @@ def test_the_bi_revisions_downgrade_to_0001_and_upgrade_again(warehouse):
     assert set(inspect(warehouse.engine).get_view_names()) == VIEWS
 
 
-REVISIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008"]
+REVISIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009"]
 
 
 @pytest.mark.parametrize("revision", REVISIONS)

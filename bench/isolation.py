@@ -1,0 +1,417 @@
+"""Benchmark 8, isolation (issue 28): one merchant's or one feature's failure never slows
+another's tail.
+
+One ``recordsync run`` process (a real child, every merchant in its ``[[merchants]]``) against
+the simulator in its own process, into a new PostgreSQL database, dropped afterwards:
+
+- catalogue: N merchants whose platform refuses ``GET /v1/games`` (404 to a quarter, 403 to
+  a quarter, 500 to a quarter, a 10 s stall to the rest) while ``records`` answers 3 s late,
+  so that every drift check (every 10 s) is slow.  Measured over a window once every
+  merchant tails: the change polls a second against N / poll interval, the slowest
+  merchant's, and how old each merchant's newest row is (live traffic of 5 changes a second
+  each), its 95th percentile against the poll interval + 1 s;
+- refused: M merchants tailing, then the platform refuses the secret of half of them (a
+  rotation at the platform the files have not caught up with: 401 to every request): the
+  healthy half's change polls against M / 2 / interval, and the requests the refused half
+  sends meanwhile (a slow retry each).  The simulator runs in this process here, which is
+  how the bench rotates the secrets;
+- idle: K merchants tailing idle at a 5 s poll: the daemon's CPU, RSS and threads.
+
+    .venv/bin/python bench/isolation.py [--size tiny|full] [--check] [--part ...]
+"""
+
+from __future__ import annotations
+
+import collections
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Final
+
+import harness
+import httpx
+from fleet import Warehouse, daemon, free_port, wait_until
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import text
+
+from recordsync.sim import SimConfig, running_simulator
+
+
+@dataclass(frozen=True, slots=True)
+class Size:
+    catalogue_merchants: int
+    refused_merchants: int
+    idle_merchants: int
+    window_seconds: float  # measured, after the settle
+    settle_seconds: float
+
+
+SIZES: Final = {
+    "tiny": Size(8, 4, 10, 5.0, 2.0),
+    "full": Size(50, 20, 200, 60.0, 10.0),
+}
+HISTORY: Final = (0.05, 2_000)  # history_days, rounds_per_day: ~100 records a merchant
+LIVE_RATE: Final = 5.0  # changes a second per merchant while measured
+POLL: Final = 1.0
+IDLE_POLL: Final = 5.0
+RECORDS_LATENCY_MS: Final = 3_000
+DRIFT_INTERVAL: Final = 10
+REFUSALS: Final = ("404", "403", "500", "stall:10")
+WRONG_SECRET: Final = "w" * 43
+POLL_SHARE: Final = 0.9  # within 10 % of N / interval
+
+
+def write_config(
+    base_url: str,
+    merchants: Sequence[tuple[str, str]],
+    url: str,
+    folder: Path,
+    port: int,
+    *extra: str,
+) -> Path:
+    """The daemon's TOML: every merchant (id, secret) the simulator serves, the history of
+    the simulator's."""
+    days, _ = HISTORY
+    history_from = datetime.now(UTC) - timedelta(days=days + 1)
+    lines = [
+        f'base_url = "{base_url}"',
+        f'database_url = "{url}"',
+        f'history_from = "{history_from.isoformat()}"',
+        f"http_port = {port}",
+        'log_level = "warning"',
+        'log_format = "json"',
+        *extra,
+    ]
+    for merchant_id, secret in merchants:
+        lines += ["[[merchants]]", f'merchant_id = "{merchant_id}"', f'secret = "{secret}"']
+    path = folder / "isolation.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def requests_by_merchant(port: int, endpoint: str) -> dict[str, float]:
+    """Platform requests to ``endpoint`` so far, per merchant (the daemon's /metrics)."""
+    body = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    counts: collections.Counter[str] = collections.Counter()
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            if (
+                sample.name == "recordsync_platform_requests_total"
+                and sample.labels["endpoint"] == endpoint
+            ):
+                counts[sample.labels["merchant_id"]] += sample.value
+    return dict(counts)
+
+
+def rate_limited(port: int) -> float:
+    body = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(body)
+        for sample in family.samples
+        if sample.name == "recordsync_platform_rate_limited_total"
+    )
+
+
+def newest_row_ages(warehouse: Warehouse) -> list[float]:
+    """Seconds since each merchant's newest change (its records' latest updated_at)."""
+    rows = warehouse.conn.execute(
+        text("SELECT merchant_id, max(updated_at) FROM records GROUP BY merchant_id")
+    ).all()
+    now = datetime.now(UTC)
+    return [(now - newest.replace(tzinfo=UTC)).total_seconds() for _, newest in rows if newest]
+
+
+def per_second(
+    before: dict[str, float], after: dict[str, float], seconds: float
+) -> dict[str, float]:
+    return {key: (after.get(key, 0.0) - before.get(key, 0.0)) / seconds for key in after}
+
+
+# -- a failing catalogue and slow drift checks ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Catalogue:
+    merchants: int
+    polls: float  # record-changes requests a second, every merchant
+    slowest: float  # the merchant with the fewest polls a second
+    age_p95: float  # seconds, newest row of a merchant, over the samples
+    age_max: float
+    drift_requests: float  # records requests a second while measured (the slow drift checks)
+    games_requests: float
+    rate_limited: float
+
+
+def catalogue(size: Size, folder: Path) -> Catalogue:
+    merchants = size.catalogue_merchants
+    days, rounds = HISTORY
+    refusals = [
+        (
+            "--refuse",
+            f"games={REFUSALS[index * len(REFUSALS) // merchants]}@demo-merchant-{index + 1}",
+        )
+        for index in range(merchants)
+    ]
+    with (
+        harness.sim_process(
+            history_days=days,
+            rounds_per_day=rounds,
+            record_requests=2,
+            live_rate=LIVE_RATE,
+            merchants=merchants,
+            extra=[
+                *(part for pair in refusals for part in pair),
+                "--records-latency-ms",
+                str(RECORDS_LATENCY_MS),
+            ],
+        ) as sim,
+        harness.database("postgres") as url,
+    ):
+        port = free_port()
+        config = write_config(sim, url, folder, port, f"drift_check_interval = {DRIFT_INTERVAL}")
+        log = folder / "catalogue.log"
+        warehouse = Warehouse(url)
+        try:
+            with daemon(config, log) as process:
+                wait_until(lambda: warehouse.tailing() == merchants, process, log)
+                time.sleep(size.settle_seconds)
+                polls, drift = (
+                    requests_by_merchant(port, "record-changes"),
+                    requests_by_merchant(port, "records"),
+                )
+                games = requests_by_merchant(port, "games")
+                started = time.monotonic()
+                ages: list[float] = []
+                while time.monotonic() - started < size.window_seconds:
+                    ages += newest_row_ages(warehouse)
+                    time.sleep(1.0)
+                wall = time.monotonic() - started
+                rates = per_second(polls, requests_by_merchant(port, "record-changes"), wall)
+                drift_rate = per_second(drift, requests_by_merchant(port, "records"), wall)
+                games_rate = per_second(games, requests_by_merchant(port, "games"), wall)
+                limited = rate_limited(port)
+        finally:
+            warehouse.close()
+    ages.sort()
+    return Catalogue(
+        merchants=merchants,
+        polls=sum(rates.values()),
+        slowest=min(rates.values(), default=0.0),
+        age_p95=ages[int(0.95 * (len(ages) - 1))] if ages else float("nan"),
+        age_max=ages[-1] if ages else float("nan"),
+        drift_requests=sum(drift_rate.values()),
+        games_requests=sum(games_rate.values()),
+        rate_limited=limited,
+    )
+
+
+def report_catalogue(report: harness.Report, run: Catalogue) -> None:
+    expected = run.merchants / POLL
+    report.note(
+        f"catalogue: {run.merchants} merchants, games refused ({', '.join(REFUSALS)}, a "
+        f"quarter each), records {RECORDS_LATENCY_MS} ms late, drift check every "
+        f"{DRIFT_INTERVAL} s, live {LIVE_RATE:g} changes/s each, poll every {POLL:g} s"
+    )
+    report.add(
+        "catalogue: change polls, every merchant",
+        run.polls,
+        "req/s",
+        target=f">= {POLL_SHARE * expected:.1f} ({run.merchants} / {POLL:g} s, -10 %)",
+        met=run.polls >= POLL_SHARE * expected,
+    )
+    report.add(
+        "catalogue: change polls, the slowest merchant",
+        run.slowest,
+        "req/s",
+        target=f">= {POLL_SHARE / POLL:.2f}",
+        met=run.slowest >= POLL_SHARE / POLL,
+    )
+    report.add(
+        "catalogue: newest row's age, p95",
+        run.age_p95,
+        "s",
+        target=f"<= {POLL + 1:g} + 1/{LIVE_RATE:g}",
+        met=run.age_p95 <= POLL + 1 + 1 / LIVE_RATE,
+    )
+    report.add("catalogue: newest row's age, max", run.age_max, "s")
+    report.add("catalogue: drift check records requests", run.drift_requests, "req/s")
+    report.add("catalogue: games requests", run.games_requests, "req/s")
+    report.add(
+        "catalogue: 429 answers (whole run)",
+        run.rate_limited,
+        "",
+        target="0",
+        met=run.rate_limited == 0,
+    )
+
+
+# -- merchants whose secret the platform refuses ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    merchants: int
+    healthy_polls: float
+    healthy_slowest: float
+    refused_requests: float  # every request of the refused half, a second
+
+
+def refused(size: Size, folder: Path) -> Refused:
+    merchants = size.refused_merchants
+    days, rounds = HISTORY
+    sim_config = SimConfig(history_days=days, rounds_per_day=rounds, live_rate=1.0)
+    with (
+        running_simulator(sim_config.with_merchants(merchants), live=True) as sim,
+        harness.database("postgres") as url,
+    ):
+        served = [(profile.merchant_id, profile.secret) for profile in sim.config.profiles]
+        bad = {merchant_id for merchant_id, _ in served[: merchants // 2]}
+        port = free_port()
+        config = write_config(sim.base_url, served, url, folder, port, "catalogue_interval = 0")
+        log = folder / "refused.log"
+        warehouse = Warehouse(url)
+        try:
+            with daemon(config, log) as process:
+                wait_until(lambda: warehouse.tailing() == merchants, process, log)
+                for merchant_id in bad:  # rotated at the platform, not in the daemon's files
+                    sim.rotate_secret(merchant_id, WRONG_SECRET)
+                    sim.retire_secret(merchant_id)
+                time.sleep(size.settle_seconds)
+                before = {
+                    endpoint: requests_by_merchant(port, endpoint)
+                    for endpoint in ("record-changes", "capabilities", "records")
+                }
+                started = time.monotonic()
+                time.sleep(size.window_seconds)
+                wall = time.monotonic() - started
+                after = {endpoint: requests_by_merchant(port, endpoint) for endpoint in before}
+        finally:
+            warehouse.close()
+    polls = per_second(before["record-changes"], after["record-changes"], wall)
+    healthy = [rate for merchant, rate in polls.items() if merchant not in bad]
+    refused_total = sum(
+        rate
+        for endpoint in before
+        for merchant, rate in per_second(before[endpoint], after[endpoint], wall).items()
+        if merchant in bad
+    )
+    return Refused(merchants, sum(healthy), min(healthy, default=0.0), refused_total)
+
+
+def report_refused(report: harness.Report, run: Refused) -> None:
+    healthy = run.merchants - run.merchants // 2
+    expected = healthy / POLL
+    report.note(
+        f"refused: {run.merchants} merchants tailing, then the platform refuses the secret of "
+        f"{run.merchants // 2} (401 to every request), catalogue off"
+    )
+    report.add(
+        f"refused: change polls, the {healthy} healthy merchants",
+        run.healthy_polls,
+        "req/s",
+        target=f">= {POLL_SHARE * expected:.1f}",
+        met=run.healthy_polls >= POLL_SHARE * expected,
+    )
+    report.add(
+        "refused: change polls, the slowest healthy merchant",
+        run.healthy_slowest,
+        "req/s",
+        target=f">= {POLL_SHARE / POLL:.2f}",
+        met=run.healthy_slowest >= POLL_SHARE / POLL,
+    )
+    report.add(
+        f"refused: requests of the {run.merchants // 2} refused merchants",
+        run.refused_requests,
+        "req/s",
+    )
+
+
+# -- many merchants idle ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    merchants: int
+    polls: float
+    core: float
+    rss_mb: float
+    threads: int
+
+
+def idle(size: Size, folder: Path) -> Idle:
+    merchants = size.idle_merchants
+    days, rounds = HISTORY
+    with (
+        harness.sim_process(
+            history_days=days, rounds_per_day=rounds, record_requests=2, merchants=merchants
+        ) as sim,
+        harness.database("postgres") as url,
+    ):
+        port = free_port()
+        config = write_config(
+            sim.base_url, sim.merchants, url, folder, port, f"poll_interval = {IDLE_POLL}"
+        )
+        log = folder / "idle.log"
+        warehouse = Warehouse(url)
+        try:
+            with daemon(config, log) as process:
+                wait_until(lambda: warehouse.tailing() == merchants, process, log)
+                time.sleep(size.settle_seconds)
+                polls = requests_by_merchant(port, "record-changes")
+                cpu = harness.process_cpu_seconds(process.pid)
+                started = time.monotonic()
+                time.sleep(size.window_seconds)
+                wall = time.monotonic() - started
+                cpu = harness.process_cpu_seconds(process.pid) - cpu
+                rates = per_second(polls, requests_by_merchant(port, "record-changes"), wall)
+                result = Idle(
+                    merchants=merchants,
+                    polls=sum(rates.values()),
+                    core=cpu / wall,
+                    rss_mb=harness.resident_mb(process.pid),
+                    threads=harness.thread_count(process.pid),
+                )
+        finally:
+            warehouse.close()
+    return result
+
+
+def report_idle(report: harness.Report, run: Idle) -> None:
+    expected = run.merchants / IDLE_POLL
+    report.add(
+        f"idle, {run.merchants} merchants at {IDLE_POLL:g} s: change polls",
+        run.polls,
+        "req/s",
+        target=f">= {POLL_SHARE * expected:.1f}",
+        met=run.polls >= POLL_SHARE * expected,
+    )
+    report.add(f"idle, {run.merchants} merchants: daemon CPU", run.core * 100, "% core")
+    report.add(f"idle, {run.merchants} merchants: daemon RSS", run.rss_mb, "MB")
+    report.add(f"idle, {run.merchants} merchants: daemon threads", run.threads, "")
+
+
+def main() -> int:
+    args = harness.arguments(
+        __doc__.splitlines()[0],
+        [("--part", {"choices": ("all", "catalogue", "refused", "idle"), "default": "all"})],
+    )
+    size = SIZES[args.size]
+    report = harness.Report("isolation: failing features and merchants, PostgreSQL", args.size)
+    report.header()
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        if args.part in {"all", "catalogue"}:
+            report_catalogue(report, catalogue(size, folder))
+        if args.part in {"all", "refused"}:
+            report_refused(report, refused(size, folder))
+        if args.part in {"all", "idle"}:
+            report_idle(report, idle(size, folder))
+    return report.finish(check=args.check)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
