@@ -172,7 +172,14 @@ def catalogue(size: Size, folder: Path) -> Catalogue:
         harness.database("postgres") as url,
     ):
         port = free_port()
-        config = write_config(sim, url, folder, port, f"drift_check_interval = {DRIFT_INTERVAL}")
+        config = write_config(
+            sim.base_url,
+            sim.merchants,
+            url,
+            folder,
+            port,
+            f"drift_check_interval = {DRIFT_INTERVAL}",
+        )
         log = folder / "catalogue.log"
         warehouse = Warehouse(url)
         try:
