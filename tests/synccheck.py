@@ -149,16 +149,19 @@ class KillAfterSplit(SyncObserver):
     it runs) once windows were re-planned by a split and ``pages`` pages were committed."""
 
     def __init__(self, pages: int) -> None:
-        self.plans = 0
+        self.total: int | None = None  # windows planned, as last reported
+        self.splits = 0  # reports of more windows than before
         self.pages = 0
         self.kill_at = pages
 
     def windows_planned(self, job: str, total: int, done: int) -> None:
-        self.plans += 1
+        if self.total is not None and total > self.total:
+            self.splits += 1
+        self.total = total
 
     def window_page(self, job: str, window: Window, records: int, *, done: bool) -> None:
         self.pages += 1
-        if self.plans > 1 and self.pages >= self.kill_at:
+        if self.splits and self.pages >= self.kill_at:
             raise RuntimeError("kill -9")
 
 

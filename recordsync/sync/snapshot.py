@@ -65,6 +65,11 @@ class PendingWindows:
     (``windows.resplit``) offers the new pieces here, and more workers are started for them
     (``spawn``, set by ``schedule_snapshot``), up to ``most_workers``.  ``done`` is set when
     the last worker finds nothing left to read.
+
+    ``on_progress`` is told ``(total, finished)`` under the lock whenever either changes, so
+    its reports can never arrive out of order: reported after the lock, a cut's count taken
+    before another chain's window ended could land after it and set the progress back (the
+    metric then ended at 3 of 4 windows done for a job that was done).
     """
 
     def __init__(
@@ -85,6 +90,7 @@ class PendingWindows:
         self.reserved = 0  # windows a chain is cutting from its own, not yet queued
         self.abandoned = False
         self.spawn: Callable[[int], None] | None = None
+        self.on_progress: Callable[[int, int], None] | None = None
         # Moving average of a page's time from its parsed answer to its chain's next request:
         # its wait for the writer and its commit.  It is part of every chain's cycle,
         # so chains_needed counts it (the commit alone, 0.1 s here, left out the wait behind
@@ -118,6 +124,12 @@ class PendingWindows:
         with self.lock:
             self.in_flight -= 1
             self.finished += 1
+            self._progressed()
+
+    def _progressed(self) -> None:
+        """Report the progress; under the lock (see the class docstring)."""
+        if self.on_progress is not None:
+            self.on_progress(self.total, self.finished)
 
     def worker_stopped(self, *, reading: bool) -> None:
         """A worker ends without finishing (a stop or an error): the job is not done."""
@@ -233,6 +245,7 @@ class PendingWindows:
             self.finished += 1  # the window that was cut ends where its pieces begin
             started = min(len(pieces), self.most_workers - self.running)
             self.running += max(started, 0)
+            self._progressed()
         if started > 0 and self.spawn is not None:
             self.spawn(started)
 
@@ -274,6 +287,7 @@ class PendingWindows:
             self.reading.pop(window, None)
             self.reading[joined] = None
             self.finished += 1  # the window ends where the joined one begins
+            self._progressed()
 
 
 @dataclass(slots=True)
@@ -393,6 +407,7 @@ def schedule_snapshot(
             jobs.once(f"snapshot-{next(numbers)}", worker.run)
 
     snapshot.spawn = spawn
+    snapshot.on_progress = lambda total, done: ctx.observer.windows_planned(job, total, done)
     spawn(snapshot.start())
 
 
@@ -609,7 +624,6 @@ def split_if_wanted(
             for piece in pieces[1:]
         ],
     )
-    ctx.observer.windows_planned(job, snapshot.total, snapshot.finished)
     ctx.log.info(
         "window_split",
         job=job,
@@ -654,7 +668,6 @@ def carry_if_spare(
         snapshot.unclaim(following)
         raise
     snapshot.carry_into(window, joined)
-    ctx.observer.windows_planned(job, snapshot.total, snapshot.finished)
     ctx.log.info(
         "window_carried",
         job=job,

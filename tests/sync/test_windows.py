@@ -445,6 +445,34 @@ def test_the_pages_left_elsewhere_count_reports_and_unread_windows_at_the_measur
     assert snapshot.pages_elsewhere(hours[0]) == pytest.approx(4.0 + 4.0)
 
 
+def test_progress_is_reported_with_every_change_under_the_lock() -> None:
+    """A report made after the lock could carry a count taken before another chain's window
+    ended and land after that window's own report: the progress went back (3 of 4 done for a
+    job that was done).  Under the lock, reports come in the order of the changes."""
+    hours = [Window(START + n * HOUR, START + (n + 1) * HOUR) for n in range(3)]
+    pending = [WindowProgress(MERCHANT, "job", item, None, None, False, 0) for item in hours]
+    snapshot = PendingWindows(pending, workers=2, most_workers=MAX_CHAINS)
+    reports: list[tuple[int, int, bool]] = []
+    snapshot.on_progress = lambda total, done: reports.append(
+        (total, done, snapshot.lock.locked())
+    )
+    first, second = snapshot.take(), snapshot.take()  # the first and the last hour
+    assert first is not None
+    assert second is not None
+    assert [first.window, second.window] == [hours[0], hours[2]]
+    half = Window(hours[2].start, hours[2].start + HOUR / 2)
+    rest = Window(half.end, hours[2].end)
+    snapshot.reserved += 1  # as a cut's ``reserve`` does
+    snapshot.offer(
+        hours[2], [half, rest], [WindowProgress(MERCHANT, "job", rest, None, None, False, 0)]
+    )
+    claimed = snapshot.claim_following(hours[0], hours[0].start + HOUR / 2, 0)
+    assert claimed is not None
+    snapshot.carry_into(hours[0], claimed[1])
+    snapshot.window_finished()
+    assert reports == [(5, 1, True), (5, 2, True), (5, 3, True)]
+
+
 class FastPlatform(FakePlatform):
     """Says a 10 ms round trip was measured once it answered a first request: two chains keep
     the budget busy, so windows beyond that are spare."""
