@@ -18,6 +18,7 @@ from sqlalchemy import Connection, Engine
 from recordsync import __version__
 from recordsync.core.errors import ConfigurationError, SchemaVersionError
 from recordsync.warehouse.schema import VERSION_TABLE
+from recordsync.warehouse.schema_lock import DEFAULT_WAIT_SECONDS, schema_lock
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 
@@ -81,24 +82,36 @@ def schema_state(connection: Connection) -> SchemaState:
     return SchemaState(current=current, head=head, known=known)
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
+def upgrade(
+    engine: Engine, revision: str = "head", *, lock_wait: float = DEFAULT_WAIT_SECONDS
+) -> None:
     """Bring the schema to ``revision`` (the newest by default); a no-op when it is there.
 
     A schema at a revision this version does not know (migrated by a newer recordsync) is
     refused before Alembic touches it, with ``SchemaVersionError``: a daemon must say so once
-    and stop, not retry or crash-loop.
+    and stop, not retry or crash-loop.  The upgrade runs under the warehouse's schema lock
+    (``schema_lock``), so that processes started together upgrade it once, one after the
+    other finding it current; a schema already current takes no lock at all.
     """
+    with engine.connect() as connection:
+        if _current_enough(schema_state(connection), revision):
+            return
     config = _config()
-    with engine.begin() as connection:
-        state = schema_state(connection)
-        if not state.known:
-            problem = state.problem()
-            assert problem is not None
-            raise problem
-        if revision == "head" and state.up_to_date:
+    with schema_lock(engine, wait=lock_wait), engine.begin() as connection:
+        state = schema_state(connection)  # again: another process may have upgraded it
+        if _current_enough(state, revision):
             return
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
+
+
+def _current_enough(state: SchemaState, revision: str) -> bool:
+    """Nothing to do: the schema is at the head asked for (raises for an unknown one)."""
+    if not state.known:
+        problem = state.problem()
+        assert problem is not None
+        raise problem
+    return revision == "head" and state.up_to_date
 
 
 def head_revision() -> str | None:

@@ -1,0 +1,93 @@
+"""Replicas started in the same instant on an empty warehouse (a new Deployment with
+``replicas: 5``, and a ``recordsync migrate`` Job beside it) all come up: one upgrades the
+schema under its lock, the others wait for it and find it current (issue 30).  Before the
+lock, one or two of five exited 1 with a traceback in every run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from dbfixtures import SERVER_PARAMS, fresh_database
+from synccheck import environment_for
+
+from recordsync.sim import SimConfig, running_simulator
+
+pytestmark = pytest.mark.slow
+
+ROUNDS = 10
+REPLICAS = 4  # and one ``recordsync migrate`` beside them: five processes at once
+
+
+def started(log: Path) -> bool:
+    return log.exists() and '"daemon_started"' in log.read_text()
+
+
+@pytest.mark.parametrize("kind", SERVER_PARAMS)
+def test_replicas_and_a_migrate_started_together_on_an_empty_warehouse_all_come_up(kind, tmp_path):
+    config = SimConfig(history_days=0.01, rounds_per_day=200, record_requests=50)
+    failures: list[str] = []
+    with running_simulator(config) as sim:
+        for round_ in range(ROUNDS):
+            folder = tmp_path / f"round-{round_}"
+            folder.mkdir()
+            with fresh_database(kind, folder) as url:
+                problem = start_together(environment_for(sim, url), folder)
+            if problem is not None:
+                failures.append(f"round {round_}: {problem}")
+    assert failures == []
+
+
+def start_together(env: dict[str, str], folder: Path) -> str | None:
+    """Start the replicas and the migrate at once, stop the replicas once all have started;
+    what went wrong, or None."""
+    logs = [folder / f"replica-{n}.log" for n in range(REPLICAS)]
+    outputs = [*logs, folder / "migrate.log"]
+    commands = [["run"]] * REPLICAS + [["migrate"]]
+    sinks = [path.open("wb") for path in outputs]
+    processes = [
+        subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            [sys.executable, "-m", "recordsync", *command],
+            env={**env, "PATH": "/usr/bin:/bin"},
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+        for command, sink in zip(commands, sinks, strict=True)
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(map(started, logs)):
+            if any(process.poll() not in {None, 0} for process in processes):
+                break
+            time.sleep(0.1)
+        everyone_started = all(map(started, logs))
+        for process in processes[:REPLICAS]:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        codes = [process.wait(timeout=30) for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        for sink in sinks:
+            sink.close()
+    texts = [path.read_text() for path in outputs]
+    if codes != [0] * len(processes) or any("Traceback" in text for text in texts):
+        return f"exit codes {codes}: {_first(texts)}"
+    return None if everyone_started else "a replica never started"
+
+
+def _first(outputs: list[str]) -> str:
+    """The first problem a process printed: its last lines."""
+    for output in outputs:
+        lines = [line for line in output.splitlines() if line.strip()]
+        errors = [line for line in lines if "error" in line.lower() or "Trace" in line]
+        if errors:
+            return errors[-1][:500]
+    return json.dumps([output[-300:] for output in outputs])
