@@ -9,6 +9,9 @@ Session settings per backend:
   in SQLAlchemy's SQLite dialect notes): reads get a plain deferred ``BEGIN``, writes
   ``BEGIN IMMEDIATE`` so a read-then-write transaction never fails half-way on a lock upgrade.
 - MariaDB: utf8mb4 and ``time_zone = '+00:00'`` on every new connection.
+- PostgreSQL and MariaDB, for every process that syncs (``limits``): the bounds of
+  ``timeouts`` on every wait, on both sides; the read commands (``status``, ``report``) run
+  a person's queries and keep the server's defaults.
 - Every backend: ``pool_pre_ping``, so a connection the server dropped while idle is replaced
   instead of failing the next page.
 
@@ -35,6 +38,8 @@ from recordsync.core.database_url import (
     parse_database_url,
 )
 from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
+from recordsync.warehouse import timeouts
+from recordsync.warehouse.timeouts import SessionLimits
 
 # Execution option marking a write transaction (SQLite then takes the write lock at BEGIN).
 WRITE_OPTION: Final = "recordsync_write"
@@ -46,22 +51,33 @@ SQLITE_CHECKPOINT_PAGES: Final = 16_384  # a WAL of up to 64 MiB between checkpo
 MYSQL_POOL_RECYCLE_S: Final = 3600  # below MariaDB's default wait_timeout of 8 h
 
 
-def create_warehouse_engine(url: str | URL, **kwargs: Any) -> Engine:
-    """``create_engine`` with the session settings above; ``kwargs`` go to ``create_engine``."""
+def create_warehouse_engine(
+    url: str | URL, *, limits: SessionLimits | None = None, **kwargs: Any
+) -> Engine:
+    """``create_engine`` with the session settings above; ``limits``: the bounds of every wait
+    (``timeouts``; None keeps the server's defaults); ``kwargs`` go to ``create_engine``."""
     parsed = warehouse_url(url)
     backend = parsed.get_backend_name()
     options: dict[str, Any] = {"pool_pre_ping": True, **kwargs}
+    connect_args: dict[str, Any] = {}
     if backend != "sqlite":
         # Positional placeholders let the record upsert pass plain tuples (see upsert.py).
         options.setdefault("paramstyle", "format")
+    if backend == "postgresql" and limits is not None:
+        connect_args = timeouts.postgres_connect_args(limits)
     if backend in MYSQL_FAMILY:
-        options.setdefault("pool_recycle", MYSQL_POOL_RECYCLE_S)
-        options["connect_args"] = {"charset": "utf8mb4", **kwargs.get("connect_args", {})}
+        recycle = MYSQL_POOL_RECYCLE_S if limits is None else timeouts.POOL_RECYCLE
+        options.setdefault("pool_recycle", recycle)
+        connect_args = {"charset": "utf8mb4"}
+        if limits is not None:
+            connect_args.update(timeouts.mariadb_connect_args(limits))
+    if connect_args or "connect_args" in kwargs:
+        options["connect_args"] = {**connect_args, **kwargs.get("connect_args", {})}
     engine = create_engine(parsed, **options)
     if backend == "sqlite":
         _configure_sqlite(engine)
-    elif backend in MYSQL_FAMILY:
-        _configure_mysql(engine)
+    elif backend in MYSQL_FAMILY and limits is None:
+        _configure_mysql(engine)  # with limits, their init command sets the time zone
     return engine
 
 

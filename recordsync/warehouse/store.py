@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import structlog
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.pool import NullPool
 
 from recordsync.core.database_url import MYSQL_FAMILY, SUPPORTED_BACKENDS, check_driver
 from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
@@ -55,6 +56,7 @@ from recordsync.warehouse import (
     round_events,
     summaries,
     sync_state,
+    timeouts,
     verify_requests,
 )
 from recordsync.warehouse.conflicts import retry_lost_conflicts
@@ -132,6 +134,7 @@ class Warehouse:
         self._rng = random.Random()  # noqa: S311 - jitter of a retry, not cryptography
         self._keep_revisions = keep_revisions
         self._page_writer: PageWriter | None = None  # compiled at the first write (see there)
+        self._ddl: Engine | None = None  # schema changes: built when first needed (``_ddl``)
 
     @classmethod
     def connect(
@@ -142,9 +145,10 @@ class Warehouse:
         keep_revisions: bool = True,
         **engine_options: Any,
     ) -> Warehouse:
-        """A warehouse on a new engine for ``url``; ``engine_options`` go to create_engine."""
+        """A warehouse on a new engine for ``url``, every wait bounded (``timeouts.WRITES``);
+        ``engine_options`` go to create_engine."""
         return cls(
-            create_warehouse_engine(url, **engine_options),
+            create_warehouse_engine(url, limits=timeouts.WRITES, **engine_options),
             clock=clock,
             keep_revisions=keep_revisions,
         )
@@ -196,7 +200,7 @@ class Warehouse:
     def migrate(self) -> None:
         """Apply every pending Alembic revision (idempotent)."""
         with translate_errors("migrate"):
-            upgrade_schema(self._writer)
+            upgrade_schema(self._schema_engine())
 
     def check_schema(self) -> None:
         """Raise ``SchemaVersionError`` unless the schema is the one this version reads.
@@ -215,7 +219,22 @@ class Warehouse:
 
     def close(self) -> None:
         """Close pooled connections; safe to call twice."""
+        if self._ddl is not None and self._ddl is not self._writer:
+            self._ddl.dispose()
         self._engine.dispose()
+
+    def _schema_engine(self) -> Engine:
+        """Where schema changes run (migrations, BI index builds): sessions without a
+        statement limit but with short lock waits (``timeouts.DDL``), opened only when
+        needed; on SQLite the writer itself (one writer, no server)."""
+        if self._ddl is None:
+            if self._engine.dialect.name == "sqlite":
+                self._ddl = self._writer
+            else:
+                self._ddl = create_warehouse_engine(
+                    self._engine.url, limits=timeouts.DDL, poolclass=NullPool
+                ).execution_options(**{WRITE_OPTION: True})
+        return self._ddl
 
     # -- state (sync_state) ------------------------------------------------------------------
 
@@ -483,7 +502,7 @@ class Warehouse:
         started = time.perf_counter()
         try:
             with translate_errors("build BI indexes"):
-                built = bi_indexes.build(self._writer, sleep=self._sleep)
+                built = bi_indexes.build(self._schema_engine(), sleep=self._sleep)
         except DBAPIError as error:
             _log.error(
                 "bi_indexes_build_failed",
@@ -513,7 +532,7 @@ class Warehouse:
         load).  Not deferring is always safe, so a failure here only says so."""
         try:
             with translate_errors("defer BI indexes"):
-                dropped = bi_indexes.defer(self._writer)
+                dropped = bi_indexes.defer(self._schema_engine())
         except (DBAPIError, WarehouseUnavailableError) as error:
             _log.warning(
                 "bi_indexes_not_deferred",

@@ -12,16 +12,23 @@ merchant ends equal to the simulator's truth.
 from __future__ import annotations
 
 import itertools
-import json
 import random
 import signal
 import time
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from dbfixtures import SERVER_PARAMS
-from synccheck import differences, start_daemon, stop_gracefully
+from fleetcheck import (
+    Replica,
+    assert_truth,
+    events,
+    wait_until_all_held,
+    wait_until_balanced,
+    write_config,
+)
+from synccheck import start_daemon, stop_gracefully
 
 from recordsync.sim import SimConfig, Simulator
 from recordsync.warehouse import Warehouse
@@ -32,106 +39,6 @@ MERCHANTS = 5
 REPLICAS = 3
 FAILOVER_LIMIT = 15.0
 JOIN_LIMIT = 60.0
-
-
-def write_config(sim: Simulator, url: str, path: Path) -> Path:
-    history_from = sim.now() - timedelta(days=sim.config.history_days + 1)
-    lines = [
-        f'base_url = "{sim.base_url}"',
-        f'database_url = "{url}"',
-        f'history_from = "{history_from.isoformat()}"',
-        "http_port = 0",
-        "page_size = 100",
-        "poll_interval = 0.2",
-        "snapshot_concurrency = 2",
-        "drift_check_interval = 0",
-        "http_timeout = 5",
-        'log_format = "json"',
-    ]
-    for profile in sim.config.profiles:
-        lines += ["[[merchants]]", f'merchant_id = "{profile.merchant_id}"']
-        lines += [f'secret = "{profile.secret}"']
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-class Replica:
-    def __init__(self, config: Path, log: Path) -> None:
-        self.log = log
-        self.process = start_daemon({}, log, "--config", str(config), "run")
-        self.killed_at: float | None = None
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait()
-        self.killed_at = time.time()
-
-    def intervals(self) -> list[tuple[str, float, float]]:
-        """(merchant, start, end) of every stretch this process synced a merchant."""
-        opened: dict[str, float] = {}
-        spans: list[tuple[str, float, float]] = []
-        for line in self.log.read_text().splitlines():
-            if not line.startswith("{"):
-                continue
-            event = json.loads(line)
-            merchant = event.get("merchant_id")
-            at = datetime.fromisoformat(event["timestamp"]).timestamp()
-            if event["event"] == "merchant_sync_started" and merchant:
-                opened[merchant] = at
-            elif event["event"] == "merchant_sync_stopped" and merchant in opened:
-                spans.append((merchant, opened.pop(merchant), at))
-        end = self.killed_at if self.killed_at is not None else float("inf")
-        spans += [(merchant, start, end) for merchant, start in opened.items()]
-        return spans
-
-
-def holders(warehouse: Warehouse) -> dict[str, str]:
-    session = warehouse.fleet_session("test-observer")
-    try:
-        return session.holders()
-    finally:
-        session.close()
-
-
-def wait_until_all_held(warehouse: Warehouse, merchants: list[str], timeout: float) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if set(holders(warehouse)) >= set(merchants):
-            return time.monotonic() - started
-        time.sleep(0.25)
-    raise AssertionError(f"not every merchant held within {timeout} s: {holders(warehouse)}")
-
-
-def wait_until_balanced(warehouse: Warehouse, merchants: list[str], live: int, timeout: float):
-    started = time.monotonic()
-    low, high = len(merchants) // live, -(-len(merchants) // live)
-    counts: list[int] = []
-    while time.monotonic() - started < timeout:
-        held = holders(warehouse)
-        counts = sorted(list(held.values()).count(r) for r in set(held.values()))
-        counts = [0] * (live - len(counts)) + counts
-        if (
-            set(held) >= set(merchants)
-            and len(counts) == live
-            and low <= counts[0] <= counts[-1] <= high
-        ):
-            return time.monotonic() - started, counts
-        time.sleep(0.25)
-    raise AssertionError(f"not balanced within {timeout} s: {counts}")
-
-
-def assert_truth(warehouse: Warehouse, sim: Simulator, merchants: list[str]) -> None:
-    """Every merchant equals the simulator's truth (waiting up to two minutes for the tails)."""
-    deadline = time.monotonic() + 120
-    problems = {merchant: ["not checked"] for merchant in merchants}
-    while problems and time.monotonic() < deadline:
-        problems = {
-            merchant: found
-            for merchant in problems
-            if (found := differences(warehouse, merchant, sim.truth(merchant)))
-        }
-        time.sleep(0.5)
-    assert problems == {}, {m: p[:3] for m, p in problems.items()}
 
 
 @pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
@@ -194,10 +101,6 @@ def test_replicas_share_merchants_fail_over_and_rebalance(warehouse_url: str, tm
         assert stats.auth_failures == 0, merchant
 
 
-def _events(log: Path) -> list[dict[str, object]]:
-    return [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
-
-
 @pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
 def test_a_paused_holder_resumed_after_a_takeover_is_fenced_off(warehouse_url: str, tmp_path: Path):
     """SIGSTOP the holder (a long GC, a frozen VM): the database ends its silent session and
@@ -240,7 +143,7 @@ def test_a_paused_holder_resumed_after_a_takeover_is_fenced_off(warehouse_url: s
         time.sleep(2.0)  # the new holder commits under the new epoch
         first.process.send_signal(signal.SIGCONT)
         deadline = time.monotonic() + 30
-        while not any(event["event"] == "merchant_sync_stopped" for event in _events(first.log)):
+        while not any(event["event"] == "merchant_sync_stopped" for event in events(first.log)):
             assert time.monotonic() < deadline, "the resumed holder never stopped syncing"
             time.sleep(0.25)
         sim.stop_live()
@@ -254,11 +157,11 @@ def test_a_paused_holder_resumed_after_a_takeover_is_fenced_off(warehouse_url: s
         warehouse.close()
     backend = warehouse_url.split(":", maxsplit=1)[0]
     print(f"takeover of a paused holder ({backend}): {takeover:.1f} s")  # noqa: T201
-    first_events = [event["event"] for event in _events(first.log)]
+    first_events = [event["event"] for event in events(first.log)]
     shown = [e for e in first_events if e.startswith(("fenced", "lease", "merchant"))]
     print(f"resumed holder: {shown}")  # noqa: T201
     assert "fenced_write_refused" in first_events  # a commit was tried, and refused
-    refused = [e for e in _events(first.log) if e["event"] == "fenced_write_refused"]
+    refused = [e for e in events(first.log) if e["event"] == "fenced_write_refused"]
     assert all(e.get("merchant_id") == merchant for e in refused)
     assert sim.stats(merchant).rate_limit_violations == 0
 
@@ -315,11 +218,11 @@ def test_a_backfill_of_a_held_merchant_is_run_by_its_holder(warehouse_url: str, 
             end.isoformat(),
         )
         assert command.wait(timeout=120) == 0, command_log.read_text()[-2000:]
-        events = [event["event"] for event in _events(command_log)]
-        assert "backfill_handed_over" in events
-        assert "backfill_finished" in events
-        assert "snapshot_started" not in events  # it read nothing itself
-        holder_events = [event["event"] for event in _events(daemon.log)]
+        names = [event["event"] for event in events(command_log)]
+        assert "backfill_handed_over" in names
+        assert "backfill_finished" in names
+        assert "snapshot_started" not in names  # it read nothing itself
+        holder_events = [event["event"] for event in events(daemon.log)]
         assert "requested_backfill_finished" in holder_events
         windows = warehouse.load_windows(
             merchant, f"backfill:{start.isoformat()}/{end.isoformat()}"

@@ -1,0 +1,115 @@
+"""Every wait on the database is bounded (issue 30): the limits, their values and why.
+
+A warehouse connection can wait on the database in three ways, and each has a bound here, on
+the server's side (so that a process that stops talking, paused or cut off, lets go of what
+it holds) and on ours (so that we never hang on a network that went silent):
+
+- a lock: a row another transaction holds (the fence check's shared lock against the epoch
+  raise, two pages' rows), a metadata lock behind DDL;
+- the other end: a statement the server is still running, or a client that went silent in
+  the middle of a transaction or of a statement;
+- the network: unacknowledged bytes, a peer that no longer answers at all.
+
+The numbers follow from the lease (``LEASE_SECONDS``, 10 s): a holder that stops talking loses
+its merchant locks after the lease (the lock connection's own limits, ``lock_session``); by
+then, every transaction it had open must be gone too, or the new holder's epoch raise would
+wait behind its fence check's row lock (a takeover that never came, issue 30, point 2).  So a
+silent transaction ends after ``IDLE_IN_TRANSACTION`` (5 s, half the lease), a statement
+after ``STATEMENT`` (10 s: 50 times a page commit here, and no later than the lease), and a
+lock wait after ``LOCK_WAIT`` (5 s: a raise that finds the row still locked fails, and the
+next tick tries again).  Schema changes and index builds (``DDL``) may run for minutes: no
+statement limit, but the same short lock waits, so that a DDL statement queued for a lock
+never holds every page commit behind it (MariaDB's metadata locks queue that way); its caller
+tries again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+LEASE_SECONDS: Final = 10
+CONNECT: Final = 10  # seconds to connect (both drivers): a cut network fails in time
+# TCP on our side: a peer that stops acknowledging, or stops answering keepalive probes while
+# we wait for an answer, is given up on after about LEASE_SECONDS.
+KEEPALIVE_IDLE: Final = 5
+KEEPALIVE_INTERVAL: Final = 2
+KEEPALIVE_COUNT: Final = 3
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLimits:
+    """One kind of session's bounds, in seconds (0: none)."""
+
+    lock_wait: int  # a row or table lock (PostgreSQL lock_timeout, innodb_lock_wait_timeout)
+    metadata_lock_wait: int  # MariaDB lock_wait_timeout (DDL against DML)
+    idle_in_transaction: int  # a client silent inside a transaction
+    statement: int  # one statement running (0 for DDL)
+    client_silence: int  # MariaDB net_read_timeout / net_write_timeout: mid-statement silence
+    answer: int  # PyMySQL read_timeout: waiting for the server's answer (0: none)
+    idle_session: int  # MariaDB wait_timeout: an idle pooled connection is closed
+
+
+# The daemon's and the commands' pooled sessions: page commits, the fence, epochs, reads.
+WRITES: Final = SessionLimits(
+    lock_wait=5,
+    metadata_lock_wait=10,
+    idle_in_transaction=5,
+    statement=LEASE_SECONDS,
+    client_silence=LEASE_SECONDS,
+    answer=30,
+    idle_session=300,
+)
+# Migrations and BI index builds: long statements, short lock waits (and a retry above).
+DDL: Final = SessionLimits(
+    lock_wait=5,
+    metadata_lock_wait=5,
+    idle_in_transaction=60,
+    statement=0,
+    client_silence=60,
+    answer=0,
+    idle_session=300,
+)
+# A pooled connection is recycled before the server's wait_timeout ends it.
+POOL_RECYCLE: Final = 240
+
+
+def postgres_connect_args(limits: SessionLimits) -> dict[str, object]:
+    """libpq's connection parameters: our side's network bounds and the server's session
+    settings (``options``), set once at connect, no round trip of their own."""
+    settings = {
+        "lock_timeout": f"{limits.lock_wait}s",
+        "idle_in_transaction_session_timeout": f"{limits.idle_in_transaction}s",
+        "statement_timeout": f"{limits.statement}s",
+    }
+    return {
+        "connect_timeout": CONNECT,
+        "keepalives": 1,
+        "keepalives_idle": KEEPALIVE_IDLE,
+        "keepalives_interval": KEEPALIVE_INTERVAL,
+        "keepalives_count": KEEPALIVE_COUNT,
+        "tcp_user_timeout": LEASE_SECONDS * 1000,
+        "options": " ".join(f"-c {name}={value}" for name, value in settings.items()),
+    }
+
+
+def mariadb_connect_args(limits: SessionLimits) -> dict[str, object]:
+    """PyMySQL's bounds on our side, and the server's session settings in one init command."""
+    settings = {
+        "innodb_lock_wait_timeout": limits.lock_wait,
+        "lock_wait_timeout": limits.metadata_lock_wait,
+        "idle_transaction_timeout": limits.idle_in_transaction,
+        "max_statement_time": limits.statement,
+        "net_read_timeout": limits.client_silence,
+        "net_write_timeout": limits.client_silence,
+        "wait_timeout": limits.idle_session,
+    }
+    assignments = ", ".join(f"{name} = {value}" for name, value in settings.items())
+    args: dict[str, object] = {
+        "connect_timeout": CONNECT,
+        "init_command": f"SET SESSION time_zone = '+00:00', {assignments}",
+    }
+    if limits.answer:
+        args["read_timeout"] = limits.answer
+        args["write_timeout"] = limits.answer
+    return args
