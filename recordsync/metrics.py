@@ -222,6 +222,7 @@ class _Book:
         self._merchants: dict[str, _MerchantState] = {}
         self._leases: dict[str, bool] = {}
         self._replicas_live: int | None = None
+        self.lease_confirmed: Callable[[str], bool] | None = None
 
     @contextmanager
     def editing(self, merchant_id: str) -> Iterator[_MerchantState]:
@@ -252,10 +253,16 @@ class _Book:
             self._leases[merchant_id] = False
 
     def snapshot(self) -> _Snapshot:
+        confirmed = self.lease_confirmed
+        with self._lock:
+            leases = dict(self._leases)
+            merchants = {mid: state.copy() for mid, state in self._merchants.items()}
+        if confirmed is not None:  # asked outside the lock: it takes the fleet session's
+            leases = {mid: held and confirmed(mid) for mid, held in leases.items()}
         with self._lock:
             return _Snapshot(
-                merchants={mid: state.copy() for mid, state in self._merchants.items()},
-                leases=dict(self._leases),
+                merchants=merchants,
+                leases=leases,
                 replicas_live=self._replicas_live,
                 now=self.clock(),
             )
@@ -556,6 +563,12 @@ class Metrics:
         ``recordsync_merchants_held`` counts the merchants held.
         """
         self._book.set_lease_held(_checked(merchant_id), held=held)
+
+    def watch_leases(self, confirmed: Callable[[str], bool]) -> None:
+        """``recordsync_lease_held`` is 1 only while ``confirmed(merchant)`` says the lease is
+        still confirmed (``FleetSession.confirmed``): a replica cut off from the database
+        shows 0 at once, before another replica takes the merchant."""
+        self._book.lease_confirmed = confirmed
 
     def set_replicas_live(self, count: int) -> None:
         """How many replicas (this one included) the fleet saw alive at its last heartbeat."""

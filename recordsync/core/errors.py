@@ -6,6 +6,7 @@
 - ``FatalPlatformError``: stop and tell a person; sending again will not help.
 - ``InvalidRecordError``: skip the record and quarantine it with the reason.
 - ``LeaseSupersededError``: another process holds the merchant now; stop syncing it.
+- ``LeaseUnconfirmedError``: this process cannot confirm its lease: stop syncing it, now.
 
 Every platform error carries the HTTP status, ``error.code``, ``retryable`` and ``request_id``
 so callers branch on the code, never on the message (spec: Errors).  Messages never contain the
@@ -51,6 +52,20 @@ class LeaseSupersededError(RecordSyncError):
         super().__init__(
             f"lease of merchant {merchant_id!r} superseded: this holder's epoch is {expected}, "
             f"the warehouse's is {found}; stop syncing the merchant"
+        )
+
+
+class LeaseUnconfirmedError(RecordSyncError):
+    """This process could not confirm, recently enough, that it still holds the merchant's
+    lease (the database unreachable, the network cut, this process paused): the lease may pass
+    to another process any moment, so it sends nothing more for the merchant until it holds it
+    again (issue 30: self-fencing reads)."""
+
+    def __init__(self, merchant_id: str) -> None:
+        self.merchant_id = merchant_id
+        super().__init__(
+            f"the lease of merchant {merchant_id!r} is not confirmed: nothing more is sent for "
+            "it until this process holds it again"
         )
 
 

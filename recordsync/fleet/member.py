@@ -11,7 +11,9 @@ back: a hand-over never has two writers.
 from __future__ import annotations
 
 import time
+import traceback
 from collections.abc import Callable, Collection
+from pathlib import Path
 from typing import Final, Protocol
 
 import structlog
@@ -21,6 +23,8 @@ from recordsync.core.stopping import Stopper
 from recordsync.fleet.share import plan_moves
 
 DEFAULT_TICK: Final = 2.0
+# The longest pause between two ticks that failed (the warehouse unreachable for long).
+MAX_BACKOFF: Final = 30.0
 # A replica whose heartbeat is older than this (by the database's clock) no longer counts.
 DEFAULT_STALE_AFTER: Final = 6.0
 STANDBY_LOG_EVERY: Final = 60.0
@@ -43,6 +47,10 @@ class FleetSession(Protocol):
     def release(self, merchant_id: str) -> None: ...
 
     def still_held(self) -> frozenset[str]: ...
+
+    def confirmed(self, merchant_id: str) -> bool:
+        """Whether the merchant's lock was seen held recently enough (no I/O)."""
+        ...
 
     def heartbeat(self, merchants_held: int) -> None: ...
 
@@ -98,6 +106,7 @@ class Member:
         self._log = log.bind(replica_id=replica_id)
         self._clock = clock
         self._next_waiting_log: float | None = None
+        self.failures = 0  # ticks that failed in a row: the next waits longer
 
     def run(self) -> None:
         """Tick until stopped, then hand every merchant over at once and leave.
@@ -110,9 +119,15 @@ class Member:
             self._announce()
             while not self.stopper.stopped:
                 self.step()
-                self._wait(self.tick)
+                self._wait(self.pause())
         finally:
             self.leave()
+
+    def pause(self) -> float:
+        """Until the next tick: ``tick``, doubled for each tick that failed in a row, at most
+        ``MAX_BACKOFF``.  Within the lease: a replica with merchants keeps them confirmed by
+        its session's keeper, not by its ticks."""
+        return min(self.tick * 2.0 ** min(self.failures, 8), max(self.tick, MAX_BACKOFF))
 
     def _announce(self) -> None:
         try:
@@ -129,17 +144,44 @@ class Member:
             self.stopper.wait(seconds)
 
     def step(self) -> None:
-        """One tick: heartbeat, drop what was lost, then take and give toward the share."""
+        """One tick: heartbeat, drop what was lost, then take and give toward the share.
+
+        A tick that fails (the warehouse unreachable, or a bug) is tried again after a
+        backoff (``pause``).  Meanwhile this replica keeps syncing what its lease is still
+        confirmed for, and stops and gives back the rest: it never holds a lock while
+        syncing nothing, nor syncs what it cannot confirm it holds.
+        """
         try:
             self._step()
         except WarehouseUnavailableError as exc:
-            # The session's connection is gone, and with it every lock: another replica may
-            # take these merchants at once, so stop syncing them now (commits are fenced too).
+            self.failures += 1
             self._log.warning(
-                "fleet_unavailable", error=str(exc), kind=type(exc).__name__, held=sorted(self.held)
+                "fleet_unavailable",
+                error=str(exc),
+                kind=type(exc).__name__,
+                held=sorted(self.held),
+                retry_in=round(self.pause(), 1),
             )
-            self._drop(set(self.held), reason="warehouse unavailable")
+            self._drop_unconfirmed()
+        except Exception as exc:  # noqa: BLE001 - a bug in a tick must not end the fleet
+            self.failures += 1
+            self._log.error(
+                "fleet_tick_failed",
+                kind=type(exc).__name__,
+                where=_where(exc),
+                retry_in=round(self.pause(), 1),
+            )
+            self._drop_unconfirmed()
+        else:
+            self.failures = 0
         self._report()
+
+    def _drop_unconfirmed(self) -> None:
+        """Stop, and give back, every merchant whose lease is not confirmed now."""
+        lost = {merchant_id for merchant_id in self.held if not self.session.confirmed(merchant_id)}
+        self._drop(lost, reason="lease not confirmed")
+        for merchant_id in sorted(lost):
+            self.session.release(merchant_id)  # never raises: the lock is free either way
 
     def leave(self) -> None:
         """Graceful stop: every page in hand committed, every lock given back at once."""
@@ -211,3 +253,11 @@ class Member:
     def _report(self) -> None:
         if self.on_change is not None:
             self.on_change(frozenset(self.held), len(self.live))
+
+
+def _where(exc: BaseException) -> str:
+    """Where ``exc`` was raised (file:line function, innermost first), never its message."""
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    return " < ".join(
+        f"{Path(frame.filename).name}:{frame.lineno} {frame.name}" for frame in reversed(frames)
+    )

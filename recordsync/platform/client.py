@@ -9,7 +9,11 @@ Every attempt, retries included, takes a slot of the shared ``RateBudget`` (reco
 record-changes share the platform's limit) and carries a fresh X-Timestamp and signature while
 the target stays the same (spec: "every retry uses a fresh X-Timestamp and a new signature").
 The secret is asked for at every attempt too (a ``SecretProvider``), so a rotated secret signs
-the next request without a restart (spec: Authentication, Key rotation).
+the next request without a restart (spec: Authentication, Key rotation).  A client that syncs
+under a lease (``hold_under``) asks it before every attempt, and again right before sending:
+once the lease is not confirmed, nothing more goes out for the merchant
+(``LeaseUnconfirmedError``), so a process cut off or paused past its lease never spends the
+new holder's rate limit (issue 30).
 What is retried, and how long to wait, is ``RetryPolicy``'s decision; a 429 pauses the budget
 for every caller.  A caller that must not wait out a failure in its thread (a job on a shared
 pool, ``core.waiting``) gets the error at once instead: its job's step runner retries it later,
@@ -37,6 +41,7 @@ from recordsync.core.errors import (
     ClockSkewError,
     ConfigurationError,
     InvalidRecordError,
+    LeaseUnconfirmedError,
     PlatformError,
     ProtocolError,
     RateLimitedError,
@@ -166,6 +171,7 @@ class PlatformClient:
         self._observer: ClientObserver = observer or NullObserver()
         self._limits = DEFAULT_LIMITS
         self._round_trip: float | None = None
+        self._lease: Callable[[], bool] | None = None
         tls = _tls(verify=verify)
         self._http = httpx.Client(
             # Requests are stamped for the budget when they are written (wire.py).
@@ -178,6 +184,14 @@ class PlatformClient:
     @property
     def budget(self) -> RateBudget:
         return self._budget
+
+    def hold_under(self, lease: Callable[[], bool] | None) -> None:
+        """Send only while ``lease()`` says the merchant's lease is confirmed (None: always)."""
+        self._lease = lease
+
+    def _check_lease(self) -> None:
+        if self._lease is not None and not self._lease():
+            raise LeaseUnconfirmedError(self._merchant_id)
 
     @property
     def query_budget(self) -> RateBudget:
@@ -436,9 +450,11 @@ class PlatformClient:
             "GET", self._origin + target, headers={"Accept": "application/json"}
         )
         check_sent_verbatim(request.url.raw_path, target, endpoint=endpoint)
+        self._check_lease()
         slot = None if priority is None or budget is None else budget.acquire(priority, rank=rank)
         handed = False
         try:
+            self._check_lease()  # again: the budget's wait may have outlasted the lease
             # Fresh timestamp and signature for every attempt, taken after the budget wait.
             timestamp = format_timestamp(self._clock())
             request.headers["X-Merchant-Id"] = self._merchant_id

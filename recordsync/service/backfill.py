@@ -68,6 +68,9 @@ def run_backfill(
                 epoch = session.try_hold(merchant.merchant_id)
                 if epoch is None:
                     return _follow_the_holder(app, start, end, stopper, progress)
+                # Its lease is kept alive by the session's keeper for the whole run; nothing is
+                # sent once it is not confirmed (issue 30).
+                app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
                 result = app.engine_for(stopper, epoch=epoch).backfill(start, end)
             finally:
                 session.close()

@@ -79,6 +79,15 @@ def run_daemon(
             StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=False).run(
                 warehouse.migrate, what="migrate"
             )
+
+            def lost(merchants: frozenset[str]) -> None:
+                for merchant_id in merchants:  # at once; the fleet's next tick stops them
+                    metrics.set_lease_held(merchant_id, held=False)
+
+            session = warehouse.fleet_session(me, lease_seconds=LEASE_SECONDS, on_lost=lost)
+            # Nothing is sent for a merchant, and it shows as not held, from the moment its
+            # lease is not confirmed (issue 30: self-fencing reads).
+            metrics.watch_leases(session.confirmed)
             syncs = MerchantSyncs(
                 settings,
                 warehouse=warehouse,
@@ -90,8 +99,8 @@ def run_daemon(
                 extra_observer=lambda merchant_id: (
                     ProcessLogContext(merchant_id) if merchant_id == single else None
                 ),
+                lease=session.confirmed,
             )
-            session = warehouse.fleet_session(me, lease_seconds=LEASE_SECONDS)
             try:
                 member = Member(
                     session,

@@ -39,6 +39,7 @@ import structlog
 from recordsync.core.errors import (
     FatalPlatformError,
     LeaseSupersededError,
+    LeaseUnconfirmedError,
     RecordSyncError,
     ShutdownRequestedError,
 )
@@ -129,7 +130,10 @@ class MerchantSyncs:
         restart: RestartPolicy | None = None,
         rng: random.Random | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        lease: Callable[[str], bool] | None = None,
     ) -> None:
+        """``lease(merchant_id)``: whether this process's lease of the merchant is confirmed
+        now (``FleetSession.confirmed``); nothing is sent for a merchant once it is not."""
         self._settings = settings
         self._warehouse = warehouse
         self._secrets = secrets
@@ -145,6 +149,7 @@ class MerchantSyncs:
         self._restart = restart or RestartPolicy()
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
         self._monotonic = monotonic
+        self._lease = lease
         self._watcher: threading.Thread | None = None
 
     # -- fleet.Syncs ----------------------------------------------------------------------------
@@ -221,6 +226,9 @@ class MerchantSyncs:
             sleep=run.stopper.sleep,
             observer=ClientMetricsObserver(metrics),
         )
+        lease = self._lease
+        if lease is not None:
+            client.hold_under(lambda: lease(run.merchant_id))
         bound = log.bind(merchant_id=run.merchant_id, epoch=run.epoch)
         failures = 0
         try:
@@ -228,7 +236,7 @@ class MerchantSyncs:
                 started = self._monotonic()
                 try:
                     self._attempt(run, client, bound)
-                except (LeaseSupersededError, ShutdownRequestedError):
+                except (LeaseSupersededError, LeaseUnconfirmedError, ShutdownRequestedError):
                     raise
                 except Exception as exc:  # noqa: BLE001 - a bug in one merchant must not end the others
                     ran = self._monotonic() - started
@@ -251,6 +259,14 @@ class MerchantSyncs:
                 "lease_superseded",
                 error=str(exc),
                 action="stopped syncing this merchant; its new holder goes on",
+            )
+        except LeaseUnconfirmedError as exc:
+            self._metrics.set_lease_held(run.merchant_id, held=False)
+            bound.error(
+                "lease_unconfirmed",
+                error=str(exc),
+                action="stopped syncing this merchant at once: the database could not confirm "
+                "the lease; it is taken again once the fleet holds it",
             )
         except ShutdownRequestedError:
             pass  # stopped (a hand-over or the process's stop) while starting or waiting
@@ -428,7 +444,7 @@ class MerchantSyncs:
                 what="finish backfill request",
             )
             bound.info("requested_backfill_finished", records=result.records)
-        except (ShutdownRequestedError, LeaseSupersededError):
+        except (ShutdownRequestedError, LeaseSupersededError, LeaseUnconfirmedError):
             return  # left running: the next holder resumes it
         except RecordSyncError as exc:
             bound.error("requested_backfill_failed", error=str(exc))
@@ -478,7 +494,7 @@ class MerchantSyncs:
                 what="finish verify request",
             )
             bound.info("requested_verify_finished", clean=result.clean, repaired=result.repaired)
-        except (ShutdownRequestedError, LeaseSupersededError):
+        except (ShutdownRequestedError, LeaseSupersededError, LeaseUnconfirmedError):
             return  # left running: the next holder runs it again
         except RecordSyncError as exc:
             bound.error("requested_verify_failed", error=str(exc))

@@ -131,6 +131,9 @@ def run_verify(
                     try_hold=lambda: session.try_hold(merchant.merchant_id),
                 )
             if document is None:
+                # Its lease is kept alive by the session's keeper; nothing is sent once it is
+                # not confirmed (issue 30).
+                app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
                 with progress or nullcontext():
                     result = verify_range(
                         app.client,

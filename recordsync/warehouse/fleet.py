@@ -16,18 +16,30 @@ each merchant synced by exactly one of them at a time.  A process opens ONE sess
 
 Rows (epochs, heartbeats) are written through the warehouse's pool, each in one transaction;
 the locks live on the session's own connection.  The balancing (who should hold what) is the
-caller's.  Calls are serialised (one thread at a time uses the session; a waiting
-``wait_for_change`` holds the others off for at most its timeout).
+caller's.
+
+While it holds anything, a small thread of the session's own (the keeper) asks the database
+every ``KEEP_EVERY`` seconds which locks it still holds: that keeps the lock connection from
+looking silent to the server whatever the caller's loop is doing (a slow tick, a long epoch
+raise: issue 30, point 3), and it dates each merchant's last confirmation.  A merchant is
+``confirmed`` for ``lease_seconds - CONFIRM_MARGIN`` after the moment its lock was last seen
+held: the server cannot free it sooner, since a silent session is ended only
+``lease_seconds`` after the last statement it received, which came after that moment.  Past
+it (the database unreachable, a cut, a pause of this process), the caller must send nothing
+more for the merchant: the lease may be someone else's soon.  A lock found lost is
+forgotten, and ``on_lost`` is told at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import socket
 import threading
-from collections.abc import Callable
-from typing import TypeVar
+import time
+from collections.abc import Callable, Collection
+from typing import Final, TypeVar
 
 import structlog
 from sqlalchemy import Connection, Engine, func, select
@@ -41,6 +53,10 @@ from recordsync.warehouse.schema import ID_LENGTH
 
 _T = TypeVar("_T")
 _log = structlog.get_logger(__name__)
+
+KEEP_EVERY: Final = 2.0  # seconds between the keeper's looks at the locks (at most)
+CONFIRM_MARGIN: Final = 2.0  # seconds of a lease never counted on (scheduling, the clock)
+WAIT_CHUNK: Final = 1.0  # the longest a notification wait holds the lock connection
 
 
 class FleetSession:
@@ -59,6 +75,9 @@ class FleetSession:
         replica_id: str,
         *,
         sleep: Callable[[float], None],
+        lease_seconds: int = 10,
+        on_lost: Callable[[frozenset[str]], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
         hostname: str | None = None,
         pid: int | None = None,
     ) -> None:
@@ -78,7 +97,17 @@ class FleetSession:
         self._hostname = hostname if hostname is not None else socket.gethostname()
         self._pid = pid if pid is not None else os.getpid()
         self._held: dict[str, int] = {}  # merchant -> the epoch this session was given
+        self._confirmed: dict[str, float] = {}  # merchant -> ``clock`` when last seen held
+        self._valid_for = max(lease_seconds - CONFIRM_MARGIN, lease_seconds / 2)
+        # Several looks within a lease, so that one slow look never lets the session idle out.
+        self._keep_every = min(KEEP_EVERY, lease_seconds / 4)
+        self._on_lost = on_lost
+        self._clock = clock
+        # _io guards the session's state; _conn the lock connection.  Taken in that order.
         self._io = threading.RLock()
+        self._conn = threading.RLock()
+        self._keeper: threading.Thread | None = None
+        self._keeper_stop = threading.Event()
 
     @property
     def replica_id(self) -> str:
@@ -110,9 +139,12 @@ class FleetSession:
         with self._io:
             if merchant_id in self._held:
                 return self._held[merchant_id]
+            locked_at = self._clock()
             if not self._on_lock_connection(lambda: self._locks.try_lock(merchant_id)):
                 return None
             try:
+                # Bounded: the pool's lock wait (``timeouts``) ends a raise held up by a
+                # fenced write of a holder gone silent; the next tick tries again.
                 epoch = self._write(
                     "raise lease epoch",
                     lambda conn: leases.raise_epoch(conn, merchant_id, self._replica_id),
@@ -120,7 +152,20 @@ class FleetSession:
             except BaseException:
                 self._unlock_quietly(merchant_id)  # a lock without an epoch is no use
                 raise
+            # Never an epoch without the lock: the lock connection may have died during the
+            # raise (its session ended), and another process may hold the lock by now.
+            ours = self._on_lock_connection(lambda: self._locks.held({merchant_id}))
+            if merchant_id not in ours:
+                _log.warning(
+                    "lease_lock_lost_while_raising",
+                    merchant_id=merchant_id,
+                    epoch=epoch,
+                    action="not taken: the lock is not this process's any more",
+                )
+                return None
             self._held[merchant_id] = epoch
+            self._confirmed[merchant_id] = locked_at
+            self._start_keeper()
             _log.info("merchant_held", merchant_id=merchant_id, epoch=epoch)
             return epoch
 
@@ -132,6 +177,7 @@ class FleetSession:
         """
         with self._io:
             epoch = self._held.pop(merchant_id, None)
+            self._confirmed.pop(merchant_id, None)
             if epoch is None:
                 return
             self._unlock_quietly(merchant_id)
@@ -147,14 +193,68 @@ class FleetSession:
         """Which merchants this session still really holds, asked of the database (for the
         heartbeat); a merchant found lost is forgotten."""
         with self._io:
-            if not self._held:
-                return frozenset()
             merchants = frozenset(self._held)
+        if not merchants:
+            return frozenset()
+        asked_at = self._clock()
+        try:
             really = self._on_lock_connection(lambda: self._locks.held(merchants))
-            for merchant_id in merchants - really:
+        except WarehouseUnavailableError:
+            self._lost(merchants)
+            raise
+        with self._io:
+            for merchant_id in really & self._held.keys():
+                self._confirmed[merchant_id] = asked_at
+            gone = (merchants - really) & self._held.keys()
+            for merchant_id in gone:
                 epoch = self._held.pop(merchant_id)
+                self._confirmed.pop(merchant_id, None)
                 _log.warning("merchant_lock_lost", merchant_id=merchant_id, epoch=epoch)
-            return really
+        if gone:
+            self._tell_lost(frozenset(gone))
+        return really
+
+    def confirmed(self, merchant_id: str) -> bool:
+        """Whether this session's lock of the merchant was seen held recently enough that
+        nobody else can hold it yet (module docstring); no I/O."""
+        with self._io:
+            seen = self._confirmed.get(merchant_id)
+        return seen is not None and self._clock() - seen < self._valid_for
+
+    def _start_keeper(self) -> None:
+        if self._keeper is None or not self._keeper.is_alive():
+            self._keeper_stop.clear()
+            self._keeper = threading.Thread(
+                target=self._keep, name=f"lease-keeper-{self._replica_id}", daemon=True
+            )
+            self._keeper.start()
+
+    def _keep(self) -> None:
+        """The keeper: confirm the locks every ``KEEP_EVERY`` s while any is held."""
+        while not self._keeper_stop.wait(self._keep_every):
+            with self._io:
+                if not self._held:
+                    continue
+            try:
+                self.still_held()
+            except WarehouseUnavailableError as exc:
+                _log.warning("lease_keeper_failed", error=str(exc), action="locks lost")
+            except Exception as exc:  # noqa: BLE001 - a bug must not end the keeper silently
+                _log.error("lease_keeper_crashed", kind=type(exc).__name__)
+
+    def _lost(self, merchants: Collection[str]) -> None:
+        """The lock connection is gone, and every lock with it."""
+        with self._io:
+            gone = frozenset(merchants) & self._held.keys()
+            for merchant_id in gone:
+                self._held.pop(merchant_id, None)
+                self._confirmed.pop(merchant_id, None)
+        if gone:
+            self._tell_lost(gone)
+
+    def _tell_lost(self, merchants: frozenset[str]) -> None:
+        if self._on_lost is not None:
+            self._on_lost(merchants)
 
     def heartbeat(self, merchants_held: int) -> None:
         """Say this replica is alive (``heartbeat_at`` = the database's now), and keep the
@@ -173,9 +273,8 @@ class FleetSession:
                 self._publish(conn)
                 _log.info("replica_joined", replica_id=self._replica_id)
 
-        with self._io:
-            self._write("heartbeat", beat)
-            self._on_lock_connection(self._locks.keep_alive)
+        self._write("heartbeat", beat)
+        self._on_lock_connection(self._locks.keep_alive)
 
     def live_replicas(self, stale_after: float) -> list[str]:
         """Sorted ids of the replicas whose last heartbeat is younger than ``stale_after``
@@ -187,8 +286,7 @@ class FleetSession:
         """merchant -> replica, for the merchants whose lock is held right now (for status)."""
         with translate_errors("read leases"), self._engine.begin() as conn:
             claimed = leases.unreleased(conn)
-        with self._io:
-            return self._on_lock_connection(lambda: self._locks.holders(claimed))
+        return self._on_lock_connection(lambda: self._locks.holders(claimed))
 
     def wait_for_change(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for another replica to release, leave or join.
@@ -199,10 +297,14 @@ class FleetSession:
         if not self._locks.listens:
             self._sleep(timeout)
             return False
-        with self._io:
-            return self._on_lock_connection(
-                lambda: self._locks.wait(timeout, ignore=self._replica_id)
-            )
+        # In chunks: the keeper uses the same connection, and must not wait for long.
+        chunks = max(1, math.ceil(timeout / WAIT_CHUNK))
+        for _ in range(chunks):
+            if self._on_lock_connection(
+                lambda: self._locks.wait(timeout / chunks, ignore=self._replica_id)
+            ):
+                return True
+        return False
 
     def leave(self) -> None:
         """Leave the fleet: give every merchant back, delete this replica's row, announce it.
@@ -212,7 +314,9 @@ class FleetSession:
         """
         with self._io:
             held, self._held = self._held, {}
-            self._locks.drop_all()
+            self._confirmed.clear()
+            with self._conn:
+                self._locks.drop_all()
 
             def left(conn: Connection) -> None:
                 for merchant_id, epoch in held.items():
@@ -225,18 +329,27 @@ class FleetSession:
 
     def close(self) -> None:
         """Drop every lock (without the goodbye of ``leave``) and the connection; safe twice."""
+        self._keeper_stop.set()
+        keeper = self._keeper
+        if keeper is not None and keeper is not threading.current_thread():
+            keeper.join(30)
         with self._io:
             self._held.clear()
-            self._locks.close()
+            self._confirmed.clear()
+            with self._conn:
+                self._locks.close()
 
     def _on_lock_connection(self, work: Callable[[], _T]) -> _T:
         """``work`` on the locks; a lost connection means every lock is gone."""
         try:
-            return work()
+            with self._conn:
+                return work()
         except WarehouseUnavailableError:
-            if self._held:
-                _log.warning("fleet_locks_lost", merchants=sorted(self._held))
-            self._held.clear()
+            with self._io:
+                held = sorted(self._held)
+            if held:
+                _log.warning("fleet_locks_lost", merchants=held)
+            self._lost(held)
             raise
 
     def _unlock_quietly(self, merchant_id: str) -> None:

@@ -694,18 +694,27 @@ class Warehouse:
         *,
         lease_seconds: int = 10,
         sleep: Callable[[float], None] = time.sleep,
+        on_lost: Callable[[frozenset[str]], None] | None = None,
     ) -> FleetSession:
         """This process's session in the fleet sharing the merchants, as ``replica_id``.
 
         Its locks live on ONE connection of its own, built from this engine's URL (a file lock
         on SQLite).  ``lease_seconds`` bounds how long the server lets a silent holder (paused,
         partitioned) keep its locks; the caller's heartbeat, every ~2 s, keeps a live one's.
-        ``sleep`` is what ``wait_for_change`` does where the database cannot notify.
+        ``sleep`` is what ``wait_for_change`` does where the database cannot notify;
+        ``on_lost`` is told, from the session's keeper thread, of merchants whose lock is gone.
         """
         merchant_locks = fleet_locks.merchant_locks(
             self._engine.url, owner=replica_id, lease_seconds=lease_seconds
         )
-        return FleetSession(self._engine, merchant_locks, replica_id, sleep=sleep)
+        return FleetSession(
+            self._engine,
+            merchant_locks,
+            replica_id,
+            sleep=sleep,
+            lease_seconds=lease_seconds,
+            on_lost=on_lost,
+        )
 
     def fenced(self, merchant_id: str, epoch: int) -> FencedWarehouse:
         """The sync's store for ``merchant_id`` held at ``epoch``: every write is fenced."""

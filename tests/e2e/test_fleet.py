@@ -103,10 +103,12 @@ def test_replicas_share_merchants_fail_over_and_rebalance(warehouse_url: str, tm
 
 @pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
 def test_a_paused_holder_resumed_after_a_takeover_is_fenced_off(warehouse_url: str, tmp_path: Path):
-    """SIGSTOP the holder (a long GC, a frozen VM): the database ends its silent session and
-    frees its lock, the other replica takes the merchant under a new epoch; SIGCONT: every
-    commit the old holder attempts is refused inside its transaction, it stops syncing the
-    merchant, and the warehouse ends equal to the truth."""
+    """SIGSTOP the holder (a long GC, a frozen VM): the database ends its silent sessions and
+    frees its lock, the other replica takes the merchant under a new epoch; SIGCONT: the old
+    holder can no longer confirm its lease, so it sends nothing and stops syncing the
+    merchant; a commit it still had in flight is refused by the fence or was rolled back by
+    the server (its idle transaction ended within the lease), and either way nothing of it
+    lands: the warehouse ends equal to the truth."""
     sim = Simulator(
         SimConfig(
             merchant_id="paused",
@@ -157,12 +159,13 @@ def test_a_paused_holder_resumed_after_a_takeover_is_fenced_off(warehouse_url: s
         warehouse.close()
     backend = warehouse_url.split(":", maxsplit=1)[0]
     print(f"takeover of a paused holder ({backend}): {takeover:.1f} s")  # noqa: T201
-    first_events = [event["event"] for event in events(first.log)]
-    shown = [e for e in first_events if e.startswith(("fenced", "lease", "merchant"))]
+    first_events = events(first.log)
+    shown = [e["event"] for e in first_events if str(e["event"]).startswith(("fenced", "lease"))]
     print(f"resumed holder: {shown}")  # noqa: T201
-    assert "fenced_write_refused" in first_events  # a commit was tried, and refused
-    refused = [e for e in events(first.log) if e["event"] == "fenced_write_refused"]
-    assert all(e.get("merchant_id") == merchant for e in refused)
+    # It stopped for its lease: it could not confirm it, or a late commit was refused.
+    reasons = {"lease_unconfirmed", "fenced_write_refused", "merchant_lost", "lease_superseded"}
+    assert reasons & {str(e["event"]) for e in first_events}
+    assert takeover <= 15.0
     assert sim.stats(merchant).rate_limit_violations == 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from structlog.testing import capture_logs
 
 from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.stopping import Stopper
@@ -35,6 +36,8 @@ class FakeSession:
     def __init__(self, db: FakeDatabase, replica: str) -> None:
         self.db, self.replica = db, replica
         self.down = False
+        self.heartbeat_fails = False  # a pool write fails; the lock connection is fine
+        self.bug = False
 
     def _check(self) -> None:
         if self.down:
@@ -49,9 +52,13 @@ class FakeSession:
         return self.db.epochs[merchant_id]
 
     def release(self, merchant_id):
-        self._check()
+        # Never raises (the real one's contract): a lost connection freed the lock anyway.
         if self.db.locks.get(merchant_id) == self.replica:
             del self.db.locks[merchant_id]
+
+    def confirmed(self, merchant_id):
+        """The keeper's view: a lock seen held lately, on a connection that answers."""
+        return not self.down and self.db.locks.get(merchant_id) == self.replica
 
     def still_held(self):
         self._check()
@@ -59,6 +66,10 @@ class FakeSession:
 
     def heartbeat(self, merchants_held):
         self._check()
+        if self.bug:
+            raise KeyError("a bug in the tick")
+        if self.heartbeat_fails:
+            raise WarehouseUnavailableError("heartbeat: the pool's connection was reset")
         self.db.heartbeats[self.replica] = self.db.now
 
     def live_replicas(self, stale_after):
@@ -214,6 +225,40 @@ def test_a_lost_connection_stops_every_sync_of_the_replica():
     alone.step()
     assert alone.held == set()
     assert alone.syncs.running() == frozenset()
+    assert db.locks == {}, "nothing held while nothing is synced"
+
+
+def test_a_failing_tick_keeps_syncing_what_its_lease_still_confirms_and_backs_off():
+    db = FakeDatabase()
+    alone = member(db, "r0")
+    tick(db, [alone])
+    alone.session.heartbeat_fails = True
+    pauses = []
+    for _ in range(4):
+        alone.step()
+        pauses.append(alone.pause())
+    assert alone.held == set(MERCHANTS)
+    assert alone.syncs.running() == frozenset(MERCHANTS)
+    assert pauses == [4.0, 8.0, 16.0, 30.0]  # doubled, at most MAX_BACKOFF
+    alone.session.heartbeat_fails = False
+    alone.step()
+    assert alone.pause() == 2.0
+
+
+def test_a_bug_in_a_tick_is_logged_and_tried_again_never_the_end_of_the_fleet():
+    db = FakeDatabase()
+    alone = member(db, "r0")
+    tick(db, [alone])
+    alone.session.bug = True
+    with capture_logs() as logs:
+        alone.step()
+    (event,) = [entry for entry in logs if entry["event"] == "fleet_tick_failed"]
+    assert event["kind"] == "KeyError"
+    assert "test_member.py" in event["where"]
+    assert alone.held == set(MERCHANTS)  # still confirmed: still synced
+    alone.session.bug = False
+    alone.step()
+    assert alone.failures == 0
 
 
 @pytest.mark.parametrize("replicas", [1, 2, 4, 7, 9], ids=lambda n: f"{n}-replicas")

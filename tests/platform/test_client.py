@@ -17,6 +17,7 @@ from recordsync.core.errors import (
     AuthenticationError,
     ClockSkewError,
     ConfigurationError,
+    LeaseUnconfirmedError,
     ProjectionLagError,
     ProtocolError,
     RateLimitedError,
@@ -766,3 +767,33 @@ def test_the_secret_and_signatures_never_leak(fake_time):
         assert signature not in log_text
         for text in texts:
             assert signature not in text
+
+
+# -- the lease (issue 30: self-fencing reads) ----------------------------------------------------
+
+
+def test_nothing_is_sent_for_a_merchant_whose_lease_is_not_confirmed(fake_time):
+    platform = Platform(fake_time, envelope(CHANGES_PAGE))
+    with make_client(fake_time, platform) as client:
+        client.hold_under(lambda: False)
+        with pytest.raises(LeaseUnconfirmedError, match=MERCHANT):
+            client.changes(cursor="c-1", limit=10)
+        assert platform.requests == []
+        client.hold_under(lambda: True)
+        client.changes(cursor="c-1", limit=10)
+    assert len(platform.requests) == 1
+
+
+def test_a_lease_lost_while_waiting_for_the_budget_sends_nothing_and_gives_the_slot_back(
+    fake_time,
+):
+    budget = RateBudget(1, 1.0, margin=0.0, clock=fake_time, sleep=fake_time.sleep)
+    budget.acquire().stamp()  # the window is spent: the next caller waits a second
+    confirmed = iter([True, False])  # before the wait, and after it
+    platform = Platform(fake_time, envelope(CHANGES_PAGE))
+    with make_client(fake_time, platform, budget=budget) as client:
+        client.hold_under(lambda: next(confirmed))
+        with pytest.raises(LeaseUnconfirmedError):
+            client.changes(cursor="c-1", limit=10)
+    assert platform.requests == []
+    assert budget.acquire().acquired_at == pytest.approx(fake_time())  # the place came back

@@ -667,3 +667,17 @@ def test_rounds_announced_missing_is_set_per_merchant_and_goes_with_the_merchant
     metrics.forget_merchant(MERCHANT)
     assert value(registry, RoundEventMetricName.ROUNDS_ANNOUNCED_MISSING) is None
     assert value(registry, RoundEventMetricName.ROUNDS_ANNOUNCED_MISSING, merchant_id=OTHER) == 0
+
+
+def test_a_lease_not_confirmed_shows_as_not_held_at_once(metrics, registry):
+    """Issue 30: a replica cut off from the database reports 0 before anyone else could hold
+    the merchant, not after its next fleet tick."""
+    confirmed = {"m-a": True, "m-b": True}
+    metrics.watch_leases(lambda merchant_id: confirmed.get(merchant_id, False))
+    for merchant_id in confirmed:
+        metrics.set_lease_held(merchant_id, held=True)
+    assert value(registry, MetricName.LEASE_HELD, merchant_id="m-a") == 1
+    confirmed["m-a"] = False  # the keeper could not confirm it: nothing changed in the book
+    assert value(registry, MetricName.LEASE_HELD, merchant_id="m-a") == 0
+    assert value(registry, MetricName.LEASE_HELD, merchant_id="m-b") == 1
+    assert value(registry, MetricName.MERCHANTS_HELD, merchant_id=None) == 1

@@ -453,9 +453,7 @@ def test_progress_is_reported_with_every_change_under_the_lock() -> None:
     pending = [WindowProgress(MERCHANT, "job", item, None, None, False, 0) for item in hours]
     snapshot = PendingWindows(pending, workers=2, most_workers=MAX_CHAINS)
     reports: list[tuple[int, int, bool]] = []
-    snapshot.on_progress = lambda total, done: reports.append(
-        (total, done, snapshot.lock.locked())
-    )
+    snapshot.on_progress = lambda total, done: reports.append((total, done, snapshot.lock.locked()))
     first, second = snapshot.take(), snapshot.take()  # the first and the last hour
     assert first is not None
     assert second is not None
