@@ -15,8 +15,11 @@ from recordsync.sim import Simulator
 from recordsync.warehouse import Warehouse
 
 
-def write_config(sim: Simulator, url: str, path: Path, *extra: str) -> Path:
-    """Every merchant of ``sim`` on ``url``, a fast poll; ``extra`` TOML lines on top."""
+def write_config(
+    sim: Simulator, url: str, path: Path, *extra: str, only: list[str] | None = None
+) -> Path:
+    """Every merchant of ``sim`` (or those in ``only``) on ``url``, a fast poll; ``extra``
+    TOML lines on top."""
     history_from = sim.now() - timedelta(days=sim.config.history_days + 1)
     lines = [
         f'base_url = "{sim.base_url}"',
@@ -32,6 +35,8 @@ def write_config(sim: Simulator, url: str, path: Path, *extra: str) -> Path:
         *extra,
     ]
     for profile in sim.config.profiles:
+        if only is not None and profile.merchant_id not in only:
+            continue
         lines += ["[[merchants]]", f'merchant_id = "{profile.merchant_id}"']
         lines += [f'secret = "{profile.secret}"']
     path.write_text("\n".join(lines) + "\n")

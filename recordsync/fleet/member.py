@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -52,9 +52,11 @@ class FleetSession(Protocol):
         """Whether the merchant's lock was seen held recently enough (no I/O)."""
         ...
 
-    def heartbeat(self, merchants_held: int) -> None: ...
+    def heartbeat(
+        self, merchants_held: int, *, merchants: Collection[str] | None = None
+    ) -> None: ...
 
-    def live_replicas(self, stale_after: float) -> list[str]: ...
+    def live_replicas(self, stale_after: float) -> Mapping[str, Collection[str] | None]: ...
 
     def holders(self) -> dict[str, str]: ...
 
@@ -102,7 +104,7 @@ class Member:
         self.stale_after = stale_after
         self.on_change = on_change
         self.held: set[str] = set()
-        self.live: list[str] = []
+        self.live: dict[str, Collection[str] | None] = {}
         self._log = log.bind(replica_id=replica_id)
         self._clock = clock
         self._next_waiting_log: float | None = None
@@ -131,7 +133,7 @@ class Member:
 
     def _announce(self) -> None:
         try:
-            self.session.heartbeat(0)
+            self.session.heartbeat(0, merchants=self.merchants)
         except WarehouseUnavailableError as exc:
             self._log.warning("fleet_unavailable", error=str(exc), kind=type(exc).__name__, held=[])
         self._wait(min(self.tick, ANNOUNCE_WAIT))
@@ -196,7 +198,7 @@ class Member:
         self._log.info("fleet_left")
 
     def _step(self) -> None:
-        self.session.heartbeat(len(self.held))
+        self.session.heartbeat(len(self.held), merchants=self.merchants)
         lost = self.held - self.session.still_held()
         self._drop(lost, reason="lease lost")
         stopped = self.held - self.syncs.running()
@@ -204,9 +206,9 @@ class Member:
             self.session.release(merchant_id)
             self.held.discard(merchant_id)
             self._log.warning("merchant_sync_ended", merchant_id=merchant_id, action="released")
-        self.live = self.session.live_replicas(self.stale_after)
+        self.live = dict(self.session.live_replicas(self.stale_after))
         # With one lock for everything, sharing would leave merchants nobody can take.
-        share_among = [self.replica_id] if self.session.exclusive else self.live
+        share_among = {self.replica_id: None} if self.session.exclusive else self.live
         holders = self.session.holders()
         for merchant_id in self.held:
             holders[merchant_id] = self.replica_id

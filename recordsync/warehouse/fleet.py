@@ -256,10 +256,11 @@ class FleetSession:
         if self._on_lost is not None:
             self._on_lost(merchants)
 
-    def heartbeat(self, merchants_held: int) -> None:
+    def heartbeat(self, merchants_held: int, *, merchants: Collection[str] | None = None) -> None:
         """Say this replica is alive (``heartbeat_at`` = the database's now), and keep the
         session's connection from looking silent to the server.  A replica's first heartbeat
-        announces it, so the others make room for it at once."""
+        announces it, with the ``merchants`` it is configured with, so the others make room
+        for it at once."""
 
         def beat(conn: Connection) -> None:
             joined = replicas.beat(
@@ -268,6 +269,7 @@ class FleetSession:
                 hostname=self._hostname,
                 pid=self._pid,
                 merchants_held=merchants_held,
+                merchants=merchants,
             )
             if joined:
                 self._publish(conn)
@@ -276,9 +278,10 @@ class FleetSession:
         self._write("heartbeat", beat)
         self._on_lock_connection(self._locks.keep_alive)
 
-    def live_replicas(self, stale_after: float) -> list[str]:
-        """Sorted ids of the replicas whose last heartbeat is younger than ``stale_after``
-        seconds by the database's clock (this one included once it has beaten)."""
+    def live_replicas(self, stale_after: float) -> dict[str, frozenset[str] | None]:
+        """The replicas whose last heartbeat is younger than ``stale_after`` seconds by the
+        database's clock (this one included once it has beaten), sorted by id, each with the
+        merchants it is configured with (None: an older replica that did not say)."""
         with translate_errors("live replicas"), self._engine.begin() as conn:
             return replicas.live(conn, stale_after)
 

@@ -11,9 +11,11 @@ that leaves gracefully deletes its own row (``forget``).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Final
 
+import orjson
 from sqlalchemy import Connection, delete, insert, select, update
 
 from recordsync.warehouse.database_clock import database_now, read_database_now
@@ -23,11 +25,18 @@ FORGET_AFTER: Final = timedelta(days=1)
 
 
 def beat(
-    conn: Connection, replica_id: str, *, hostname: str, pid: int, merchants_held: int
+    conn: Connection,
+    replica_id: str,
+    *,
+    hostname: str,
+    pid: int,
+    merchants_held: int,
+    merchants: Collection[str] | None = None,
 ) -> bool:
     """Stamp ``replica_id``'s heartbeat; True when its row was new (the replica joined).
 
-    Only the replica itself writes its row, so the update-then-insert cannot race.
+    ``merchants``: those the replica is configured with, written when it joins (None: not
+    said).  Only the replica itself writes its row, so the update-then-insert cannot race.
     """
     beaten = conn.execute(
         update(replicas)
@@ -45,18 +54,35 @@ def beat(
             started_at=now,
             heartbeat_at=now,
             merchants_held=merchants_held,
+            merchants=None if merchants is None else orjson.dumps(sorted(merchants)).decode(),
         )
     )
     _forget_long_dead(conn, now - FORGET_AFTER)
     return True
 
 
-def live(conn: Connection, stale_after: float) -> list[str]:
-    """Sorted ids of the replicas whose heartbeat is younger than ``stale_after`` seconds."""
+def live(conn: Connection, stale_after: float) -> dict[str, frozenset[str] | None]:
+    """The replicas whose heartbeat is younger than ``stale_after`` seconds, sorted by id,
+    each with the merchants it is configured with (None: an older replica that did not say)."""
     since = read_database_now(conn) - timedelta(seconds=stale_after)
-    query = select(replicas.c.replica_id).where(replicas.c.heartbeat_at > since)
+    query = select(replicas.c.replica_id, replicas.c.merchants).where(
+        replicas.c.heartbeat_at > since
+    )
+    found = {row.replica_id: _merchants(row.merchants) for row in conn.execute(query)}
     # Sorted here, not by the database's collation, so every backend and replica agrees.
-    return sorted(conn.execute(query).scalars())
+    return {replica_id: found[replica_id] for replica_id in sorted(found)}
+
+
+def _merchants(stored: str | None) -> frozenset[str] | None:
+    if stored is None:
+        return None
+    try:
+        value = orjson.loads(stored)
+    except orjson.JSONDecodeError:
+        return None  # not ours to judge: taken as "not said"
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        return None
+    return frozenset(value)
 
 
 def _forget_long_dead(conn: Connection, before: datetime) -> None:

@@ -192,6 +192,9 @@ replicas = Table(
     Column("started_at", utc_datetime(), nullable=False),
     Column("heartbeat_at", utc_datetime(), nullable=False),
     Column("merchants_held", Integer, nullable=False),
+    # Revision 0010: the merchants the replica is configured with, a JSON array; NULL for an
+    # older replica (``fleet.share`` takes it to know the asking replica's merchants).
+    Column("merchants", large_text(), nullable=True),
 )
 
 # A one-shot backfill handed to the merchant's holder, which runs it inside the merchant's

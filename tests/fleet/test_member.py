@@ -24,6 +24,7 @@ class FakeDatabase:
         self.epochs: dict[str, int] = {}
         self.heartbeats: dict[str, float] = {}
         self.running: dict[str, set[str]] = {}  # merchant -> replicas syncing it right now
+        self.configured: dict[str, frozenset[str]] = {}  # replica -> the merchants it knows
 
     def kill(self, replica: str) -> None:
         """kill -9: the session ends, the database frees its locks; the heartbeat row stays."""
@@ -64,8 +65,10 @@ class FakeSession:
         self._check()
         return frozenset(m for m, r in self.db.locks.items() if r == self.replica)
 
-    def heartbeat(self, merchants_held):
+    def heartbeat(self, merchants_held, *, merchants=None):
         self._check()
+        if merchants is not None:
+            self.db.configured[self.replica] = frozenset(merchants)
         if self.bug:
             raise KeyError("a bug in the tick")
         if self.heartbeat_fails:
@@ -74,7 +77,11 @@ class FakeSession:
 
     def live_replicas(self, stale_after):
         self._check()
-        return sorted(r for r, at in self.db.heartbeats.items() if self.db.now - at < stale_after)
+        return {
+            r: self.db.configured.get(r)
+            for r, at in sorted(self.db.heartbeats.items())
+            if self.db.now - at < stale_after
+        }
 
     def holders(self):
         self._check()

@@ -119,3 +119,71 @@ def test_a_second_replica_for_one_merchant_changes_nothing():
         moves = plan_moves(me, merchants=["m0"], live=["r0", "r1"], holders=holders)
         assert moves.acquire == ()
         assert moves.release == ()
+
+
+# -- replicas whose configurations differ (issue 30, point 10) --------------------------------
+
+
+def settle_known(knows, holders, rounds=50):
+    """``settle`` with each replica configured with its own merchants."""
+    holders = dict(holders)
+    for number in range(rounds):
+        moved = False
+        for me, merchants in knows.items():
+            moves = plan_moves(me, merchants=merchants, live=knows, holders=holders)
+            for merchant in moves.release:
+                assert holders.pop(merchant) == me
+                moved = True
+            for merchant in moves.acquire:
+                assert merchant in merchants, "only a merchant this replica knows"
+                if merchant not in holders:
+                    holders[merchant] = me
+                    moved = True
+        if not moved:
+            return holders, number
+    raise AssertionError(f"no convergence in {rounds} rounds: {holders}")
+
+
+def test_a_merchant_only_one_replica_knows_is_held_whatever_the_shares():
+    """A rolling update added a fifth merchant to one replica: the other held 1, this one its
+    ceiling of 3 of the common ones, and nobody held the fifth for as long as it lasted."""
+    common = ["m1", "m2", "m3", "m4"]
+    knows = {"old": common, "new": [*common, "m5"]}
+    stuck = {"m1": "new", "m2": "new", "m3": "new", "m4": "old"}
+    holders, _ = settle_known(knows, stuck)
+    assert set(holders) == {"m1", "m2", "m3", "m4", "m5"}
+    assert holders["m5"] == "new"
+    counts = sorted(list(holders.values()).count(replica) for replica in knows)
+    assert counts == [2, 3]
+
+
+def test_an_older_replica_that_says_nothing_is_taken_to_know_the_askers_merchants():
+    merchants = ["m1", "m2", "m3", "m4"]
+    moves = plan_moves("new", merchants=merchants, live={"new": merchants, "old": None}, holders={})
+    assert len(moves.acquire) == 2
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_every_known_merchant_is_held_and_no_replica_could_take_one_off_a_busier_one(data):
+    merchants = [f"m{n}" for n in range(data.draw(st.integers(0, 14)))]
+    replicas = [f"r{n}" for n in range(data.draw(st.integers(1, 4)))]
+    knows = {
+        replica: sorted(data.draw(st.sets(st.sampled_from(merchants))) if merchants else [])
+        for replica in replicas
+    }
+    start = {
+        merchant: holder
+        for merchant in merchants
+        if (holder := data.draw(st.sampled_from([None, *replicas]))) is not None
+        and merchant in knows[holder]
+    }
+    holders, _ = settle_known(knows, start)
+    known = {merchant for configured in knows.values() for merchant in configured}
+    assert set(holders) == known
+    load = {replica: list(holders.values()).count(replica) for replica in replicas}
+    for merchant, holder in holders.items():
+        assert merchant in knows[holder]
+        for other in replicas:
+            if merchant in knows[other]:
+                assert load[holder] - load[other] <= 1, (merchant, holder, other, load)

@@ -227,7 +227,7 @@ def test_heartbeats_are_stamped_and_aged_by_the_database_clock(warehouse, fleet)
     assert row.merchants_held == 3
     assert row.pid > 0
     assert row.hostname
-    assert first.live_replicas(30) == ["replica-a", "replica-b"]
+    assert list(first.live_replicas(30)) == ["replica-a", "replica-b"]
 
     with warehouse.engine.begin() as conn:  # replica-a last beat a minute ago
         conn.execute(
@@ -235,10 +235,10 @@ def test_heartbeats_are_stamped_and_aged_by_the_database_clock(warehouse, fleet)
             .where(replicas.c.replica_id == "replica-a")
             .values(heartbeat_at=row.heartbeat_at - timedelta(seconds=60))
         )
-    assert second.live_replicas(30) == ["replica-b"]
-    assert second.live_replicas(120) == ["replica-a", "replica-b"]
+    assert list(second.live_replicas(30)) == ["replica-b"]
+    assert list(second.live_replicas(120)) == ["replica-a", "replica-b"]
     first.heartbeat(3)
-    assert second.live_replicas(30) == ["replica-a", "replica-b"]
+    assert list(second.live_replicas(30)) == ["replica-a", "replica-b"]
 
 
 @pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
@@ -262,7 +262,7 @@ def test_replicas_joining_side_by_side_all_get_a_row(fleet):
     for thread in threads:
         thread.join(30)
     assert failures == []
-    assert sessions[0].live_replicas(60) == sorted(s.replica_id for s in sessions)
+    assert list(sessions[0].live_replicas(60)) == sorted(s.replica_id for s in sessions)
 
 
 def test_a_replica_silent_for_a_day_is_forgotten_when_another_joins(warehouse, fleet):
@@ -282,7 +282,7 @@ def test_leaving_frees_every_merchant_and_the_replica_row_at_once(warehouse, fle
     staying.heartbeat(0)
     leaving.leave()
     assert leaving.held() == {}
-    assert staying.live_replicas(60) == ["replica-b"]
+    assert list(staying.live_replicas(60)) == ["replica-b"]
     assert staying.try_hold(M1) == 2
     assert lease_row(warehouse, M2).released_at is not None
 
