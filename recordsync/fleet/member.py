@@ -109,6 +109,7 @@ class Member:
         self._clock = clock
         self._next_waiting_log: float | None = None
         self.failures = 0  # ticks that failed in a row: the next waits longer
+        self._free_before: frozenset[str] = frozenset()  # merchants nobody held last tick
 
     def run(self) -> None:
         """Tick until stopped, then hand every merchant over at once and leave.
@@ -212,9 +213,15 @@ class Member:
         holders = self.session.holders()
         for merchant_id in self.held:
             holders[merchant_id] = self.replica_id
+        free = frozenset(m for m in self.merchants if m not in holders)
         moves = plan_moves(
-            self.replica_id, merchants=self.merchants, live=share_among, holders=holders
+            self.replica_id,
+            merchants=self.merchants,
+            live=share_among,
+            holders=holders,
+            overdue=free & self._free_before,
         )
+        self._free_before = free
         for merchant_id in moves.release:
             if self.stopper.stopped:
                 return

@@ -136,6 +136,7 @@ def plan_moves(
     merchants: Collection[str],
     live: Mapping[str, Collection[str] | None] | Iterable[str],
     holders: Mapping[str, str],
+    overdue: Collection[str] = (),
 ) -> Moves:
     """What ``me`` should take and give back now.
 
@@ -144,6 +145,11 @@ def plan_moves(
     assignment gives another is handed over, only ever to a replica that will take it (a live
     one that knows it); should it not, a merchant nobody holds is the first thing every
     replica's assignment gives out again: nothing stays released into the void.
+
+    ``overdue``: merchants nobody has held for a while (the caller saw them free at its last
+    tick too).  This replica takes those it knows whoever the assignment names: that one may
+    be dead with a heartbeat not yet stale (a kill -9), and holding every merchant comes
+    before balance, which the next ticks restore.
     """
     mine_known = frozenset(merchants)
     knows: dict[str, frozenset[str]] = {}
@@ -154,12 +160,12 @@ def plan_moves(
         knows = dict.fromkeys(live, mine_known)
     knows[me] = mine_known
     owner = assign(knows, holders)
-    acquire = tuple(
-        sorted(
-            (m for m in mine_known if owner.get(m) == me and m not in holders),
-            key=lambda m: preference(m, me),
-        )
+    free = [m for m in mine_known if m not in holders]
+    assigned = sorted((m for m in free if owner.get(m) == me), key=lambda m: preference(m, me))
+    late = sorted(
+        (m for m in free if m in overdue and owner.get(m) != me), key=lambda m: preference(m, me)
     )
+    acquire = (*assigned, *late)
     giving = sorted(
         (m for m, holder in holders.items() if holder == me and owner.get(m, me) != me),
         key=lambda m: preference(m, me),

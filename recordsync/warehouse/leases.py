@@ -14,6 +14,16 @@ commit was prepared before it lost the lock.  So each merchant has an ``epoch`` 
 The shared lock orders the two: a raise waits for the commits already past their check (they
 were the holder's at the time, and finish), and a commit that starts after the raise sees the
 new epoch.  So once ``raise_epoch`` returns, no commit of an older epoch can succeed.
+
+**Epochs are never reused**, not even after a failover to an asynchronous replica that lacks
+the last raises (issue 30, point 11): a raise gives ``max(epoch + 1, the database's clock in
+milliseconds)``.  Within one history epochs rise by at least one; across a failover, the new
+primary's next raise reads a clock later than every raise the old primary made (a failover
+takes longer than the skew between two NTP-synced servers), so its epoch is above every epoch
+ever issued, and a holder of a lost epoch can never meet its number again.  What a failover
+cannot undo is its own loss: until the next raise, the row is the one the replica had, and a
+holder of that epoch still passes; its lock went with the old primary, so its keeper stops it
+within the lease.
 PostgreSQL takes the lock as ``FOR SHARE``, MariaDB as ``LOCK IN SHARE MODE`` (a locking read
 sees the newest committed row even under REPEATABLE READ); SQLite's ``BEGIN IMMEDIATE``
 already lets one writer in at a time.
@@ -21,18 +31,21 @@ already lets one writer in at a time.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import structlog
 from sqlalchemy import Connection, insert, select, update
 
 from recordsync.core.errors import LeaseSupersededError
-from recordsync.warehouse.database_clock import database_now
+from recordsync.warehouse.database_clock import database_now, read_database_now
 from recordsync.warehouse.schema import merchant_leases
 
 _log = structlog.get_logger(__name__)
 
 
 def raise_epoch(conn: Connection, merchant_id: str, holder: str) -> int:
-    """The merchant's epoch plus one (1 for a merchant never held), now ``holder``'s.
+    """The merchant's new epoch, now ``holder``'s: above the previous one, and at least the
+    database's clock in milliseconds (see the module docstring).
 
     Only the holder of the merchant's lock calls this, so no two raises race; the row lock
     (``FOR UPDATE``) makes the raise wait for fenced commits in flight (see above).  On
@@ -44,16 +57,24 @@ def raise_epoch(conn: Connection, merchant_id: str, holder: str) -> int:
         .where(merchant_leases.c.merchant_id == merchant_id)
         .with_for_update()
     ).scalar_one_or_none()
-    values = {"holder": holder, "acquired_at": database_now(), "released_at": None}
+    now = read_database_now(conn)
+    epoch = max(0 if current is None else int(current) + 1, epoch_floor(now))
+    values = {"holder": holder, "acquired_at": now, "released_at": None}
     if current is None:
-        conn.execute(insert(merchant_leases).values(merchant_id=merchant_id, epoch=1, **values))
-        return 1
+        conn.execute(insert(merchant_leases).values(merchant_id=merchant_id, epoch=epoch, **values))
+        return epoch
     conn.execute(
         update(merchant_leases)
         .where(merchant_leases.c.merchant_id == merchant_id)
-        .values(epoch=current + 1, **values)
+        .values(epoch=epoch, **values)
     )
-    return int(current) + 1
+    return epoch
+
+
+def epoch_floor(now: datetime) -> int:
+    """The lowest epoch a raise at ``now`` (the database's clock) may give: milliseconds
+    since 1970, UTC."""
+    return int(now.timestamp() * 1000)
 
 
 def check_epoch(conn: Connection, merchant_id: str, epoch: int, *, action: str) -> None:

@@ -168,8 +168,8 @@ quarantined_records = Table(
 )
 
 # Revision 0004, the fleet (several replicas sharing the merchants; see ``fleet``).
-# ``merchant_leases``: one row per merchant ever held; ``epoch`` rises by one with every new
-# holder, and every fenced page commit checks it in its own transaction (``leases``).  The lock
+# ``merchant_leases``: one row per merchant ever held; ``epoch`` rises with every new holder,
+# and every fenced page commit checks it in its own transaction (``leases``).  The lock
 # itself is the database's (``locks``); the row only says which holder's writes still count.
 merchant_leases = Table(
     "merchant_leases",

@@ -164,7 +164,7 @@ def test_three_replicas_share_seven_merchants_within_one():
         assert db.epochs[merchant] == starts.count(("start", merchant))
 
 
-def test_a_dead_replicas_merchants_are_taken_over_once_its_heartbeat_is_stale():
+def test_a_dead_replicas_merchants_are_taken_over_at_once_and_balanced_once_it_is_stale():
     db = FakeDatabase()
     members = [member(db, f"r{n}") for n in range(3)]
     tick(db, members, rounds=4)
@@ -178,9 +178,11 @@ def test_a_dead_replicas_merchants_are_taken_over_once_its_heartbeat_is_stale():
     while set(db.locks) != set(MERCHANTS):
         tick(db, members)
         seconds += 2.0
-        assert seconds <= 10.0, "takeover took longer than the staleness limit and two ticks"
+        # Free two ticks running: taken, though the dead one's heartbeat is not stale yet.
+        assert seconds <= 4.0, "every merchant held within two ticks of the kill"
+    tick(db, members, rounds=5)  # the dead one goes stale: the shares even out
     assert_settled(db, members)
-    assert all(db.epochs[m] == epochs[m] + 1 for m in lost)  # a new holder, a new epoch
+    assert all(db.epochs[m] > epochs[m] for m in lost)  # a new holder, a new epoch
 
 
 def test_a_newcomer_gets_its_share_through_clean_hand_overs():

@@ -187,3 +187,16 @@ def test_every_known_merchant_is_held_and_no_replica_could_take_one_off_a_busier
         for other in replicas:
             if merchant in knows[other]:
                 assert load[holder] - load[other] <= 1, (merchant, holder, other, load)
+
+
+def test_a_merchant_free_two_ticks_running_is_taken_whoever_it_is_assigned_to():
+    """A kill -9: the dead replica's locks are gone, its heartbeat still fresh, so the
+    assignment may name it; a merchant nobody took for a tick is taken by anyone knowing it."""
+    names = ["m0", "m1"]
+    holders = {"m0": "alive"}
+    assigned = plan_moves("alive", merchants=names, live=["alive", "dead"], holders=holders)
+    assert assigned.acquire == ()  # the dead one, as least loaded, is named
+    overdue = plan_moves(
+        "alive", merchants=names, live=["alive", "dead"], holders=holders, overdue={"m1"}
+    )
+    assert overdue.acquire == ("m1",)

@@ -191,7 +191,7 @@ def test_read_commands_work_with_a_read_only_account(warehouse_url, tmp_path, ca
     store = Warehouse.connect(warehouse_url)
     holder = store.fleet_session(HOLDER)  # a replica holding the merchant meanwhile
     try:
-        assert holder.try_hold(MERCHANT) == 1
+        assert holder.try_hold(MERCHANT) is not None
         config = write_config(tmp_path, ro_url)
         assert cli.main(["--config", config, *argv]) == 0, capsys.readouterr().err
         out = capsys.readouterr().out

@@ -193,17 +193,18 @@ def test_a_retried_page_is_fenced_again_and_refused_once_superseded(
     refused with nothing of it stored."""
     session = warehouse.fleet_session("replica-a")
     try:
-        assert session.try_hold(MERCHANT) == 1
+        epoch = session.try_hold(MERCHANT)
+        assert epoch is not None
         raised, retried = _deadlocked_page(
             warehouse,
             "UPDATE merchant_leases SET epoch = epoch + 1 WHERE merchant_id = 'merchant-1'",
-            epoch=1,
+            epoch=epoch,
         )
     finally:
         session.close()
 
     assert isinstance(raised, LeaseSupersededError)
-    assert (raised.expected, raised.found, retried) == (1, 2, [1])
+    assert (raised.expected, raised.found, retried) == (epoch, epoch + 1, [1])
     assert _revisions_and_statuses(warehouse) == {"rec-a": (1, "OPEN"), "rec-b": (1, "HELD")}
     (progress,) = warehouse.load_windows(MERCHANT, JOB)
     assert (progress.cursor, progress.records) == ("c-0", len(SEED))

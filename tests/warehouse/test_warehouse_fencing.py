@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
@@ -139,15 +140,26 @@ def everything_stored(store: Warehouse) -> dict[str, object]:
     }
 
 
+@dataclass(frozen=True)
+class Superseded:
+    """The warehouse, the epoch a replica held the merchant at, and the one another holds
+    it at now."""
+
+    store: Warehouse
+    old: int
+    new: int
+
+
 @pytest.fixture
 def superseded(warehouse: Warehouse):
-    """A rebuild under way whose window has a cursor; the merchant was held at epoch 1, and
-    is held now, at epoch 2, by another replica; an unread window follows."""
+    """A rebuild under way whose window has a cursor; the merchant was held at an epoch, and
+    is held now, at a higher one, by another replica; an unread window follows."""
     start_rebuild_of_window(warehouse, (WINDOW, FOLLOWING))
     first = warehouse.fleet_session("replica-a")
     second = warehouse.fleet_session("replica-b")
     try:
-        assert first.try_hold(MERCHANT) == 1
+        old = first.try_hold(MERCHANT)
+        assert old is not None
         warehouse.commit_window_page(
             MERCHANT,
             REBUILD_JOB,
@@ -158,11 +170,13 @@ def superseded(warehouse: Warehouse):
             cursor_issued_at=T0,
             done=False,
             position="start",
-            epoch=1,
+            epoch=old,
         )
         first.close()  # paused past its lock, say
-        assert second.try_hold(MERCHANT) == 2
-        yield warehouse
+        new = second.try_hold(MERCHANT)
+        assert new is not None
+        assert new > old
+        yield Superseded(warehouse, old, new)
     finally:
         first.close()
         second.close()
@@ -170,22 +184,22 @@ def superseded(warehouse: Warehouse):
 
 @pytest.mark.parametrize("write", WRITES, ids=WRITE_IDS)
 def test_a_superseded_epochs_write_is_refused_and_stores_nothing(superseded, write):
-    before = everything_stored(superseded)
+    before = everything_stored(superseded.store)
     with pytest.raises(LeaseSupersededError) as refused:
-        write(superseded.fenced(MERCHANT, 1))
+        write(superseded.store.fenced(MERCHANT, superseded.old))
     assert (refused.value.merchant_id, refused.value.expected, refused.value.found) == (
         MERCHANT,
-        1,
-        2,
+        superseded.old,
+        superseded.new,
     )
-    assert everything_stored(superseded) == before
+    assert everything_stored(superseded.store) == before
 
 
 @pytest.mark.parametrize("write", WRITES, ids=WRITE_IDS)
 def test_the_current_epochs_write_passes(superseded, write):
-    before = everything_stored(superseded)
-    write(superseded.fenced(MERCHANT, 2))
-    assert everything_stored(superseded) != before
+    before = everything_stored(superseded.store)
+    write(superseded.store.fenced(MERCHANT, superseded.new))
+    assert everything_stored(superseded.store) != before
 
 
 def test_a_write_for_a_merchant_never_held_is_refused(warehouse):
@@ -197,8 +211,8 @@ def test_a_write_for_a_merchant_never_held_is_refused(warehouse):
 
 def test_an_unfenced_write_passes_whatever_the_epoch(superseded):
     """The single-merchant daemon passes no epoch and keeps working as before."""
-    superseded.restart_window(MERCHANT, REBUILD_JOB, WINDOW)
-    assert superseded.load_windows(MERCHANT, REBUILD_JOB)[0].cursor is None
+    superseded.store.restart_window(MERCHANT, REBUILD_JOB, WINDOW)
+    assert superseded.store.load_windows(MERCHANT, REBUILD_JOB)[0].cursor is None
 
 
 def test_a_fenced_store_refuses_another_merchant(warehouse):
@@ -222,14 +236,15 @@ def test_the_epoch_is_read_first_under_a_shared_row_lock(superseded):
     def record(_conn, _cursor, statement, *_rest):
         statements.append(" ".join(statement.split()).upper())
 
-    event.listen(superseded.engine, "before_cursor_execute", record)
+    engine = superseded.store.engine
+    event.listen(engine, "before_cursor_execute", record)
     try:
-        commit_window_page(superseded.fenced(MERCHANT, 2))
+        commit_window_page(superseded.store.fenced(MERCHANT, superseded.new))
     finally:
-        event.remove(superseded.engine, "before_cursor_execute", record)
+        event.remove(engine, "before_cursor_execute", record)
     first = next(s for s in statements if not s.startswith(("BEGIN", "SELECT 1")))
     assert "FROM MERCHANT_LEASES" in first
-    dialect = superseded.engine.dialect.name
+    dialect = engine.dialect.name
     if dialect == "sqlite":  # BEGIN IMMEDIATE already holds the one write lock
         assert statements[0] == "BEGIN IMMEDIATE"
     else:
@@ -243,7 +258,8 @@ def test_a_new_holder_waits_for_a_commit_past_its_check_then_fences_the_next(
     next commit is refused."""
     start_rebuild_of_window(warehouse)
     old = warehouse.fleet_session("replica-a")
-    assert old.try_hold(MERCHANT) == 1
+    old_epoch = old.try_hold(MERCHANT)
+    assert old_epoch is not None
     old.close()
     checked, go = threading.Event(), threading.Event()
 
@@ -256,7 +272,9 @@ def test_a_new_holder_waits_for_a_commit_past_its_check_then_fences_the_next(
     taker = Warehouse.connect(warehouse_url)
     new = taker.fleet_session("replica-b")
     raised: list[int | None] = []
-    in_flight = threading.Thread(target=commit_window_page, args=[warehouse.fenced(MERCHANT, 1)])
+    in_flight = threading.Thread(
+        target=commit_window_page, args=[warehouse.fenced(MERCHANT, old_epoch)]
+    )
     event.listen(warehouse.engine, "before_cursor_execute", pause_after_the_check)
     try:
         in_flight.start()
@@ -275,7 +293,9 @@ def test_a_new_holder_waits_for_a_commit_past_its_check_then_fences_the_next(
         event.remove(warehouse.engine, "before_cursor_execute", pause_after_the_check)
         new.close()
         taker.close()
-    assert raised == [2]
+    (new_epoch,) = raised
+    assert new_epoch is not None
+    assert new_epoch > old_epoch
     assert warehouse.load_windows(MERCHANT, REBUILD_JOB)[0].cursor == "window-cursor-2"
     with pytest.raises(LeaseSupersededError):
-        restart_window(warehouse.fenced(MERCHANT, 1))
+        restart_window(warehouse.fenced(MERCHANT, old_epoch))
