@@ -89,7 +89,7 @@ def current_holders(warehouse: Warehouse) -> dict[str, str]:
     locks are granted; on SQLite who holds the fleet's file lock), so nothing is written and
     no lock is taken; the session is closed at once, never heartbeating.
     """
-    session = warehouse.fleet_session(f"status-{os.getpid()}")
+    session = warehouse.fleet_session(f"status-{os.getpid()}", holding=False)
     try:
         return session.holders()
     finally:

@@ -32,6 +32,7 @@ from sqlalchemy.engine import URL
 from recordsync.core.database_url import MYSQL_FAMILY
 from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
 from recordsync.warehouse.connection import sqlite_file
+from recordsync.warehouse.lease_support import check_sqlite_file
 from recordsync.warehouse.locks import (
     FileLock,
     LockConnection,
@@ -98,10 +99,14 @@ class MerchantLocks(Protocol):
         ...
 
 
-def merchant_locks(url: URL, *, owner: str, lease_seconds: int) -> MerchantLocks:
+def merchant_locks(
+    url: URL, *, owner: str, lease_seconds: int, holding: bool = True
+) -> MerchantLocks:
     """The merchant locks of the warehouse at ``url`` (its engine's), none taken yet.
 
     ``owner`` (the replica id) is written in SQLite's lock file, so others can say who holds it.
+    ``holding``: they will be taken (not only asked about): a SQLite file on a network
+    filesystem is refused (``lease_support``).
     """
     if lease_seconds < 1:
         raise ConfigurationError(f"lease_seconds must be at least 1, not {lease_seconds}")
@@ -110,6 +115,8 @@ def merchant_locks(url: URL, *, owner: str, lease_seconds: int) -> MerchantLocks
         path = sqlite_file(url)
         if path is None:
             return _InMemoryLocks()
+        if holding:
+            check_sqlite_file(path)
         lock_path = Path(f"{os.path.abspath(path)}.fleet.lock")  # noqa: PTH100 - keeps symlinks
         return _FileLocks(lock_path, owner=owner)
     if backend == "postgresql":

@@ -50,6 +50,7 @@ from recordsync.warehouse import (
     bi_indexes,
     catalogue,
     fleet_locks,
+    lease_support,
     leases,
     page_commits,
     reads,
@@ -695,6 +696,7 @@ class Warehouse:
         lease_seconds: int = 10,
         sleep: Callable[[float], None] = time.sleep,
         on_lost: Callable[[frozenset[str]], None] | None = None,
+        holding: bool = True,
     ) -> FleetSession:
         """This process's session in the fleet sharing the merchants, as ``replica_id``.
 
@@ -703,9 +705,14 @@ class Warehouse:
         partitioned) keep its locks; the caller's heartbeat, every ~2 s, keeps a live one's.
         ``sleep`` is what ``wait_for_change`` does where the database cannot notify;
         ``on_lost`` is told, from the session's keeper thread, of merchants whose lock is gone.
+        ``holding=False``: a session that only asks who holds what (``status``), never holds;
+        any other is refused where the lease cannot hold (``lease_support``, exit 2).
         """
+        if holding and self._engine.dialect.name != "sqlite":
+            with translate_errors("check the server's version"), self._engine.connect() as conn:
+                lease_support.check_server(conn)
         merchant_locks = fleet_locks.merchant_locks(
-            self._engine.url, owner=replica_id, lease_seconds=lease_seconds
+            self._engine.url, owner=replica_id, lease_seconds=lease_seconds, holding=holding
         )
         return FleetSession(
             self._engine,

@@ -63,7 +63,9 @@ WRITES: Final = SessionLimits(
 # Migrations and BI index builds: long statements, short lock waits (and a retry above).
 DDL: Final = SessionLimits(
     lock_wait=5,
-    metadata_lock_wait=5,
+    # MariaDB queues every page commit behind a DDL statement waiting for its metadata lock:
+    # a second at most, then the statement gives up (and is tried again later).
+    metadata_lock_wait=1,
     idle_in_transaction=60,
     statement=0,
     client_silence=60,

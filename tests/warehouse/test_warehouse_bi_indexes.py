@@ -4,6 +4,7 @@ loads an empty table, and built once after it (``warehouse.bi_indexes``), on eve
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 from datetime import timedelta
 
@@ -20,6 +21,7 @@ from warehouse.warehouse_samples import (
 )
 
 from recordsync import cli
+from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.models import Record
 from recordsync.core.state import REBUILD_JOB, Window
 from recordsync.warehouse import Warehouse
@@ -269,3 +271,59 @@ def test_recordsync_migrate_builds_what_a_first_load_left_out(warehouse_url: str
         assert store.missing_bi_indexes() == []
     finally:
         store.close()
+
+
+MARIADB_ONLY = [param for param in SERVER_PARAMS if param.id == "mariadb"]
+
+
+@pytest.mark.parametrize("warehouse_url", MARIADB_ONLY, indirect=True)
+def test_a_mariadb_build_behind_an_open_transaction_gives_up_and_never_stalls_the_pages(
+    warehouse: Warehouse,
+) -> None:
+    """Issue 30: MariaDB queues every statement on ``records`` behind an ALTER waiting for its
+    metadata lock, and an ALTER without a lock-wait limit waited for an open transaction for
+    as long as it stayed open (a year by default), every page commit behind it.  Now it gives
+    up after a second (tried again later) and the pages go on."""
+    store_one(warehouse)
+    with warehouse.engine.begin() as conn:  # left out, as by a first load
+        for statement in drop_statements(conn.dialect.name, str, ALL):
+            conn.execute(text(statement))
+    reader = warehouse.engine.connect()
+    reader.execute(text("SELECT record_id FROM records LIMIT 1")).all()  # its transaction stays
+    outcome: list[BaseException | list[str]] = []
+
+    def build() -> None:
+        try:
+            outcome.append(warehouse.build_bi_indexes(MERCHANT))
+        except WarehouseUnavailableError as error:
+            outcome.append(error)
+
+    builder = threading.Thread(target=build)
+    started = time.monotonic()
+    builder.start()
+    slowest = 0.0
+    try:
+        for number in range(1, 16):  # pages keep committing while the build waits
+            time.sleep(0.1)
+            began = time.monotonic()
+            warehouse.commit_window_page(
+                MERCHANT,
+                REBUILD_JOB,
+                WINDOW,
+                records=[make_record(f"rec-page-{number}")],
+                rejected=[],
+                next_cursor=f"c{number + 1}",
+                cursor_issued_at=T0,
+                done=False,
+                position=f"c{number}",
+            )
+            slowest = max(slowest, time.monotonic() - began)
+        builder.join(10)
+    finally:
+        reader.rollback()
+        reader.close()
+    (gave_up,) = outcome
+    assert isinstance(gave_up, WarehouseUnavailableError)
+    assert time.monotonic() - started < 10
+    assert slowest < 2.0, f"a page commit waited {slowest:.1f} s behind the build"
+    assert warehouse.build_bi_indexes(MERCHANT) == ALL  # tried again, the reader gone
