@@ -6,9 +6,11 @@ the connections stay open, no byte moves either way, and no RST arrives; each si
 it only from its own timeouts.  Bytes sent meanwhile wait in the proxy (and in the kernels'
 buffers behind it); ``heal`` lets them flow on, as a network that comes back would.
 
-``freeze_when(pattern)`` turns the blackhole on the moment a chunk sent by the client that
-contains ``pattern`` has been forwarded: a cut landing inside a transaction, right after its
-first statement reached the server (``FOR SHARE`` of the fence check, say), every time.
+``freeze_when(*patterns)`` turns the blackhole on the moment a chunk sent by the client that
+contains one of ``patterns`` has been forwarded: a cut landing inside a transaction, right
+after a statement of it reached the server (``FOR SHARE`` of the fence check, say), every
+time.  A statement the driver has prepared goes by name, not by text (psycopg prepares one
+run five times on a connection): match one that is never prepared too (``COPY``).
 
     with FaultProxy(("127.0.0.1", 5432)) as proxy:
         url = f"postgresql+psycopg://postgres@127.0.0.1:{proxy.port}/test"
@@ -40,7 +42,7 @@ class FaultProxy:
         self._flowing = threading.Event()
         self._flowing.set()
         self._latency = 0.0
-        self._freeze_pattern: bytes | None = None
+        self._freeze_patterns: tuple[bytes, ...] = ()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._closed = threading.Event()
         self.frozen_at: float | None = None  # time.monotonic() of the last freeze_when hit
@@ -56,7 +58,7 @@ class FaultProxy:
     def heal(self) -> None:
         """Let the bytes flow again."""
         with self._lock:
-            self._freeze_pattern = None
+            self._freeze_patterns = ()
         self._flowing.set()
 
     @property
@@ -67,10 +69,11 @@ class FaultProxy:
         """Hold every chunk this long before forwarding it."""
         self._latency = max(seconds, 0.0)
 
-    def freeze_when(self, pattern: bytes) -> None:
-        """Blackhole right after forwarding a client chunk containing ``pattern`` (once)."""
+    def freeze_when(self, *patterns: bytes) -> None:
+        """Blackhole right after forwarding a client chunk containing one of ``patterns``
+        (once)."""
         with self._lock:
-            self._freeze_pattern = pattern
+            self._freeze_patterns = patterns
 
     def reset_all(self) -> None:
         """Close every connection with a reset (RST), as a restarted middlebox would."""
@@ -157,10 +160,9 @@ class FaultProxy:
 
     def _maybe_freeze(self, data: bytes) -> None:
         with self._lock:
-            pattern = self._freeze_pattern
-            if pattern is None or pattern not in data:
+            if not any(pattern in data for pattern in self._freeze_patterns):
                 return
-            self._freeze_pattern = None
+            self._freeze_patterns = ()
         self.frozen_at = time.monotonic()
         self._flowing.clear()
 

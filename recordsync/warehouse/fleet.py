@@ -57,6 +57,8 @@ _log = structlog.get_logger(__name__)
 KEEP_EVERY: Final = 2.0  # seconds between the keeper's looks at the locks (at most)
 CONFIRM_MARGIN: Final = 2.0  # seconds of a lease never counted on (scheduling, the clock)
 WAIT_CHUNK: Final = 1.0  # the longest a notification wait holds the lock connection
+# How long an epoch raise waits for a stale holder's write before ending it (PostgreSQL).
+END_STALE_AFTER: Final = 1.0
 
 
 class FleetSession:
@@ -146,8 +148,7 @@ class FleetSession:
                 # Bounded: the pool's lock wait (``timeouts``) ends a raise held up by a
                 # fenced write of a holder gone silent; the next tick tries again.
                 epoch = self._write(
-                    "raise lease epoch",
-                    lambda conn: leases.raise_epoch(conn, merchant_id, self._replica_id),
+                    "raise lease epoch", lambda conn: self._raise(conn, merchant_id)
                 )
             except BaseException:
                 self._unlock_quietly(merchant_id)  # a lock without an epoch is no use
@@ -220,6 +221,44 @@ class FleetSession:
         with self._io:
             seen = self._confirmed.get(merchant_id)
         return seen is not None and self._clock() - seen < self._valid_for
+
+    def _raise(self, conn: Connection, merchant_id: str) -> int:
+        """Raise the merchant's epoch; on PostgreSQL, a write of a stale holder that keeps the
+        raise waiting longer than ``END_STALE_AFTER`` is ended.
+
+        Only the lock's holder raises, and it holds the lock now, so whatever still holds the
+        lease row is a write of a holder gone: its fence check passed before it lost the lock,
+        and it has stopped (paused, cut off).  PostgreSQL ends a silent transaction, but not
+        one whose client stopped in the middle of sending a message (it waits in ClientRead,
+        where neither statement_timeout nor idle_in_transaction_session_timeout apply), so
+        the new holder ends it: its commit is rolled back, nothing of it stored.
+        """
+        pid = backend_pid(conn)
+        timer = None
+        if pid is not None:
+            timer = threading.Timer(END_STALE_AFTER, self._end_stale, args=(merchant_id, pid))
+            timer.daemon = True
+            timer.start()
+        try:
+            return leases.raise_epoch(conn, merchant_id, self._replica_id)
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    def _end_stale(self, merchant_id: str, pid: int) -> None:
+        try:
+            ended = self._on_lock_connection(lambda: self._locks.end_blockers(pid))
+        except Exception as exc:  # noqa: BLE001 - a timer's failure must not go unsaid
+            _log.warning("stale_write_not_ended", merchant_id=merchant_id, error=str(exc))
+            return
+        if ended:
+            _log.warning(
+                "stale_write_ended",
+                merchant_id=merchant_id,
+                sessions=ended,
+                action="a write of a holder gone kept the new epoch waiting: its session was "
+                "ended, its commit rolled back",
+            )
 
     def _start_keeper(self) -> None:
         if self._keeper is None or not self._keeper.is_alive():
@@ -374,3 +413,10 @@ class FleetSession:
         """Announce a change to the other replicas, delivered when ``conn`` commits."""
         if conn.dialect.name == "postgresql":
             conn.execute(select(func.pg_notify(FLEET_CHANNEL, self._replica_id)))
+
+
+def backend_pid(conn: Connection) -> int | None:
+    """The server session of ``conn`` (PostgreSQL); None elsewhere."""
+    if conn.dialect.name != "postgresql":
+        return None
+    return int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())

@@ -86,6 +86,11 @@ class MerchantLocks(Protocol):
         """Show the server this session is alive (it ends silent ones); no-op unconnected."""
         ...
 
+    def end_blockers(self, pid: int) -> list[int]:
+        """End the sessions whose locks the server session ``pid`` waits for; their pids
+        (none where the server needs no such help)."""
+        ...
+
     def wait(self, timeout: float, *, ignore: str) -> bool:
         """Wait up to ``timeout`` s for a notification whose payload is not ``ignore``."""
         ...
@@ -162,6 +167,15 @@ class _PostgresLocks:
     def keep_alive(self) -> None:
         if self._conn.connected:
             self._conn.scalar("SELECT 1", "fleet heartbeat")
+
+    def end_blockers(self, pid: int) -> list[int]:
+        rows = self._conn.rows(
+            "SELECT blocker, pg_terminate_backend(blocker) FROM"
+            " unnest(pg_blocking_pids(:pid)) AS blockers(blocker)",
+            "end stale writes",
+            pid=pid,
+        )
+        return [int(blocker) for blocker, ended in rows if ended]
 
     def wait(self, timeout: float, *, ignore: str) -> bool:
         rounds = max(1, math.ceil(timeout / self._longest_wait))
@@ -240,6 +254,10 @@ class _MariaDbLocks:
         if self._conn.connected:
             self._conn.scalar("SELECT 1", "fleet heartbeat")
 
+    def end_blockers(self, pid: int) -> list[int]:
+        """A silent client is ended by the server itself (net_read_timeout)."""
+        return []
+
     def wait(self, timeout: float, *, ignore: str) -> bool:
         raise NotImplementedError("MariaDB has no notifications: the session sleeps instead")
 
@@ -297,6 +315,10 @@ class _FileLocks:
     def keep_alive(self) -> None:
         """The kernel needs no keep-alive."""
 
+    def end_blockers(self, pid: int) -> list[int]:
+        """One process writes SQLite: nobody to end."""
+        return []
+
     def wait(self, timeout: float, *, ignore: str) -> bool:
         raise NotImplementedError("SQLite has no notifications: the session sleeps instead")
 
@@ -329,6 +351,10 @@ class _InMemoryLocks:
 
     def keep_alive(self) -> None:
         pass
+
+    def end_blockers(self, pid: int) -> list[int]:
+        """One process writes SQLite: nobody to end."""
+        return []
 
     def wait(self, timeout: float, *, ignore: str) -> bool:
         raise NotImplementedError("SQLite has no notifications: the session sleeps instead")

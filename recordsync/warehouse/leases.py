@@ -8,8 +8,8 @@ commit was prepared before it lost the lock.  So each merchant has an ``epoch`` 
 - a new holder raises it by one right after taking the merchant's lock (``raise_epoch``), in a
   transaction of its own that locks the row;
 - every fenced write (a page with its cursor, a window restart, a rebuild, a job's windows)
-  first reads the epoch with a SHARED row lock in its own transaction (``check_epoch``) and is
-  refused, before it writes anything, unless the epoch is the one its holder was given.
+  reads the epoch with a SHARED row lock in its own transaction (``check_epoch``), before it
+  writes anything shared, and is refused unless the epoch is the one its holder was given.
 
 The shared lock orders the two: a raise waits for the commits already past their check (they
 were the holder's at the time, and finish), and a commit that starts after the raise sees the
@@ -80,8 +80,9 @@ def epoch_floor(now: datetime) -> int:
 def check_epoch(conn: Connection, merchant_id: str, epoch: int, *, action: str) -> None:
     """Refuse the write in progress unless ``epoch`` is still the merchant's.
 
-    Must be the first statement of the write's transaction; the shared row lock it takes is
-    held until that transaction ends.  Raises ``LeaseSupersededError`` (the caller's
+    Must come before every statement of the write's transaction that touches shared data (a
+    page's rows may be sent to the session's own stage before it); the shared row lock it
+    takes is held until that transaction ends.  Raises ``LeaseSupersededError`` (the caller's
     transaction then rolls back, nothing of the write stored).
     """
     found = conn.execute(

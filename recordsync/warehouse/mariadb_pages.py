@@ -165,6 +165,18 @@ class MariaDBPageWriter:
         self._records = _split(_records_upsert(), dialect, RECORD_COLUMNS)
         self._history = _split(_history_upsert(), dialect, HISTORY_COLUMNS)
 
+    def send(self, conn: Connection, staged: Sequence[StagedRevision]) -> None:
+        """Nothing ahead: the rows go with the statements that write them (``merge``)."""
+
+    def merge(
+        self,
+        conn: Connection,
+        merchant_id: str,
+        staged: Sequence[StagedRevision],
+        synced_at: datetime,
+    ) -> None:
+        self.write(conn, merchant_id, staged, synced_at)
+
     def write(
         self,
         conn: Connection,

@@ -5,11 +5,16 @@ Every page commit is ONE transaction: the upserted rows, the revision history (s
 ``sync_state``) commit together or not at all, so after any failure the sync re-reads from a
 cursor that covers exactly what is stored (no gap, no orphan cursor).  The ``Warehouse`` opens
 that transaction; the functions here run inside it.
+
+What a page writes is worked out before its transaction (``plan_page``), so that its rows can
+go to the server first (``PageWriter.send``) and the transaction's shared writes come after
+its fence check, with nothing left to wait for from us while the check's lock is held.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
@@ -21,12 +26,43 @@ from recordsync.core.state import Window
 from recordsync.warehouse import sync_state
 from recordsync.warehouse.page_writer import PageWriter
 from recordsync.warehouse.schema import quarantined_records, records
-from recordsync.warehouse.staging import stage_page
+from recordsync.warehouse.staging import StagedRevision, stage_page
 from recordsync.warehouse.types import money_units
 from recordsync.warehouse.upsert import collapse, split_unstorable
 from recordsync.warehouse.values import WriteResult
 
 TAIL_SOURCE: Final = "tail"
+
+
+@dataclass(frozen=True, slots=True)
+class PagePlan:
+    """What one page writes: its storable revisions staged, the rest quarantined."""
+
+    staged: list[StagedRevision]
+    quarantine: list[dict[str, Any]]
+    records: int  # storable records, one per record_id
+
+
+def plan_page(
+    batch: Sequence[Record],
+    rejected: Sequence[RejectedItem],
+    *,
+    merchant_id: str,
+    source: str,
+    position: str,
+    keep_revisions: bool,
+    now: datetime,
+    changes: Sequence[RecordChange] = (),
+) -> PagePlan:
+    """The storable records (and their history) staged, the rest quarantined; pure."""
+    rows, unfit = split_unstorable(collapse(batch))
+    where = {"merchant_id": merchant_id, "source": source, "quarantined_at": now}
+    quarantine = [{**where, **_rejected_item(position, item)} for item in rejected]
+    quarantine.extend(
+        {**where, **_unfit_record(position, record, reason)} for record, reason in unfit
+    )
+    staged = stage_page(rows, changes, keep_revisions=keep_revisions)
+    return PagePlan(staged, quarantine, len(rows))
 
 
 def commit_window_page(
@@ -36,26 +72,16 @@ def commit_window_page(
     job: str,
     window: Window,
     *,
-    records: Sequence[Record],
-    rejected: Sequence[RejectedItem],
+    plan: PagePlan,
     next_cursor: str | None,
     cursor_issued_at: datetime | None,
     done: bool,
-    position: str,
-    keep_revisions: bool,
     now: datetime,
+    sent: bool = False,
 ) -> WriteResult:
-    result = _write_rows(
-        conn,
-        writer,
-        merchant_id,
-        batch=records,
-        rejected=rejected,
-        source=job,
-        position=position,
-        keep_revisions=keep_revisions,
-        now=now,
-    )
+    """``plan`` stored (``sent``: its rows went to the server before) and the window's cursor
+    moved."""
+    result = _write_plan(conn, writer, merchant_id, plan, now, sent=sent)
     sync_state.advance_window(
         conn,
         merchant_id,
@@ -74,29 +100,17 @@ def commit_tail_page(
     conn: Connection,
     writer: PageWriter,
     merchant_id: str,
+    plan: PagePlan,
     *,
-    records: Sequence[Record],
-    rejected: Sequence[RejectedItem],
     next_cursor: str,
     last_sequence: str | None,
     projection_as_of: datetime | None,
-    position: str,
-    changes: Sequence[RecordChange],
-    keep_revisions: bool,
     now: datetime,
+    sent: bool = False,
 ) -> WriteResult:
-    result = _write_rows(
-        conn,
-        writer,
-        merchant_id,
-        batch=records,
-        rejected=rejected,
-        source=TAIL_SOURCE,
-        position=position,
-        keep_revisions=keep_revisions,
-        now=now,
-        changes=changes,
-    )
+    """``plan`` stored (``sent``: its rows went to the server before) and the change cursor
+    moved."""
+    result = _write_plan(conn, writer, merchant_id, plan, now, sent=sent)
     sync_state.advance_tail(
         conn,
         merchant_id,
@@ -163,31 +177,23 @@ def commit_repair(
         )
 
 
-def _write_rows(
+def _write_plan(
     conn: Connection,
     writer: PageWriter,
     merchant_id: str,
-    *,
-    batch: Sequence[Record],
-    rejected: Sequence[RejectedItem],
-    source: str,
-    position: str,
-    keep_revisions: bool,
+    plan: PagePlan,
     now: datetime,
-    changes: Sequence[RecordChange] = (),
+    *,
+    sent: bool,
 ) -> WriteResult:
     """Upsert the storable records (and their history), quarantine the rest."""
-    rows, unfit = split_unstorable(collapse(batch))
-    where = {"merchant_id": merchant_id, "source": source, "quarantined_at": now}
-    quarantine = [{**where, **_rejected_item(position, item)} for item in rejected]
-    quarantine.extend(
-        {**where, **_unfit_record(position, record, reason)} for record, reason in unfit
-    )
-    staged = stage_page(rows, changes, keep_revisions=keep_revisions)
-    writer.write(conn, merchant_id, staged, now)
-    if quarantine:
-        conn.execute(insert(quarantined_records), quarantine)
-    return WriteResult(records=len(rows), quarantined=len(quarantine))
+    if sent:
+        writer.merge(conn, merchant_id, plan.staged, now)
+    else:
+        writer.write(conn, merchant_id, plan.staged, now)
+    if plan.quarantine:
+        conn.execute(insert(quarantined_records), plan.quarantine)
+    return WriteResult(records=plan.records, quarantined=len(plan.quarantine))
 
 
 def _rejected_item(position: str, item: RejectedItem) -> dict[str, Any]:

@@ -77,6 +77,21 @@ _PAGE_PARAMETERS: Final = ("merchant_id", "synced_at")
 
 
 class PageWriter(Protocol):
+    def send(self, conn: Connection, staged: Sequence[StagedRevision]) -> None:
+        """Send the page's rows to the server ahead of the rest, where the writer stages them
+        (PostgreSQL's COPY): it writes nothing shared, so it may come before the fence check,
+        and a client paused in the middle of it then holds no lock (issue 30).  Where the
+        writer does not stage, nothing."""
+
+    def merge(
+        self,
+        conn: Connection,
+        merchant_id: str,
+        staged: Sequence[StagedRevision],
+        synced_at: datetime,
+    ) -> None:
+        """Write the page's revisions, ``send`` done before, inside the caller's transaction."""
+
     def write(
         self,
         conn: Connection,
@@ -84,7 +99,7 @@ class PageWriter(Protocol):
         staged: Sequence[StagedRevision],
         synced_at: datetime,
     ) -> None:
-        """Write the page's staged revisions inside the caller's transaction."""
+        """``send`` then ``merge``."""
 
 
 def page_writer_for(dialect: Dialect) -> PageWriter:
@@ -183,13 +198,8 @@ class StagePageWriter:
         self._records_merge = _Compiled(build_records_merge(backend), dialect)
         self._history_merge = _Compiled(build_history_merge(backend), dialect)
 
-    def write(
-        self,
-        conn: Connection,
-        merchant_id: str,
-        staged: Sequence[StagedRevision],
-        synced_at: datetime,
-    ) -> None:
+    def send(self, conn: Connection, staged: Sequence[StagedRevision]) -> None:
+        """The stage created if needed, then the page's rows into it by one COPY."""
         if not staged:
             return
         conn.exec_driver_sql(self._create_stage)
@@ -198,6 +208,27 @@ class StagePageWriter:
             self._copy.load(conn, copy_text(staged))
         else:
             self._copy.load_csv(conn, snapshot)
+
+    def write(
+        self,
+        conn: Connection,
+        merchant_id: str,
+        staged: Sequence[StagedRevision],
+        synced_at: datetime,
+    ) -> None:
+        self.send(conn, staged)
+        self.merge(conn, merchant_id, staged, synced_at)
+
+    def merge(
+        self,
+        conn: Connection,
+        merchant_id: str,
+        staged: Sequence[StagedRevision],
+        synced_at: datetime,
+    ) -> None:
+        """Both tables from the stage ``send`` filled."""
+        if not staged:
+            return
         shared = {"merchant_id": merchant_id, "synced_at": aware_utc(synced_at)}
         if any(item.is_top for item in staged):
             merge = self._records_merge

@@ -93,6 +93,18 @@ class SQLitePageWriter:
         self._records = records_upsert()
         self._history = history_upsert()
 
+    def send(self, conn: Connection, staged: Sequence[StagedRevision]) -> None:
+        """Nothing ahead: the rows go with the statements that write them (``merge``)."""
+
+    def merge(
+        self,
+        conn: Connection,
+        merchant_id: str,
+        staged: Sequence[StagedRevision],
+        synced_at: datetime,
+    ) -> None:
+        self.write(conn, merchant_id, staged, synced_at)
+
     def write(
         self,
         conn: Connection,

@@ -393,6 +393,24 @@ class Warehouse:
         cursor that covers it, as ``commit_window_page`` does for one."""
         now = self._clock()
         action = "commit window page" if len(pages) == 1 else "commit window pages"
+        plans = [
+            page_commits.plan_page(
+                page.records,
+                page.rejected,
+                merchant_id=merchant_id,
+                source=page.job,
+                position=page.position,
+                keep_revisions=self._keep_revisions,
+                now=now,
+            )
+            for page in pages
+        ]
+        # One page's rows go to the server before its fence check (``_commit_page``); pages
+        # grouped in one transaction share its stage, so they go one after the other.
+        ahead = len(pages) == 1
+
+        def send(conn: Connection) -> None:
+            self._writer_for(conn).send(conn, plans[0].staged)
 
         def commit(conn: Connection) -> list[WriteResult]:
             writer = self._writer_for(conn)
@@ -403,19 +421,19 @@ class Warehouse:
                     merchant_id,
                     page.job,
                     page.window,
-                    records=page.records,
-                    rejected=page.rejected,
+                    plan=plan,
                     next_cursor=page.next_cursor,
                     cursor_issued_at=page.cursor_issued_at,
                     done=page.done,
-                    position=page.position,
-                    keep_revisions=self._keep_revisions,
                     now=now,
+                    sent=ahead,
                 )
-                for page in pages
+                for page, plan in zip(pages, plans, strict=True)
             ]
 
-        return self._commit_page(action, merchant_id, epoch, commit)
+        return self._commit_page(
+            action, merchant_id, epoch, commit, before=send if ahead else None
+        )
 
     def commit_tail_page(
         self,
@@ -439,24 +457,34 @@ class Warehouse:
         Without them the history gets ``records`` with no sequence.
         """
         now = self._clock()
+        plan = page_commits.plan_page(
+            records,
+            rejected,
+            merchant_id=merchant_id,
+            source=page_commits.TAIL_SOURCE,
+            position=position,
+            keep_revisions=self._keep_revisions,
+            now=now,
+            changes=changes,
+        )
+
+        def send(conn: Connection) -> None:
+            self._writer_for(conn).send(conn, plan.staged)
 
         def commit(conn: Connection) -> WriteResult:
             return page_commits.commit_tail_page(
                 conn,
                 self._writer_for(conn),
                 merchant_id,
-                records=records,
-                rejected=rejected,
+                plan,
                 next_cursor=next_cursor,
                 last_sequence=last_sequence,
                 projection_as_of=projection_as_of,
-                position=position,
-                changes=changes,
-                keep_revisions=self._keep_revisions,
                 now=now,
+                sent=True,
             )
 
-        return self._commit_page("commit tail page", merchant_id, epoch, commit)
+        return self._commit_page("commit tail page", merchant_id, epoch, commit, before=send)
 
     def repair_records(
         self,
@@ -605,12 +633,22 @@ class Warehouse:
         merchant_id: str,
         epoch: int | None,
         work: Callable[[Connection], T],
+        *,
+        before: Callable[[Connection], None] | None = None,
     ) -> T:
         """One page transaction, which may run beside others: fenced like ``_write``, and run
-        again whole when the server rolled it back to break a deadlock (``conflicts``)."""
+        again whole when the server rolled it back to break a deadlock (``conflicts``).
+
+        ``before`` sends the page's rows ahead of the fence check: it writes nothing shared
+        (a session's temporary stage), so the check still comes before every shared write,
+        and a client paused in the middle of sending them holds no lock (issue 30:
+        PostgreSQL waits for a COPY's rows for ever, whatever its statement_timeout).
+        """
 
         def transaction() -> T:
             with translate_errors(action), self._page_committer.begin() as conn:
+                if before is not None:
+                    before(conn)
                 if epoch is not None:
                     leases.check_epoch(conn, merchant_id, epoch, action=action)
                 return work(conn)

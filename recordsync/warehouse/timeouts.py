@@ -14,10 +14,12 @@ The numbers follow from the lease (``LEASE_SECONDS``, 10 s): a holder that stops
 its merchant locks after the lease (the lock connection's own limits, ``lock_session``); by
 then, every transaction it had open must be gone too, or the new holder's epoch raise would
 wait behind its fence check's row lock (a takeover that never came, issue 30, point 2).  So a
-silent transaction ends after ``IDLE_IN_TRANSACTION`` (5 s, half the lease), a statement
-after ``STATEMENT`` (10 s: 50 times a page commit here, and no later than the lease), and a
-lock wait after ``LOCK_WAIT`` (5 s: a raise that finds the row still locked fails, and the
-next tick tries again).  Schema changes and index builds (``DDL``) may run for minutes: no
+silent transaction ends after 5 s, half the lease, and so does a statement whose client went
+silent in the middle of it (a COPY waiting for its rows): a statement may run 5 s (25 times a
+page commit here), and then its transaction, aborted, waits for the client's rollback for at
+most 5 s more: the row lock is free within the lease whatever the moment of the pause.  A
+lock wait ends after 5 s too (a raise that finds the row still locked fails, and the next tick
+tries again).  Schema changes and index builds (``DDL``) may run for minutes: no
 statement limit, but the same short lock waits, so that a DDL statement queued for a lock
 never holds every page commit behind it (MariaDB's metadata locks queue that way); its caller
 tries again.
@@ -55,8 +57,8 @@ WRITES: Final = SessionLimits(
     lock_wait=5,
     metadata_lock_wait=10,
     idle_in_transaction=5,
-    statement=LEASE_SECONDS,
-    client_silence=LEASE_SECONDS,
+    statement=LEASE_SECONDS // 2,
+    client_silence=LEASE_SECONDS // 2,
     answer=30,
     idle_session=300,
 )

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from dbfixtures import SERVER_PARAMS
+from fleetchaos import INSIDE_A_WRITE
 from fleetcheck import Replica, assert_truth, events, holders, wait_until_all_held, write_config
 from netfaults import FaultProxy
 from sqlalchemy.engine import make_url
@@ -28,8 +29,6 @@ from recordsync.warehouse import Warehouse
 pytestmark = pytest.mark.slow
 
 TAKEOVER_LIMIT = 15.0
-# The fence check's shared row lock, as each server's SQL spells it (leases.check_epoch).
-FENCE_CHECK = {"postgresql": b"FOR SHARE", "mysql": b"LOCK IN SHARE MODE"}
 
 
 @pytest.fixture
@@ -78,7 +77,7 @@ def test_a_holder_cut_off_inside_a_fenced_write_is_taken_over_and_stores_nothing
             replicas.append(standby)
             time.sleep(3.0)  # the standby stands by; the holder commits every 0.2 s
             epoch = warehouse.lease_epoch(merchant)
-            proxy.freeze_when(FENCE_CHECK[warehouse.engine.dialect.name])
+            proxy.freeze_when(*INSIDE_A_WRITE[warehouse.engine.dialect.name])
             deadline = time.monotonic() + 10
             while proxy.frozen_at is None:
                 assert time.monotonic() < deadline, "the holder sent no fenced write"

@@ -12,11 +12,13 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 from dbfixtures import SERVER_PARAMS
 from netfaults import FaultProxy
 from sqlalchemy import create_engine, pool, select, text, update
 from sqlalchemy.engine import make_url
+from structlog.testing import capture_logs
 from warehouse.warehouse_samples import T0
 
 from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
@@ -496,3 +498,35 @@ def test_unknown_or_empty_backfill_requests_are_refused(warehouse):
         warehouse.start_backfill_request(12345, "replica-a")
     with pytest.raises(ValueError, match="empty"):
         warehouse.request_backfill(M1, END, START, JOB)
+
+
+@pytest.mark.parametrize("warehouse_url", POSTGRES_ONLY, indirect=True)
+def test_a_stale_write_stuck_in_the_middle_of_a_copy_is_ended_by_the_new_holder(
+    warehouse_url, fleet
+):
+    """Issue 30: PostgreSQL never ends a transaction whose client stopped in the middle of a
+    COPY (it waits for the rows in ClientRead, where neither timeout applies).  An old holder
+    paused there after its fence check held the lease row for as long as it stayed paused;
+    the new holder's raise now ends that session after a second and goes on."""
+    old = fleet("replica-a")
+    epoch = held_at(old, M1)
+    old.close()  # its lock gone; one of its writes is still in flight:
+    stuck = psycopg.connect(
+        make_url(warehouse_url).set(drivername="postgresql").render_as_string(False)
+    )
+    stuck.execute("SELECT epoch FROM merchant_leases WHERE merchant_id = %s FOR SHARE", (M1,))
+    stuck.execute("CREATE TEMPORARY TABLE rows_in_flight (a int)")
+    copy = stuck.cursor().copy("COPY rows_in_flight (a) FROM STDIN")
+    copy.__enter__()  # the COPY began; its rows never come
+    try:
+        started = time.monotonic()
+        with capture_logs() as logs:
+            new_epoch = held_at(fleet("replica-b"), M1)
+        took = time.monotonic() - started
+    finally:
+        with contextlib.suppress(Exception):
+            stuck.close()
+    assert new_epoch > epoch
+    assert 0.9 < took < 4.0  # not the 5 s lock wait, and never for as long as it stays stuck
+    (ended,) = [entry for entry in logs if entry["event"] == "stale_write_ended"]
+    assert ended["merchant_id"] == M1
