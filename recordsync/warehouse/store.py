@@ -431,9 +431,7 @@ class Warehouse:
                 for page, plan in zip(pages, plans, strict=True)
             ]
 
-        return self._commit_page(
-            action, merchant_id, epoch, commit, before=send if ahead else None
-        )
+        return self._commit_page(action, merchant_id, epoch, commit, before=send if ahead else None)
 
     def commit_tail_page(
         self,
