@@ -21,6 +21,7 @@ At the end every merchant must equal the simulator's truth with no rate-limit vi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import signal
@@ -284,6 +285,37 @@ class Chaos:
             for merchant in held:
                 seen.setdefault(merchant, []).append(replica.name)
         event.double_holds += [f"{m}: {names}" for m, names in seen.items() if len(names) > 1]
+
+    def restart_server(
+        self, stop: Callable[[], None], start: Callable[[], None], down: float
+    ) -> tuple[float, list[str]]:
+        """Stop the database server for ``down`` seconds under the fleet, sampling every
+        replica's /metrics all along: (seconds from the server's start until every merchant is
+        held again, the samples that showed a merchant held twice)."""
+        doubles: list[str] = []
+        probe = Event("restart", inside_write=False, victim="", merchants=[])
+        stop()
+        try:
+            stopped = time.monotonic()
+            while time.monotonic() - stopped < down:
+                self._sample_double_holds(probe, paused=None)
+                time.sleep(0.25)
+        finally:
+            start()
+        started = time.monotonic()
+        while True:
+            self._sample_double_holds(probe, paused=None)
+            with contextlib.suppress(Exception):  # the server is still coming back
+                if set(holders(self.observer)) >= set(self.merchants):
+                    break
+            assert time.monotonic() - started < 120, "not every merchant held again"
+            time.sleep(0.25)
+        held_again = time.monotonic() - started
+        for _ in range(20):  # and a few seconds more, while the shares even out
+            self._sample_double_holds(probe, paused=None)
+            time.sleep(0.25)
+        doubles += probe.double_holds
+        return held_again, doubles
 
     # -- facts --------------------------------------------------------------------------------
 

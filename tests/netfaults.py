@@ -152,7 +152,7 @@ class FaultProxy:
                 sink.sendall(data)
                 if from_client:
                     self._maybe_freeze(data)
-        except OSError:
+        except (OSError, ValueError):  # reset or closed meanwhile (a closed socket's fd is -1)
             pass
         finally:
             with contextlib.suppress(OSError):

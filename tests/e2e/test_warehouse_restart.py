@@ -17,9 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from fleetchaos import Chaos
 from synccheck import environment_for, start_daemon, stop_gracefully, wait_for_truth
 
-from recordsync.sim import SimConfig, Simulator
+from recordsync.sim import SimConfig, Simulator, running_simulator
 
 pytestmark = [
     pytest.mark.slow,
@@ -213,3 +214,38 @@ def test_the_daemon_rides_out_warehouse_restarts_during_its_periodic_jobs(
         assert sim.stats().rate_limit_violations == 0
     finally:
         sim.stop()
+
+
+@pytest.mark.parametrize("warehouse_url", ["postgres", "mariadb"], indirect=True)
+def test_three_replicas_ride_out_a_restart_without_two_holders_at_any_moment(
+    warehouse_url: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Issue 30: every replica loses its locks at once; they take the merchants again, and no
+    sample of any replica's /metrics ever shows a merchant held by two of them."""
+    kind = request.node.callspec.id
+    stop, start, tool = SERVERS[kind]
+    if shutil.which(tool) is None:
+        pytest.fail(f"{tool} is needed to restart {kind}")
+    config = SimConfig(
+        merchant_id="m-fleet-restart",
+        secret="fleet-restart-secret-0123456789abcdefghijk",
+        seed=13,
+        history_days=0.3,
+        rounds_per_day=300,
+        live_rate=5.0,
+        record_requests=10,
+    ).with_merchants(6)
+    with running_simulator(config, live=True) as sim:
+        chaos = Chaos(sim, warehouse_url, tmp_path)
+        try:
+            chaos.start()
+            held_again, doubles = chaos.restart_server(stop, start, down=5.0)
+            chaos.wait_balanced(60.0)
+            chaos.finish()
+            alive = [replica.alive for replica in chaos.members]
+        finally:
+            chaos.stop()
+    print(f"\nevery merchant held again {held_again:.1f} s after the restart")  # noqa: T201
+    assert doubles == []
+    assert alive == [True, True, True]
+    assert held_again < 30.0
