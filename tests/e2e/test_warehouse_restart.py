@@ -134,10 +134,13 @@ def _wait_for_event(log: Path, event: str, timeout: float) -> None:
 
 
 def _drift_outages(events: list[dict[str, object]]) -> list[int]:
+    """Where an outage met the running drift check: the check's step failed, or the lease
+    could not be confirmed and the merchant's sync, the check with it, stopped (issue 30)."""
     return [
         number
         for number, entry in enumerate(events)
-        if entry.get("step") == "drift check" and entry.get("kind") == "WarehouseUnavailableError"
+        if (entry.get("step") == "drift check" and entry.get("kind") == "WarehouseUnavailableError")
+        or entry.get("event") == "lease_unconfirmed"
     ]
 
 
