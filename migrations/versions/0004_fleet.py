@@ -4,11 +4,11 @@ Revision ID: 0004
 Revises: 0003
 Create Date: 2025-02-03
 
-Several processes share the merchants of one warehouse (recordsync/warehouse/fleet.py):
+Several processes share the merchants of one warehouse (recordsync/warehouse/lease/session.py):
 
 - ``merchant_leases``: per merchant, the lease ``epoch`` that every new holder raises by one,
   and that every fenced page commit checks inside its own transaction, so a holder that was
-  paused and superseded cannot commit (recordsync/warehouse/leases.py);
+  paused and superseded cannot commit (recordsync/warehouse/lease/epochs.py);
 - ``replicas``: per live process, its heartbeat by the database's clock;
 - ``backfill_requests``: a backfill handed to the merchant's holder, with its state.
 

@@ -33,7 +33,9 @@ def upgrade() -> None:
         # LONGTEXT on MariaDB, where TEXT stops at 64 KiB (a few thousand merchant ids).
         op.add_column(
             "replicas",
-            sa.Column("merchants", sa.Text().with_variant(mysql.LONGTEXT(), *_MYSQL), nullable=True),
+            sa.Column(
+                "merchants", sa.Text().with_variant(mysql.LONGTEXT(), *_MYSQL), nullable=True
+            ),
         )
 
 

@@ -4,7 +4,7 @@ replicas, backfill and verify requests."""
 
 from recordsync.warehouse.connection import create_warehouse_engine
 from recordsync.warehouse.fenced import FencedWarehouse
-from recordsync.warehouse.fleet import FleetSession
+from recordsync.warehouse.lease import FleetSession
 from recordsync.warehouse.store import Warehouse
 from recordsync.warehouse.values import (
     Availability,

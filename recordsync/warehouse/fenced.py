@@ -3,7 +3,7 @@
 ``Warehouse.fenced(merchant_id, epoch)`` gives the sync a store with exactly the calls of
 ``recordsync.sync.ports.SyncStore`` (it satisfies that Protocol structurally: the warehouse
 never imports the sync), each write passing ``epoch`` so that it is refused with
-``LeaseSupersededError`` once another holder raised the merchant's epoch (``leases``).  It
+``LeaseSupersededError`` once another holder raised the merchant's epoch (``lease.epochs``).  It
 serves its one merchant only: a call about another is a bug, refused with ``ValueError``.
 """
 

@@ -27,7 +27,7 @@ from sqlalchemy.engine import URL
 from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.round_events import ROUND_ENDED, RoundEvent, RoundEventReceipt
 from recordsync.warehouse.connection import translate_errors
-from recordsync.warehouse.locks import LockConnection
+from recordsync.warehouse.lease.connection import LockConnection
 from recordsync.warehouse.schema import records, round_events
 
 ROUND_EVENTS_CHANNEL: Final = "recordsync_round_events"

@@ -34,7 +34,7 @@ from sqlalchemy import Connection, Engine, text
 from recordsync.core.database_url import MYSQL_FAMILY
 from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.warehouse.connection import sqlite_file, translate_errors
-from recordsync.warehouse.locks import FileLock
+from recordsync.warehouse.lease.backends.sqlite import FileLock
 
 # Long enough for the longest revision to finish elsewhere (0008 rebuilds MariaDB's two big
 # tables: minutes for millions of rows); a wait beyond it is tried again by the caller.

@@ -3,14 +3,14 @@
 Each read or write runs in ONE transaction, opened here and handed to the module that does
 the work: ``sync_state`` (where the sync stands), ``page_commits`` (a page's rows with its
 cursor; it says why they must commit together), ``reads`` and ``summaries`` (what was
-stored); ``fleet`` the session of a process sharing the merchants with others, whose locks
-(``fleet_locks``) live on a connection of their own.
+stored); ``lease`` the protocol by which processes share the merchants (its session's locks
+live on a connection of their own).
 Any "server gone" error is raised as ``WarehouseUnavailableError`` (see ``connection``) after
 the transaction has rolled back; the caller waits and tries again with the same page.
 
 Fenced writes.  Every write the sync makes takes an optional lease ``epoch`` (given by
 ``FleetSession.try_hold``; ``fenced`` passes it for the sync).  With one, the FIRST statement
-of the write's transaction checks it against the merchant's (``leases.check_epoch``), and a
+of the write's transaction checks it against the merchant's (``lease.epochs.check_epoch``), and a
 superseded holder's write raises ``LeaseSupersededError`` with nothing of it stored.
 
 The warehouse never calls the platform and never decides what to read next: it stores what
@@ -49,9 +49,6 @@ from recordsync.warehouse import (
     backfill_requests,
     bi_indexes,
     catalogue,
-    fleet_locks,
-    lease_support,
-    leases,
     page_commits,
     reads,
     round_events,
@@ -68,7 +65,8 @@ from recordsync.warehouse.connection import (
     translate_errors,
 )
 from recordsync.warehouse.fenced import FencedWarehouse
-from recordsync.warehouse.fleet import FleetSession
+from recordsync.warehouse.lease import FleetSession, epochs, support
+from recordsync.warehouse.lease.backends import merchant_locks
 from recordsync.warehouse.migrate import schema_state
 from recordsync.warehouse.migrate import upgrade as upgrade_schema
 from recordsync.warehouse.page_writer import PageWriter, page_writer_for
@@ -622,7 +620,7 @@ class Warehouse:
         """One write transaction; with an ``epoch``, fenced by its first statement."""
         with translate_errors(action), self._writer.begin() as conn:
             if epoch is not None:
-                leases.check_epoch(conn, merchant_id, epoch, action=action)
+                epochs.check_epoch(conn, merchant_id, epoch, action=action)
             yield conn
 
     def _commit_page(
@@ -648,7 +646,7 @@ class Warehouse:
                 if before is not None:
                     before(conn)
                 if epoch is not None:
-                    leases.check_epoch(conn, merchant_id, epoch, action=action)
+                    epochs.check_epoch(conn, merchant_id, epoch, action=action)
                 return work(conn)
 
         def retried(attempt: int) -> None:
@@ -723,7 +721,7 @@ class Warehouse:
         with translate_errors("read freshness"), self._engine.begin() as conn:
             return summaries.freshness(conn, merchant_id)
 
-    # -- the fleet (fleet, leases, backfill_requests) -----------------------------------------
+    # -- the fleet (lease, backfill_requests) -----------------------------------------
 
     def fleet_session(
         self,
@@ -742,17 +740,17 @@ class Warehouse:
         ``sleep`` is what ``wait_for_change`` does where the database cannot notify;
         ``on_lost`` is told, from the session's keeper thread, of merchants whose lock is gone.
         ``holding=False``: a session that only asks who holds what (``status``), never holds;
-        any other is refused where the lease cannot hold (``lease_support``, exit 2).
+        any other is refused where the lease cannot hold (``lease.support``, exit 2).
         """
         if holding and self._engine.dialect.name != "sqlite":
             with translate_errors("check the server's version"), self._engine.connect() as conn:
-                lease_support.check_server(conn)
-        merchant_locks = fleet_locks.merchant_locks(
+                support.check_server(conn)
+        locks = merchant_locks(
             self._engine.url, owner=replica_id, lease_seconds=lease_seconds, holding=holding
         )
         return FleetSession(
             self._engine,
-            merchant_locks,
+            locks,
             replica_id,
             sleep=sleep,
             lease_seconds=lease_seconds,
@@ -766,7 +764,7 @@ class Warehouse:
     def lease_epoch(self, merchant_id: str) -> int | None:
         """The merchant's current lease epoch; None when no replica ever held it."""
         with translate_errors("read lease epoch"), self._engine.begin() as conn:
-            return leases.current_epoch(conn, merchant_id)
+            return epochs.current_epoch(conn, merchant_id)
 
     def request_backfill(self, merchant_id: str, start: datetime, end: datetime, job: str) -> int:
         """Hand a backfill of ``[start, end)`` as ``job`` to the merchant's holder; its request

@@ -24,8 +24,8 @@ from warehouse.warehouse_samples import T0
 from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
 from recordsync.warehouse import BackfillState, Warehouse
 from recordsync.warehouse.database_clock import read_database_now
-from recordsync.warehouse.leases import epoch_floor
-from recordsync.warehouse.locks import lease_key, mysql_lock_name
+from recordsync.warehouse.lease.epochs import epoch_floor
+from recordsync.warehouse.lease.keys import lease_key, mysql_lock_name
 from recordsync.warehouse.schema import merchant_leases, replicas
 
 M1, M2 = "merchant-1", "merchant-2"

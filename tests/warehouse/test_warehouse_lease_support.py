@@ -8,7 +8,7 @@ import pytest
 
 from recordsync.core.errors import ConfigurationError
 from recordsync.warehouse import Warehouse
-from recordsync.warehouse.lease_support import (
+from recordsync.warehouse.lease.support import (
     check_mariadb_version,
     check_sqlite_file,
     filesystem_of,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from recordsync.warehouse.locks import MYSQL_LOCK_NAME_MAX, lease_key, mysql_lock_name
+from recordsync.warehouse.lease.keys import MYSQL_LOCK_NAME_MAX, lease_key, mysql_lock_name
 
 
 def test_advisory_lock_key_is_a_stable_signed_64_bit_hash():

@@ -1,18 +1,6 @@
-"""The lock primitives of the fleet's merchant locks (``fleet_locks``), which the database or
-the operating system frees when their holder dies, so a crashed replica never blocks a
-takeover and no cleanup code of ours is needed:
-
-- PostgreSQL: session advisory locks, ``pg_try_advisory_lock(key)`` with ``key`` a stable
-  64-bit hash of ``"recordsync:" + merchant_id`` (``lease_key``).  Advisory locks are per
-  database, so two warehouses on one server do not interfere.
-- MariaDB: ``GET_LOCK('recordsync:<database>:<merchant>', 0)`` (``mysql_lock_name``).  Lock
-  names are server-wide, hence the database in the name; names longer than 64 characters
-  (MySQL's limit) are hashed.
-- SQLite: an exclusive ``flock`` on a file beside the database (``FileLock``).
-
-The keys and names never change: a replica of an older version (one merchant per process,
-before the fleet) took the same ones, so it and a fleet replica never sync one merchant at
-once during an upgrade.
+"""The connection the merchant locks live on (PostgreSQL and MariaDB; SQLite locks a file,
+``backends.sqlite``): the database frees them when it ends, so a crashed replica never blocks
+a takeover and no cleanup code of ours is needed.
 
 The database locks live on a dedicated connection (``LockConnection``: autocommit, outside any
 pool used for writes), built from the warehouse engine's URL and kept open for the locks'
@@ -28,11 +16,7 @@ failure instead of a hang.
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import structlog
@@ -43,7 +27,6 @@ from recordsync.core.database_url import MYSQL_FAMILY
 from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
 from recordsync.warehouse.connection import translate_errors
 
-MYSQL_LOCK_NAME_MAX: Final = 64
 _CONNECT_TIMEOUT_S: Final = 10
 _KEEPALIVE_COUNT: Final = 3
 _KEEPALIVE_IDLE_MAX_S: Final = 10
@@ -52,69 +35,6 @@ _KEEPALIVE_INTERVAL_MAX_S: Final = 5
 _T = TypeVar("_T")
 
 _log = structlog.get_logger(__name__)
-
-
-def lease_key(merchant_id: str) -> int:
-    """The PostgreSQL advisory lock key: a stable signed 64-bit hash of the merchant."""
-    digest = hashlib.sha256(f"recordsync:{merchant_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
-
-
-def mysql_lock_name(database: str, merchant_id: str) -> str:
-    """``GET_LOCK`` name: readable when it fits in 64 characters, hashed otherwise."""
-    name = f"recordsync:{database}:{merchant_id}"
-    if len(name) <= MYSQL_LOCK_NAME_MAX:
-        return name
-    digest = hashlib.sha256(f"{database}:{merchant_id}".encode()).hexdigest()
-    return ("recordsync:" + digest)[:MYSQL_LOCK_NAME_MAX]
-
-
-class FileLock:
-    """``flock`` on a file beside the SQLite database; the kernel frees it when we die.
-
-    The file says who holds it: ``owner`` (the fleet's replica id), else the process id.
-    """
-
-    def __init__(self, path: Path, *, owner: str | None = None) -> None:
-        self.path = path
-        self.resource = f"file {path}"
-        self._owner = owner
-        self._fd: int | None = None
-        self._held = False
-
-    def try_acquire(self) -> bool:
-        if self._fd is None:
-            try:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            except OSError as exc:
-                raise ConfigurationError(
-                    f"lease: cannot open the lock file {self.path}: {exc.strerror}"
-                ) from None
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        self._held = True
-        # Who holds it, for a person and for ``file_lock_owner``; the lock is what counts.
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, f"{self._owner or os.getpid()}\n".encode(), 0)
-        return True
-
-    def verify(self) -> bool:
-        """Still the file at ``path``: a deleted or replaced lock file locks nobody out."""
-        if self._fd is None or not self._held:
-            return False
-        try:
-            on_disk = self.path.stat()
-        except FileNotFoundError:
-            return False
-        ours = os.fstat(self._fd)
-        return (on_disk.st_dev, on_disk.st_ino) == (ours.st_dev, ours.st_ino)
-
-    def release(self) -> None:
-        fd, self._fd, self._held = self._fd, None, False
-        if fd is not None:
-            os.close(fd)  # closing the last descriptor releases the flock
 
 
 def postgres_connect_args(lease_seconds: int) -> dict[str, object]:
@@ -252,25 +172,3 @@ def _try_setting(conn: Connection, sql: str) -> None:
         conn.execute(text(sql))
     except Exception:  # noqa: BLE001 - an older server without this setting
         _log.debug("lease_session_setting_skipped", setting=sql.split("=", maxsplit=1)[0])
-
-
-def file_lock_owner(path: Path) -> str | None:
-    """What the holder of the lock file at ``path`` wrote there; None when nobody holds it.
-
-    Probes with a shared lock taken and dropped at once (on a descriptor of its own, so a
-    lock this process holds through another descriptor counts as held).  A holder trying to
-    lock at that very instant fails once and tries again on its next poll.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return os.pread(fd, 1024, 0).decode(errors="replace").strip() or None
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)

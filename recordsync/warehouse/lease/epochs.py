@@ -49,7 +49,7 @@ def raise_epoch(conn: Connection, merchant_id: str, holder: str) -> int:
 
     Only the holder of the merchant's lock calls this, so no two raises race; the row lock
     (``FOR UPDATE``) makes the raise wait for fenced commits in flight (see above).  On
-    MariaDB the caller runs it under READ COMMITTED (``fleet``), so that first rows of two
+    MariaDB the caller runs it under READ COMMITTED (``session``), so that first rows of two
     merchants inserted side by side do not deadlock on a gap lock.
     """
     current = conn.execute(

@@ -1,7 +1,7 @@
 """Where the lease cannot hold, say so at start (issue 30, point 11).
 
 The lease rests on what the database does when a holder goes silent: it ends the holder's
-sessions within the lease (``timeouts``, ``locks``), which frees its locks and rolls back what
+sessions within the lease (``timeouts``, ``connection``), which frees its locks and rolls back what
 it had open.  A server that lacks those settings would keep a paused holder's locks and
 transactions for hours, and a SQLite file on a network filesystem is locked per host at best:
 

@@ -5,7 +5,7 @@ each merchant synced by exactly one of them at a time.  A process opens ONE sess
 (``Warehouse.fleet_session``) and, through it:
 
 - takes merchants (``try_hold``): the merchant's lock, freed by the database or the kernel
-  when the process dies (``fleet_locks``), then a new lease epoch (``leases``), which the
+  when the process dies (``backends``), then a new lease epoch (``epochs``), which the
   process passes to every write for that merchant (``Warehouse.fenced``), so that a holder
   paused past its lock cannot commit once another took over;
 - gives them back (``release``, ``leave``) and checks them (``still_held``);
@@ -46,9 +46,9 @@ from sqlalchemy import Connection, Engine, func, select
 
 from recordsync.core.database_url import MYSQL_FAMILY
 from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
-from recordsync.warehouse import leases, replicas
 from recordsync.warehouse.connection import WRITE_OPTION, translate_errors
-from recordsync.warehouse.fleet_locks import FLEET_CHANNEL, MerchantLocks
+from recordsync.warehouse.lease import epochs, replicas
+from recordsync.warehouse.lease.backends import FLEET_CHANNEL, MerchantLocks
 from recordsync.warehouse.schema import ID_LENGTH
 
 _T = TypeVar("_T")
@@ -184,7 +184,7 @@ class FleetSession:
             self._unlock_quietly(merchant_id)
 
             def released(conn: Connection) -> None:
-                leases.mark_released(conn, merchant_id, self._replica_id, epoch)
+                epochs.mark_released(conn, merchant_id, self._replica_id, epoch)
                 self._publish(conn)
 
             self._write_quietly("release", released)
@@ -240,7 +240,7 @@ class FleetSession:
             timer.daemon = True
             timer.start()
         try:
-            return leases.raise_epoch(conn, merchant_id, self._replica_id)
+            return epochs.raise_epoch(conn, merchant_id, self._replica_id)
         finally:
             if timer is not None:
                 timer.cancel()
@@ -327,7 +327,7 @@ class FleetSession:
     def holders(self) -> dict[str, str]:
         """merchant -> replica, for the merchants whose lock is held right now (for status)."""
         with translate_errors("read leases"), self._engine.begin() as conn:
-            claimed = leases.unreleased(conn)
+            claimed = epochs.unreleased(conn)
         return self._on_lock_connection(lambda: self._locks.holders(claimed))
 
     def wait_for_change(self, timeout: float) -> bool:
@@ -362,7 +362,7 @@ class FleetSession:
 
             def left(conn: Connection) -> None:
                 for merchant_id, epoch in held.items():
-                    leases.mark_released(conn, merchant_id, self._replica_id, epoch)
+                    epochs.mark_released(conn, merchant_id, self._replica_id, epoch)
                 replicas.forget(conn, self._replica_id)
                 self._publish(conn)
 
