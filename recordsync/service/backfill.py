@@ -5,14 +5,19 @@ take the merchant's lease: when no daemon holds the merchant, it runs here, fenc
 epoch, and a daemon starting meanwhile waits for it.  When a daemon holds it, the job is
 handed to that holder through the warehouse (a ``backfill_requests`` row the holder runs
 inside its own budget, beside its tail) and this command follows the job's windows until the
-holder says it is done; a new holder resumes it should the holder change.
+holder says it is done; a new holder resumes it should the holder change.  Should the
+merchant be left with no holder at all (the daemons stopped, a rollout scaled to zero), the
+command takes the lease back while it follows and runs the rest of the job here: following
+never waits on nobody.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets as random_tokens
 import sys
+from collections.abc import Callable
 from contextlib import nullcontext
 from datetime import datetime
 
@@ -30,6 +35,7 @@ from recordsync.logs import process_context
 from recordsync.service.app import App, open_app
 from recordsync.service.progress import RichProgress
 from recordsync.service.signals import stop_on_signals
+from recordsync.sync import BackfillResult
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.plan import plan_windows
 from recordsync.sync.resilience import StepRunner
@@ -60,18 +66,29 @@ def run_backfill(
         ):
             if not start < end:
                 raise ConfigurationError("backfill: --from must be earlier than --to")
-            session = app.warehouse.fleet_session(
-                f"backfill-{os.getpid()}-{random_tokens.token_hex(2)}",
-                lease_seconds=LEASE_SECONDS,
-            )
+            me = f"backfill-{os.getpid()}-{random_tokens.token_hex(2)}"
+            session = app.warehouse.fleet_session(me, lease_seconds=LEASE_SECONDS)
             try:
                 epoch = session.try_hold(merchant.merchant_id)
+                request_id = None
                 if epoch is None:
-                    return _follow_the_holder(app, start, end, stopper, progress)
+                    taken = _follow_the_holder(
+                        app,
+                        start,
+                        end,
+                        stopper,
+                        progress,
+                        try_hold=lambda: session.try_hold(merchant.merchant_id),
+                    )
+                    if taken is None:
+                        return 0
+                    request_id, epoch = taken
                 # Its lease is kept alive by the session's keeper for the whole run; nothing is
                 # sent once it is not confirmed (issue 30).
                 app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
-                result = app.engine_for(stopper, epoch=epoch).backfill(start, end)
+                result = _run_here(
+                    app, stopper, start, end, epoch=epoch, request_id=request_id, me=me
+                )
             finally:
                 session.close()
     except ShutdownRequestedError:
@@ -89,10 +106,46 @@ def run_backfill(
     return 0
 
 
+def _run_here(
+    app: App,
+    stopper: Stopper,
+    start: datetime,
+    end: datetime,
+    *,
+    epoch: int,
+    request_id: int | None,
+    me: str,
+) -> BackfillResult:
+    """The job in this process, under ``epoch``; a request taken back is marked running here,
+    then done or failed (an interrupted one stays running, for the next holder to resume)."""
+    if request_id is None:
+        return app.engine_for(stopper, epoch=epoch).backfill(start, end)
+    with contextlib.suppress(LookupError):  # a holder finished it just before it left
+        app.warehouse.start_backfill_request(request_id, me)
+    try:
+        result = app.engine_for(stopper, epoch=epoch).backfill(start, end)
+    except RecordSyncError as exc:
+        with contextlib.suppress(LookupError, RecordSyncError):
+            app.warehouse.finish_backfill_request(request_id, failed=str(exc))
+        raise
+    if not stopper.stopped:
+        with contextlib.suppress(LookupError):
+            app.warehouse.finish_backfill_request(request_id)
+    return result
+
+
 def _follow_the_holder(
-    app: App, start: datetime, end: datetime, stopper: Stopper, progress: SyncObserver | None
-) -> int:
-    """Hand the job to the daemon that holds the merchant and follow it to its end."""
+    app: App,
+    start: datetime,
+    end: datetime,
+    stopper: Stopper,
+    progress: SyncObserver | None,
+    *,
+    try_hold: Callable[[], int | None],
+) -> tuple[int, int] | None:
+    """Hand the job to the daemon that holds the merchant and follow it to its end: None once
+    the holder finished it, or (the request, an epoch) once nobody held the merchant any more
+    and this command took its lease back (``backfill_taken_back``)."""
     merchant_id = app.merchant.merchant_id
     job = backfill_job(start, end)
     runner = StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=True)
@@ -131,5 +184,11 @@ def _follow_the_holder(
                 records=records,
                 holder=request.holder,
             )
-            return 0
+            return None
+        # A holder runs the request under the merchant's lock: the lock free means nobody runs
+        # it, and nobody will until a daemon takes the merchant; this command does it now.
+        epoch = runner.run(try_hold, what="take the lease")
+        if epoch is not None:
+            log.info("backfill_taken_back", request_id=request_id, windows_done=done)
+            return request_id, epoch
         stopper.sleep(FOLLOW_EVERY)

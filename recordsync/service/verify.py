@@ -172,8 +172,9 @@ def _follow_the_holder(
 ) -> tuple[dict[str, Any] | None, int | None]:
     """Hand the run to the daemon that holds the merchant: its findings once it is done.
 
-    While nobody has started the request, the lease is tried again: a holder that stopped
-    before taking it leaves the merchant free, and then this command runs the verify itself
+    While it is not done, the lease is tried again: a holder runs the request under the
+    merchant's lock, so the lock free means a holder that stopped (before taking the request or
+    in the middle of it) and nobody to run it; then this command runs the verify itself
     (``(None, epoch)``: the request is marked failed, so no later holder runs it too).
     """
     merchant_id = app.merchant.merchant_id
@@ -191,15 +192,14 @@ def _follow_the_holder(
         if request.state is BackfillState.DONE and request.result is not None:
             document: dict[str, Any] = orjson.loads(request.result)
             return document, None
-        if request.state is BackfillState.PENDING:
-            epoch = runner.run(try_hold, what="take the lease")
-            if epoch is not None:
-                with contextlib.suppress(LookupError):  # a holder finished it meanwhile
-                    app.warehouse.finish_verify_request(
-                        request_id, failed="run by the requester: no holder took it"
-                    )
-                log.info("verify_taken_back", request_id=request_id)
-                return None, epoch
+        epoch = runner.run(try_hold, what="take the lease")
+        if epoch is not None:
+            with contextlib.suppress(LookupError):  # a holder finished it meanwhile
+                app.warehouse.finish_verify_request(
+                    request_id, failed="run by the requester: no holder ran it to its end"
+                )
+            log.info("verify_taken_back", request_id=request_id)
+            return None, epoch
         stopper.sleep(FOLLOW_EVERY)
 
 

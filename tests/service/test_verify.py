@@ -253,9 +253,14 @@ def test_a_run_s_metrics_name_the_merchant_the_outcome_and_each_kind():
     assert value("recordsync_verify_last_run_timestamp_seconds", merchant) == 1_700_000_000
 
 
-def test_a_request_no_holder_takes_is_run_by_the_command_once_the_merchant_is_free(sim, tmp_path):
-    """A holder that goes away before it takes the request: the command takes the lease
-    back and verifies itself, and marks the request so no later holder runs it too."""
+@pytest.mark.parametrize("started", [False, True], ids=["before-taking-it", "in-the-middle"])
+def test_a_request_no_holder_runs_is_run_by_the_command_once_the_merchant_is_free(
+    sim, tmp_path, started
+):
+    """A holder that goes away before it takes the request, or in the middle of it (a stop, a
+    rollout scaled to zero): the command takes the lease back and verifies itself, and marks
+    the request so no later holder runs it too.  Before, a request left running was followed
+    for ever."""
     url = f"sqlite:///{tmp_path / 'free.db'}"
     window = synced(sim, url)
     store = Warehouse.connect(url)
@@ -268,12 +273,15 @@ def test_a_request_no_holder_takes_is_run_by_the_command_once_the_merchant_is_fr
             outcome["code"], outcome["found"] = verify_json(sim, url, window)
 
         with capture_logs() as logs:
-            command = threading.Thread(target=verify)
+            command = threading.Thread(target=verify, daemon=True)
             command.start()
             while not any(entry["event"] == "verify_handed_over" for entry in logs):
                 time.sleep(0.05)
+            if started:
+                store.start_verify_request(1, "a-holder-about-to-stop")
             holder.close()
             command.join(timeout=30)
+        assert not command.is_alive()
         assert outcome["code"] == 0
         assert any(entry["event"] == "verify_taken_back" for entry in logs)
         request = store.verify_request(1)

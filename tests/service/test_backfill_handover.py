@@ -1,0 +1,88 @@
+"""``recordsync backfill`` of a merchant a daemon holds: handed to the holder, and taken back
+by the command when the merchant is left with no holder at all (issue 30: a wait on nobody
+was a hang).  The holder here is a fleet session of this test that holds the merchant's lock
+and, for the second case, marks the request running as a holder does before it stops."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from structlog.testing import capture_logs
+from synccheck import assert_equals_truth, settings_for
+
+from recordsync.core.state import backfill_job
+from recordsync.core.times import floor_ms
+from recordsync.service.backfill import run_backfill
+from recordsync.sim import SimConfig, Simulator
+from recordsync.warehouse import BackfillState, Warehouse
+
+MERCHANT = "m-backfill"
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulator]:
+    simulator = Simulator(
+        SimConfig(
+            merchant_id=MERCHANT,
+            secret="backfill-secret-0123456789abcdefghijklmnopq",
+            seed=17,
+            history_days=1.0,
+            rounds_per_day=300,
+            record_requests=50,
+        )
+    )
+    simulator.start()
+    try:
+        yield simulator
+    finally:
+        simulator.stop()
+
+
+@pytest.mark.parametrize("started", [False, True], ids=["before-taking-it", "in-the-middle"])
+def test_a_backfill_whose_holder_goes_away_is_finished_by_the_command(sim, tmp_path, started):
+    url = f"sqlite:///{tmp_path / 'handover.db'}"
+    store = Warehouse.connect(url)
+    store.migrate()
+    end = floor_ms(sim.now())
+    start = end - timedelta(days=1, hours=1)
+    holder = store.fleet_session("a-holder-about-to-stop")
+    outcome: dict[str, object] = {}
+
+    def backfill() -> None:
+        outcome["code"] = run_backfill(settings_for(sim, url), start, end)
+
+    try:
+        assert holder.try_hold(MERCHANT) is not None
+        with capture_logs() as logs:
+            command = threading.Thread(target=backfill, daemon=True)
+            command.start()
+            deadline = time.monotonic() + 30
+            while not any(entry["event"] == "backfill_handed_over" for entry in logs):
+                assert time.monotonic() < deadline, logs
+                time.sleep(0.05)
+            if started:
+                store.start_backfill_request(1, "a-holder-about-to-stop")
+            time.sleep(1.5)  # the command follows a holder that is there: it takes nothing
+            assert not any(entry["event"] == "backfill_taken_back" for entry in logs)
+            holder.close()
+            command.join(timeout=60)
+        assert not command.is_alive()
+        assert outcome["code"] == 0
+        names = [entry["event"] for entry in logs]
+        assert "backfill_taken_back" in names
+        assert "backfill_finished" in names
+        request = store.backfill_request(1)
+        assert request is not None
+        assert request.state is BackfillState.DONE
+        assert store.pending_backfills(MERCHANT) == []
+        windows = store.load_windows(MERCHANT, backfill_job(start, end))
+        assert windows
+        assert all(window.done for window in windows)
+        assert_equals_truth(store, MERCHANT, sim.truth())  # the range covers the history
+    finally:
+        holder.close()
+        store.close()
