@@ -19,3 +19,4 @@ run memory
 run peer_dlt
 run fleet
 run isolation
+run chaos     # issue 30: pauses and cuts of a replica, some inside a write
