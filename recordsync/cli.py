@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from recordsync import __version__
 from recordsync.core import early_signals
-from recordsync.core.errors import ConfigurationError, RecordSyncError
+from recordsync.core.errors import (
+    CommandInterruptedError,
+    ConfigurationError,
+    RecordSyncError,
+)
 from recordsync.core.times import parse_time
 
 EXIT_OK = 0
@@ -18,6 +23,9 @@ EXIT_CONFIG = 2
 # verify only: it could not finish (the platform or warehouse failed, or it was stopped), so
 # it concluded nothing; 1 stays "differences found", which a script must tell apart.
 EXIT_INCOMPLETE = 3
+# The reader of stdout went away (``recordsync report | head``): what a shell reports for a
+# process SIGPIPE ended, quietly, as ``cat`` or ``grep`` end there.
+EXIT_BROKEN_PIPE = 128 + 13
 # Commands that stop gracefully on SIGTERM/SIGINT; the others keep Python's defaults.
 GRACEFUL_COMMANDS = frozenset({"run", "backfill", "verify", "demo"})
 
@@ -30,10 +38,14 @@ def _time_arg(value: str) -> object:
 
 
 def _database_arg(value: str) -> str:
-    from recordsync.core.database_url import parse_database_url  # noqa: PLC0415 - see main()
+    from recordsync.core.database_url import (  # noqa: PLC0415 - see main()
+        check_sqlite_folder,
+        parse_database_url,
+    )
 
     try:
         parse_database_url(value)
+        check_sqlite_folder(value)
     except ConfigurationError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return value
@@ -105,6 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--merchants", type=int, default=1, help="merchants synced side by side (default 1)"
     )
+    demo.add_argument(
+        "--serve",
+        action="store_true",
+        help="keep the simulator up after the check, until Ctrl-C (for `recordsync verify`)",
+    )
     return parser
 
 
@@ -129,6 +146,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _dispatch(args)
+    except BrokenPipeError:
+        # Python would report the failed flush of stdout at exit too: point it at nothing.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except CommandInterruptedError as exc:
+        print(f"recordsync: {exc}", file=sys.stderr)  # noqa: T201
+        return exc.exit_code
     except ConfigurationError as exc:
         for line in str(exc).splitlines():
             print(f"recordsync: configuration: {line}", file=sys.stderr)  # noqa: T201
@@ -152,6 +177,7 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: PLR0911 - one return pe
             history_days=args.history_days,
             rounds_per_day=args.rounds_per_day,
             merchants=args.merchants,
+            serve=args.serve,
         )
     if args.command == "migrate":
         settings = load_settings(config_path=args.config, need_platform=False, need_merchant=False)

@@ -15,6 +15,10 @@ Messages never show the URL itself: it may carry a password.
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import tempfile
+from pathlib import Path
 from typing import Final
 
 from sqlalchemy.engine import URL, make_url
@@ -28,6 +32,8 @@ SUPPORTED_BACKENDS: Final = frozenset({"sqlite", "postgresql", *MYSQL_FAMILY})
 BACKEND_ALIASES: Final = {"postgres": "postgresql"}
 # The driver each server database is written through (see above).
 WRITER_DRIVERS: Final = {"postgresql": "psycopg", **dict.fromkeys(MYSQL_FAMILY, "pymysql")}
+# The extra that installs each driver (pyproject.toml), for the line that names it.
+DRIVER_EXTRAS: Final = {"psycopg": "postgres", "pymysql": "mysql"}
 EXAMPLES: Final = (
     "sqlite:///path/to/file.db, postgresql://user@host/database (or postgres://), "
     "mysql://user@host/database or mariadb://user@host/database"
@@ -50,7 +56,46 @@ def parse_database_url(url: str | URL) -> URL:
     if backend in WRITER_DRIVERS and "+" not in parsed.drivername:
         parsed = parsed.set(drivername=f"{backend}+{WRITER_DRIVERS[backend]}")
     check_driver(backend, parsed.get_driver_name())
+    check_driver_installed(parsed.get_driver_name())
     return parsed
+
+
+def check_driver_installed(driver: str) -> None:
+    """A server database on a plain install: one line naming the extra, not the 25-line
+    ``ModuleNotFoundError`` of the first connection (issue 29)."""
+    extra = DRIVER_EXTRAS.get(driver)
+    if extra is None or importlib.util.find_spec(driver) is not None:
+        return
+    raise ConfigurationError(
+        f"the {driver} driver is not installed: install recordsync[{extra}] "
+        f"(pip install 'recordsync[{extra}]', or pip install -e '.[{extra}]' from a checkout)"
+    )
+
+
+def check_sqlite_folder(url: str | URL) -> None:
+    """A SQLite file's folder must exist and take new files (the database, its journal and
+    write-ahead log): otherwise every command would retry "unable to open database file" for
+    ever, never naming the folder (issue 29).  Tried by creating a file there, which also
+    tells a read-only file system apart for a user whom permissions do not stop."""
+    parsed = make_url(url)
+    path = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:":
+        return
+    folder = Path(path).absolute().parent
+    if not folder.is_dir():
+        raise ConfigurationError(
+            f"the folder of the SQLite file, {folder}, does not exist: create it, or choose "
+            "another path"
+        )
+    try:
+        with tempfile.TemporaryFile(dir=folder, prefix=".recordsync-"):
+            pass
+    except OSError as exc:
+        user = os.getuid() if hasattr(os, "getuid") else "this user"
+        raise ConfigurationError(
+            f"the folder of the SQLite file, {folder}, cannot be written by uid {user} "
+            f"({exc.strerror}): SQLite creates its journal there; choose a writable folder"
+        ) from None
 
 
 def check_driver(backend: str, driver: str) -> None:

@@ -173,6 +173,23 @@ class UnexpectedRedirectError(FatalPlatformError):
     """A 3xx answer: redirects are never followed, since the signature covers the target."""
 
 
+class PlatformUnreachableError(FatalPlatformError):
+    """A one-shot command found no way to the platform for longer than it waits (the name
+    does not resolve, the connection is refused, TLS fails): it ends, naming the cause,
+    instead of retrying forever (issue 29).  The daemon never raises it: it keeps trying."""
+
+
+class CommandInterruptedError(RecordSyncError):
+    """A one-shot command was stopped by SIGINT or SIGTERM before it finished: it exits
+    128 + the signal's number (130, 143), as a shell reports a process the signal ended, so a
+    Kubernetes Job or a systemd one-shot never records a half-done range as a success; the
+    message says what happens to the work (issue 29)."""
+
+    def __init__(self, signal_name: str, signum: int, what_now: str) -> None:
+        self.exit_code = 128 + signum
+        super().__init__(f"interrupted by {signal_name}: {what_now}")
+
+
 class ShutdownRequestedError(RecordSyncError):
     """A stop was asked for while waiting (budget, backoff, poll): unwind without committing."""
 

@@ -40,7 +40,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from recordsync.core.database_url import parse_database_url
+from recordsync.core.database_url import check_sqlite_folder, parse_database_url
 from recordsync.core.errors import ConfigurationError, InvalidRecordError
 from recordsync.core.secret import Secret, SecretSource, secret_from_file_bytes
 from recordsync.core.times import parse_time
@@ -80,6 +80,9 @@ class Settings:
     page_size: int = 1000
     snapshot_concurrency: int = 4
     http_timeout: float = 30.0
+    # One-shot commands (backfill, verify): how long a platform that cannot be reached is
+    # tried again before the command ends naming the cause; the daemon keeps trying.
+    unreachable_timeout: float = 60.0
     drift_check_interval: float = 3600.0  # seconds; 0 turns the drift check off
     catalogue_interval: float = 3600.0  # seconds between game catalogue passes; 0: off
     ready_multiple: float = 30.0  # /readyz: a commit within this many poll intervals
@@ -277,6 +280,7 @@ def _database_url(reader: _Reader) -> str:
     url = reader.raw("database_url") or DEFAULT_DATABASE_URL
     try:
         parse_database_url(url)
+        check_sqlite_folder(url)
     except ConfigurationError as exc:
         reader.problem("database_url", str(exc))
     return url
@@ -519,6 +523,9 @@ def load_settings(
         ),
         http_timeout=reader.get(
             "http_timeout", _positive_float, 30.0, hint="a positive number of seconds"
+        ),
+        unreachable_timeout=reader.get(
+            "unreachable_timeout", _positive_float, 60.0, hint="a positive number of seconds"
         ),
         drift_check_interval=reader.get(
             "drift_check_interval", _non_negative_float, 3600.0, hint="seconds (0 turns it off)"

@@ -25,7 +25,9 @@ Nothing here logs or raises header values, signatures or the secret.
 
 from __future__ import annotations
 
+import errno
 import random
+import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -548,9 +550,36 @@ class PlatformClient:
             ) from exc
         except httpx.TransportError as exc:
             raise TransportError(
-                f"no answer ({type(exc).__name__})", endpoint=endpoint, retryable=True
+                f"no answer ({type(exc).__name__}{_why_no_answer(exc, request.url.host)})",
+                endpoint=endpoint,
+                retryable=True,
             ) from exc
         return response
+
+
+def _why_no_answer(exc: BaseException, host: str) -> str:
+    """The cause an operator can act on, from the OS error under httpx's (issue 29: "no
+    answer (ConnectError)" never said that the name did not resolve).  Only the host, which
+    the configuration names anyway, and fixed words: never an exception's own text."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, socket.gaierror):
+            return f": the name {host!r} does not resolve"
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return f": TLS failed, the certificate of {host!r} is not trusted"
+        if isinstance(cause, ssl.SSLError):
+            return f": TLS failed with {host!r}"
+        if isinstance(cause, ConnectionRefusedError):
+            return f": {host!r} refused the connection"
+        if isinstance(cause, OSError) and cause.errno in _UNREACHABLE_ERRNOS:
+            return f": no route to {host!r}"
+        cause = cause.__cause__ or cause.__context__
+    return ""
+
+
+_UNREACHABLE_ERRNOS = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH})
 
 
 def check_sent_verbatim(raw_path: bytes, target: str, *, endpoint: str) -> None:

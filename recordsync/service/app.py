@@ -17,7 +17,13 @@ from dataclasses import dataclass
 import structlog
 
 from recordsync import PROCESS_STARTED
-from recordsync.core.errors import ConfigurationError, FatalPlatformError
+from recordsync.core.errors import (
+    AuthenticationError,
+    ClockSkewError,
+    ConfigurationError,
+    FatalPlatformError,
+    UnexpectedRedirectError,
+)
 from recordsync.core.models import DEFAULT_LIMITS
 from recordsync.core.settings import MerchantSettings, Settings
 from recordsync.core.stopping import Stopper
@@ -107,9 +113,12 @@ def open_app(
         )
         try:
             limits = client.apply_capabilities()
+        except (AuthenticationError, ClockSkewError, UnexpectedRedirectError):
+            # The commands built here end at once: no other request could succeed (a wrong
+            # secret, a skewed clock, a base URL that redirects), issue 29.
+            raise
         except FatalPlatformError as exc:
-            # Reported here, and again by the first sync step, which decides: the daemon
-            # keeps trying slowly (no crash loop), a backfill stops with this error.
+            # An optional endpoint refused (issue 28): the records may still be readable.
             log.error(  # noqa: TRY400 - the message is the diagnosis; no traceback
                 "capabilities_failed", error=str(exc), code=exc.code, request_id=exc.request_id
             )
@@ -124,6 +133,7 @@ def open_app(
             catalogue_interval=settings.catalogue_interval or None,
             idle_commit_interval=settings.idle_commit_interval,
             stop_when_caught_up=stop_when_caught_up,
+            give_up_unreachable=settings.unreachable_timeout,
         )
         engine = SyncEngine(
             client=client,

@@ -34,7 +34,7 @@ from recordsync.core.stopping import Stopper
 from recordsync.logs import process_context
 from recordsync.service.app import App, open_app
 from recordsync.service.progress import RichProgress
-from recordsync.service.signals import stop_on_signals
+from recordsync.service.signals import Received, stop_on_signals
 from recordsync.sync import BackfillResult
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.plan import plan_windows
@@ -56,9 +56,11 @@ def run_backfill(
     stopper = Stopper()
     process_context.update(merchant_id=merchant.merchant_id, phase="backfill")
     progress = RichProgress() if sys.stdout.isatty() else None
+    # Where the job runs decides what an interruption leaves behind (issue 29).
+    handed_over: list[int] = []  # the request a daemon runs, while this command follows it
     try:
         with (
-            stop_on_signals(stopper),
+            stop_on_signals(stopper) as signals,
             open_app(
                 settings, merchant_id=merchant.merchant_id, stopper=stopper, observer=progress
             ) as app,
@@ -79,9 +81,11 @@ def run_backfill(
                         stopper,
                         progress,
                         try_hold=lambda: session.try_hold(merchant.merchant_id),
+                        handed_over=handed_over,
                     )
                     if taken is None:
                         return 0
+                    handed_over.clear()
                     request_id, epoch = taken
                 # Its lease is kept alive by the session's keeper for the whole run; nothing is
                 # sent once it is not confirmed (issue 30).
@@ -92,18 +96,30 @@ def run_backfill(
             finally:
                 session.close()
     except ShutdownRequestedError:
-        log.info("backfill_interrupted", action="run the same command again to resume")
-        return 0
+        _interrupted(signals, handed_over)
+        raise
     if stopper.stopped:
-        log.info(
-            "backfill_interrupted",
-            job=result.job,
-            records=result.records,
-            action="run the same command again to resume",
-        )
-        return 0
+        log.info("backfill_stopped", job=result.job, records=result.records)
+        _interrupted(signals, handed_over)
+        raise RecordSyncError("backfill stopped before it finished")
     log.info("backfill_finished", job=result.job, windows=result.windows, records=result.records)
     return 0
+
+
+def _interrupted(signals: Received, handed_over: list[int]) -> None:
+    """Raise the interruption with what becomes of the job: a daemon carries a job handed to
+    it on; a job run here keeps its finished windows for the same command to resume."""
+    if handed_over:
+        what_now = (
+            f"the daemon holding the merchant carries on with the job (request {handed_over[0]});"
+            " nothing is lost by stopping to follow it"
+        )
+    else:
+        what_now = "the windows finished so far are kept; run the same command again to resume"
+    error = signals.interrupted(what_now)
+    if error is not None:
+        log.info("backfill_interrupted", action=what_now)
+        raise error
 
 
 def _run_here(
@@ -142,6 +158,7 @@ def _follow_the_holder(
     progress: SyncObserver | None,
     *,
     try_hold: Callable[[], int | None],
+    handed_over: list[int],
 ) -> tuple[int, int] | None:
     """Hand the job to the daemon that holds the merchant and follow it to its end: None once
     the holder finished it, or (the request, an epoch) once nobody held the merchant any more
@@ -154,6 +171,7 @@ def _follow_the_holder(
         what="request backfill",
     )
     total = len(plan_windows(start, end))
+    handed_over.append(request_id)
     log.info("backfill_handed_over", request_id=request_id, job=job, windows=total)
     if progress is not None:
         progress.windows_planned(job, total, 0)

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 import structlog
 from prometheus_client import CollectorRegistry
 
-from recordsync.core.errors import ShutdownRequestedError
+from recordsync.core.errors import ConfigurationError, ShutdownRequestedError
 from recordsync.core.settings import Settings
 from recordsync.core.stopping import Stopper
 from recordsync.fleet.member import Member
@@ -79,6 +79,12 @@ def run_daemon(
             StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=False).run(
                 warehouse.migrate, what="migrate"
             )
+            _refuse_first_start_without_history(
+                StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=False).run(
+                    lambda: _never_synced_without_history(settings, warehouse),
+                    what="check history_from",
+                )
+            )
 
             def lost(merchants: frozenset[str]) -> None:
                 for merchant_id in merchants:  # at once; the fleet's next tick stops them
@@ -133,6 +139,26 @@ def run_daemon(
         warehouse.close()
     log.info("daemon_stopped")
     return 0
+
+
+def _never_synced_without_history(settings: Settings, warehouse: Warehouse) -> list[str]:
+    return [
+        merchant.merchant_id
+        for merchant in settings.merchants
+        if merchant.history_from is None and warehouse.load_state(merchant.merchant_id) is None
+    ]
+
+
+def _refuse_first_start_without_history(missing: list[str]) -> None:
+    """A merchant never synced needs ``history_from`` (where its snapshot starts): no retry
+    can supply it, so the daemon exits 2 at start naming it, instead of retrying the anchor
+    for ever (issue 29).  A merchant with a sync state does not need it any more."""
+    if missing:
+        raise ConfigurationError(
+            "RECORDSYNC_HISTORY_FROM (or history_from of the merchant in the config file): "
+            f"required on the first start of {', '.join(map(repr, missing))}, whose history "
+            "the warehouse does not hold yet (an RFC3339 time: where the copy starts)"
+        )
 
 
 def _held(metrics: Metrics, syncs: MerchantSyncs) -> Mapping[str, tuple[float, float | None]]:

@@ -37,6 +37,7 @@ from rich.table import Table
 from recordsync.core.errors import ConfigurationError
 from recordsync.core.settings import Settings
 from recordsync.core.times import format_time
+from recordsync.service.console import PipeConsole
 from recordsync.warehouse import DailySummary, Freshness, GameName, Warehouse
 
 GROUPINGS: Final = ("game", "provider", "player", "currency")
@@ -403,7 +404,7 @@ def report_merchants(
             render_json_grouped(built, out)
     else:
         if console is None:
-            console = Console(file=out, width=None if out.isatty() else _PIPE_WIDTH)
+            console = PipeConsole(file=out, width=None if out.isatty() else _PIPE_WIDTH)
         for one in built:
             render_table(one, console)
 

@@ -16,18 +16,35 @@ from types import FrameType
 import structlog
 
 from recordsync.core import early_signals
+from recordsync.core.errors import CommandInterruptedError
 from recordsync.core.stopping import Stopper
 
 log = structlog.get_logger("recordsync")
 
 
+class Received:
+    """The signals that stopped a command: a one-shot command that did not finish turns the
+    first one into its exit code (``CommandInterruptedError``)."""
+
+    def __init__(self) -> None:
+        self.signals: list[int] = []
+
+    def interrupted(self, what_now: str) -> CommandInterruptedError | None:
+        """The error to end the command with, or None when no signal came."""
+        if not self.signals:
+            return None
+        first = signal.Signals(self.signals[0])
+        return CommandInterruptedError(first.name, first.value, what_now)
+
+
 @contextmanager
-def stop_on_signals(stopper: Stopper) -> Iterator[None]:
+def stop_on_signals(stopper: Stopper) -> Iterator[Received]:
     """SIGTERM/SIGINT: stop taking pages, commit the one in hand, exit; a second one: exit now."""
+    record = Received()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield record
         return
-    received: list[int] = []
+    received = record.signals
 
     def handle(signum: int, _frame: FrameType | None) -> None:
         if received:
@@ -45,7 +62,7 @@ def stop_on_signals(stopper: Stopper) -> Iterator[None]:
     for signum in early_signals.take():
         handle(signum, None)
     try:
-        yield
+        yield record
     finally:
         for sig in previous:
             signal.signal(sig, early_signals.remember)

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from recordsync.core.errors import RecordSyncError
 from recordsync.core.settings import Settings
+from recordsync.service.console import PipeConsole
 from recordsync.service.health import assess_readiness
 from recordsync.warehouse import (
     Availability,
@@ -74,7 +75,7 @@ def show_status(settings: Settings, *, as_json: bool, check: bool = False) -> in
         payload = {"merchants": [_json_view(view) for view in views]}
         sys.stdout.write(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    console = Console()
+    console = PipeConsole()
     for view in views:
         render_status(console, view)
     return 0

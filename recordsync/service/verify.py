@@ -58,6 +58,7 @@ from recordsync.metrics import record_verify_run
 from recordsync.platform.budget import Priority
 from recordsync.platform.client import PlatformClient
 from recordsync.service.app import App, open_app
+from recordsync.service.console import PipeConsole
 from recordsync.service.progress import RichProgress
 from recordsync.service.signals import stop_on_signals
 from recordsync.sync.events import SyncObserver
@@ -110,7 +111,7 @@ def run_verify(
     process_context.update(merchant_id=merchant.merchant_id, phase="verify")
     progress = RichProgress(Console(file=sys.stderr)) if sys.stderr.isatty() else None
     with (
-        stop_on_signals(stopper),
+        stop_on_signals(stopper) as signals,
         open_app(settings, merchant_id=merchant.merchant_id, stopper=stopper) as app,
     ):
         session = app.warehouse.fleet_session(
@@ -146,12 +147,16 @@ def run_verify(
                         epoch=epoch,
                         stopper=stopper,
                         progress=progress,
+                        give_up_unreachable=app.options.give_up_unreachable,
                     )
                 document = verify_document(result, merchant.merchant_id, start, end)
         except ShutdownRequestedError:
-            # The command's exit code says "could not finish" (cli.EXIT_INCOMPLETE), not
-            # "differences found".
-            log.info("verify_interrupted", action="nothing was concluded; run it again")
+            # Exit 130/143 (a signal) or 3 (cli.EXIT_INCOMPLETE), never 1: "differences found".
+            what_now = "nothing was concluded; run it again"
+            log.info("verify_interrupted", action=what_now)
+            interrupted = signals.interrupted(what_now)
+            if interrupted is not None:
+                raise interrupted from None
             raise
         finally:
             session.close()
@@ -215,6 +220,7 @@ def verify_range(
     epoch: int | None,
     stopper: Stopper,
     progress: RichProgress | None = None,
+    give_up_unreachable: float | None = None,
 ) -> VerifyResult:
     """Read ``[start, end)`` from the platform a UTC day at a time and compare (and repair).
 
@@ -222,7 +228,12 @@ def verify_range(
     for a request handed over (``merchant_syncs``), with its own client, so its own budget.
     ``epoch`` fences the repairs: the lease epoch of whichever of the two holds the merchant.
     """
-    runner = StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=True)
+    runner = StepRunner(
+        stopper=stopper,
+        observer=SyncObserver(),
+        fatal_is_final=True,
+        give_up_after=give_up_unreachable,
+    )
     windows = plan_windows(start, end)
     if progress is not None:
         progress.planned(JOB, "verify", len(windows), 0)
@@ -378,7 +389,7 @@ def render(document: dict[str, Any], *, fmt: str, out: TextIO) -> None:
     elif fmt == "csv":
         out.write(_csv(document))
     else:
-        _table(document, Console(file=out, width=120))
+        _table(document, PipeConsole(file=out, width=120))
 
 
 def _row(day: DayTally) -> dict[str, Any]:

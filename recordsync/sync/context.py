@@ -91,6 +91,7 @@ class SyncContext:
             fatal_is_final=fatal_is_final,
             rng=random.Random(self.rng.random()),  # noqa: S311 - jitter, not cryptography
             logger=self.log,
+            give_up_after=self.options.give_up_unreachable if fatal_is_final else None,
         )
 
     def records_page(

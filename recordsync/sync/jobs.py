@@ -35,6 +35,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from recordsync.core.errors import (
+    RecordSyncError,
     RetryableError,
     ShutdownRequestedError,
     WarehouseUnavailableError,
@@ -211,7 +212,15 @@ class Jobs:
 
     def _tracked(self, func: Callable[[], None]) -> Callable[[], None]:
         """Counts the runs in progress, so the generation ends only after its last one; a run
-        that starts after the generation closed (it waited in a full pool) does nothing."""
+        that starts after the generation closed (it waited in a full pool) does nothing.
+
+        An exception escaping the run is handed to the generation here (it stops, and the
+        waiting thread raises it), never to APScheduler: its listener would print the
+        traceback on stderr, once per snapshot worker, before the command's one line (issue
+        29: a wrong secret made ``backfill`` print 160 lines).  Our own errors carry their
+        diagnosis and are reported by the waiting thread; anything else is a bug, logged once
+        here with its traceback as a field of the JSON line.
+        """
 
         def job() -> None:
             with self._idle:
@@ -220,6 +229,12 @@ class Jobs:
                 self._active += 1
             try:
                 func()
+            except Exception as exc:  # handed to the generation, raised in its waiting thread
+                self.failed(exc)
+                if not isinstance(exc, RecordSyncError):
+                    # Rendering a traceback must never replace the failure it reports.
+                    with contextlib.suppress(Exception):
+                        log.exception("job_crashed", kind=type(exc).__name__)
             finally:
                 with self._idle:
                     self._active -= 1

@@ -35,6 +35,9 @@ class SyncOptions:
     catalogue_interval: float | None = DEFAULT_CATALOGUE_INTERVAL
     # Demo and tests: stop once the snapshot is done and the tail has no backlog.
     stop_when_caught_up: bool = False
+    # One-shot jobs (a backfill's snapshot): seconds a platform that cannot be reached is
+    # tried before the job ends with PlatformUnreachableError; None: for ever (the daemon).
+    give_up_unreachable: float | None = None
     # An empty change page that leaves the cursor where it was has nothing to store; the tail
     # still commits one (its time, its projection_as_of) once this many seconds passed since
     # its last commit, so that the warehouse shows it alive (readiness, status).

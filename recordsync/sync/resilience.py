@@ -8,6 +8,11 @@ not fix (wrong secret, clock skew, a rejected request) is reported plainly; the 
 trying slowly so it heals by itself once the cause is fixed (NTP, a rotated secret at the
 platform), while a one-shot backfill stops with that error.
 
+A one-shot command cannot wait for ever for a platform it cannot reach (a mistyped name, a
+firewall): given ``give_up_after``, a step that has found no way to the platform
+(``TransportError``) for that long ends as ``PlatformUnreachableError``, naming the last cause
+(issue 29).  Any answer from the platform, even an error, restarts the count.
+
 Where the step runs on a shared pool's thread (``core.waiting``), the runner never sleeps
 there: it raises ``Deferred`` with the wait, the job runs again when it is over, and the
 runner, kept by the job, goes on counting the failures so the backoff still grows.
@@ -16,6 +21,7 @@ runner, kept by the job, goes on counting the failures so the backoff still grow
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -24,9 +30,11 @@ import structlog
 from recordsync.core.errors import (
     ClockSkewError,
     FatalPlatformError,
+    PlatformUnreachableError,
     RateLimitedError,
     RetryableError,
     ShutdownRequestedError,
+    TransportError,
     WarehouseUnavailableError,
 )
 from recordsync.core.stopping import Stopper
@@ -56,6 +64,8 @@ class StepRunner:
         fatal_is_final: bool,
         rng: random.Random | None = None,
         logger: Any = None,
+        give_up_after: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.stopper = stopper
         self.observer = observer
@@ -63,6 +73,9 @@ class StepRunner:
         self.rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
         self.log = logger if logger is not None else log
         self.failures = 0  # in a row, across deferred runs; a step that succeeds resets it
+        self.give_up_after = give_up_after
+        self.clock = clock
+        self._unreachable_since: float | None = None
 
     def run(self, step: Callable[[], T], *, what: str) -> T:
         """Run ``step`` until it returns; raises ``ShutdownRequestedError`` on a stop, and
@@ -75,6 +88,7 @@ class StepRunner:
             except ShutdownRequestedError:
                 raise
             except (RetryableError, WarehouseUnavailableError) as exc:
+                self._give_up_if_unreachable(exc, what)
                 delay = STEP_BACKOFF.backoff(self.failures, self.rng)
                 if isinstance(exc, RateLimitedError):
                     delay = max(delay, exc.retry_after)  # the platform said how long
@@ -114,7 +128,31 @@ class StepRunner:
                 self._wait(FATAL_BACKOFF, what)
             else:
                 self.failures = 0
+                self._unreachable_since = None
                 return result
+
+    def _give_up_if_unreachable(self, exc: Exception, what: str) -> None:
+        """Raise ``PlatformUnreachableError`` once no attempt reached the platform for
+        ``give_up_after`` seconds; any other failure (an answer) restarts the count."""
+        if self.give_up_after is None:
+            return
+        if not isinstance(exc, TransportError):
+            self._unreachable_since = None
+            return
+        now = self.clock()
+        if self._unreachable_since is None:
+            self._unreachable_since = now
+            return
+        waited = now - self._unreachable_since
+        if waited < self.give_up_after:
+            return
+        self.observer.error(PlatformUnreachableError.__name__)
+        raise PlatformUnreachableError(
+            f"the platform could not be reached for {waited:.0f} s ({exc.args[0]}); "
+            "check base_url, the name service and the network "
+            "(RECORDSYNC_UNREACHABLE_TIMEOUT sets how long a command tries)",
+            endpoint=exc.endpoint,
+        ) from exc
 
     def _wait(self, seconds: float, what: str) -> None:
         if not may_wait():

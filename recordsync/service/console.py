@@ -1,0 +1,18 @@
+"""The consoles the commands print their findings on (rich).
+
+rich ends the process itself when the reader of stdout goes away (``recordsync report |
+head``): ``SystemExit(1)``, an exit code that says "failed" for output nobody wanted any
+more.  Our console raises ``BrokenPipeError`` instead, which ``cli.main`` turns into the
+quiet exit a shell expects of a process whose pipe closed (issue 29).
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+
+class PipeConsole(Console):
+    """A rich console that lets a closed pipe reach the command's caller."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
