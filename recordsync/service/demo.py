@@ -1,31 +1,57 @@
 """``recordsync demo``: the README's first command.  The bundled simulator and a local SQLite
 file, synced until caught up, then checked against the simulator's truth.
+
+The simulator lives in this process, so a demo warehouse outlives the platform it copied: its
+cursors mean nothing to the next demo's simulator (``CURSOR_INVALID`` for ever, issue 29).
+So every demo starts a fresh warehouse, and says so when it replaces a previous demo's SQLite
+file; it never empties a server database (it refuses one that holds a previous demo).  It
+writes ``recordsync-demo.toml`` and ends with the commands that look at the data with
+recordsync itself; ``--serve`` keeps the simulator up afterwards, until Ctrl-C, for
+``verify``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import sys
 import threading
 import time
-from datetime import timedelta
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from sqlalchemy.engine import make_url
 
+from recordsync.core.errors import ConfigurationError, RecordSyncError
 from recordsync.core.secret import Secret, SecretSource
 from recordsync.core.settings import MerchantSettings, Settings
 from recordsync.core.stopping import Stopper
+from recordsync.core.times import format_time
 from recordsync.logs import configure_logging
 from recordsync.service.app import open_app
 from recordsync.service.progress import RichProgress
 from recordsync.service.signals import stop_on_signals
+from recordsync.warehouse import Warehouse
+
+CONFIG_FILE = Path("recordsync-demo.toml")
 
 
 def run_demo(
-    *, database_url: str, history_days: int, rounds_per_day: int, merchants: int = 1
+    *,
+    database_url: str,
+    history_days: int,
+    rounds_per_day: int,
+    merchants: int = 1,
+    serve: bool = False,
+    config_file: Path = CONFIG_FILE,
 ) -> int:
     """The README's first command: the simulator and a local SQLite file, synced until caught
-    up; with ``merchants`` > 1, that many merchants side by side in one process."""
+    up; with ``merchants`` > 1, that many merchants side by side in one process.  Exit 0 when
+    the warehouse equals the simulator's truth, 1 when it differs, 130/143 when interrupted."""
     from recordsync.sim import DEMO_MERCHANT_ID, DEMO_SECRET, SimConfig, Simulator  # noqa: PLC0415
 
     console = Console()
@@ -33,50 +59,190 @@ def run_demo(
     config = SimConfig(history_days=history_days, rounds_per_day=rounds_per_day, live_rate=20.0)
     if merchants > 1:
         config = config.with_merchants(merchants)
-    sim = Simulator(config)
-    sim.start(host="127.0.0.1", port=0)
-    ids = ", ".join(sim.merchant_ids) if merchants > 1 else DEMO_MERCHANT_ID
-    console.print(
-        f"simulator: {sim.base_url} (merchants {ids}, {history_days} days, "
-        f"{rounds_per_day:,} rounds a day each, live traffic on)"
-    )
-    # The operator's choice of how much history to copy: everything the simulator has,
-    # read off the platform's (the simulator's) clock.
-    history_from = sim.now() - timedelta(days=history_days + 1)
-    profiles = [
-        MerchantSettings(
-            merchant_id=profile.merchant_id,
-            secret=SecretSource.given(Secret(DEMO_SECRET if merchants == 1 else profile.secret)),
-            base_url=sim.base_url,
-            history_from=history_from,
-        )
-        for profile in config.profiles
-    ]
-    settings = Settings(merchants=tuple(profiles), database_url=database_url)
-    started = time.monotonic()
+    ids = [DEMO_MERCHANT_ID] if merchants == 1 else [p.merchant_id for p in config.profiles]
+    stopper = Stopper()
+    with stop_on_signals(stopper) as signals, _demo_warehouse(database_url, ids) as replaced:
+        if replaced:
+            console.print(
+                f"a previous demo's warehouse ({replaced}) was replaced: its simulator is "
+                "gone, so this demo starts a fresh one"
+            )
+        else:
+            console.print("a fresh demo warehouse")
+        sim = Simulator(config)
+        sim.start(host="127.0.0.1", port=0)
+        try:
+            console.print(
+                f"simulator: {sim.base_url} (merchants {', '.join(ids)}, {history_days} days, "
+                f"{rounds_per_day:,} rounds a day each, live traffic on)"
+            )
+            # The operator's choice of how much history to copy: everything the simulator
+            # has, read off the platform's (the simulator's) clock.
+            history_from = sim.now() - timedelta(days=history_days + 1)
+            profiles = tuple(
+                MerchantSettings(
+                    merchant_id=profile.merchant_id,
+                    secret=SecretSource.given(
+                        Secret(DEMO_SECRET if merchants == 1 else profile.secret)
+                    ),
+                    base_url=sim.base_url,
+                    history_from=history_from,
+                )
+                for profile in config.profiles
+            )
+            settings = Settings(merchants=profiles, database_url=database_url)
+            _write_config(config_file, settings, profiles)
+            started = time.monotonic()
+            sim.start_live()
+            with RichProgress(console) as progress:
+                caught_up = _sync_side_by_side(settings, stopper, progress)
+            sim.stop_live()
+            interrupted = signals.interrupted(
+                "the demo stopped before it caught up; run it again (it starts afresh)"
+            )
+            if interrupted is not None:
+                raise interrupted
+            if not caught_up:
+                raise RecordSyncError("the demo's sync stopped before it caught up")
+            truths = {merchant_id: sim.truth(merchant_id) for merchant_id in ids}
+            equal = _demo_summary(console, settings, truths, time.monotonic() - started)
+            _how_to_look(console, settings, config_file, history_from, sim.now(), serve=serve)
+            if serve:
+                console.print(
+                    f"the simulator keeps serving at {sim.base_url} until Ctrl-C: run the "
+                    "verify command above in another terminal"
+                )
+                while not stopper.wait(3600):
+                    pass
+        finally:
+            sim.stop()
+    return 0 if equal else 1
+
+
+@contextlib.contextmanager
+def _demo_warehouse(database_url: str, merchant_ids: list[str]) -> Iterator[str | None]:
+    """A fresh demo warehouse for the demo's whole run; what it replaced, if anything.
+
+    A SQLite file is locked first (the fleet's lock file, which a daemon on the same file
+    takes too), so a demo never deletes a warehouse another demo or daemon is writing; then
+    the file goes, journal and write-ahead log with it.  A server database is never emptied:
+    one that holds the demo merchants' state is refused."""
+    url = make_url(database_url)
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        _refuse_previous_demo(database_url, merchant_ids)
+        yield None
+        return
+    path = Path(url.database)
+    lock = os.open(f"{path}.fleet.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        sim.start_live()
-        stopper = Stopper()
-        with stop_on_signals(stopper), RichProgress(console) as progress:
-            caught_up = _sync_side_by_side(settings, stopper, progress)
-        sim.stop_live()
-        if caught_up:
-            truths = {
-                merchant.merchant_id: sim.truth(merchant.merchant_id) for merchant in profiles
-            }
-            _demo_summary(console, settings, truths, time.monotonic() - started)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigurationError(
+                f"--database: {path} is in use by another process (a demo or a daemon): "
+                "stop it first, or choose another --database"
+            ) from None
+        replaced = str(path) if path.exists() else None
+        for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")):
+            leftover.unlink(missing_ok=True)
+        # The lock is given up for the sync (it takes no fleet lease: one process, one file);
+        # a second demo started meanwhile would find the file new, not in use: rare, harmless.
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        yield replaced
     finally:
-        sim.stop()
-    path = database_url.removeprefix("sqlite:///")
-    console.print(f'data: {path}\ntry:\n  sqlite3 {path} "{_DEMO_QUERY}"')
-    return 0
+        os.close(lock)
+
+
+def _refuse_previous_demo(database_url: str, merchant_ids: list[str]) -> None:
+    warehouse = Warehouse.connect(database_url)
+    try:
+        warehouse.migrate()
+        held = [m for m in merchant_ids if warehouse.load_state(m) is not None]
+    finally:
+        warehouse.close()
+    if held:
+        raise ConfigurationError(
+            f"--database holds a previous demo's sync of {', '.join(held)}, whose simulator is "
+            "gone; the demo only ever replaces SQLite files: use an empty database"
+        )
+
+
+def _write_config(path: Path, settings: Settings, merchants: tuple[MerchantSettings, ...]) -> None:
+    """The settings of this demo as a config file, for the commands ``_how_to_look`` prints.
+
+    The demo secret is public (``sim.DEMO_SECRET``, and derived ones anyone can compute), so
+    it may sit in the file."""
+    url = make_url(settings.database_url)
+    database_url = settings.database_url
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        database_url = f"sqlite:///{Path(url.database).absolute()}"
+    lines = [
+        "# Written by `recordsync demo`: the demo's warehouse and its simulator, which serves",
+        "# only while a demo runs (`recordsync demo --serve` keeps it up until Ctrl-C).",
+        f"database_url = {_toml(database_url)}",
+    ]
+    for merchant in merchants:
+        value = merchant.secret.value if merchant.secret else None
+        secret = value.reveal() if value is not None else ""
+        lines += [
+            "",
+            "[[merchants]]",
+            f"merchant_id = {_toml(merchant.merchant_id)}",
+            f"base_url = {_toml(merchant.base_url or '')}",
+            f"secret = {_toml(secret)}",
+            f"history_from = {_toml(format_time(merchant.history_from))}"
+            if merchant.history_from
+            else "",
+        ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _toml(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _how_to_look(
+    console: Console,
+    settings: Settings,
+    config_file: Path,
+    history_from: datetime,
+    now: datetime,
+    *,
+    serve: bool,
+) -> None:
+    """The commands that look at the data with recordsync itself, exactly as they work."""
+    base = f"recordsync --config {config_file}"
+    merchant = (
+        "" if len(settings.merchants) == 1 else f" --merchant {settings.merchants[0].merchant_id}"
+    )
+    start = format_time(history_from.replace(microsecond=0))
+    end = format_time((now + timedelta(seconds=1)).replace(microsecond=0))
+    verify = f"{base} verify{merchant} --from {start} --to {end}"
+    url = make_url(settings.database_url)
+    lines = [
+        "look at it with recordsync itself:",
+        f"  {base} status",
+        f"  {base} report",
+        f"  {verify}" + ("" if serve else "   (while `recordsync demo --serve` runs)"),
+    ]
+    if url.get_backend_name() == "sqlite":
+        lines += ["or with SQL:", f'  sqlite3 {url.database} "{_DEMO_QUERY}"']
+    console.print("\n".join(lines), soft_wrap=True, highlight=False, markup=False)
 
 
 def _sync_side_by_side(settings: Settings, stopper: Stopper, progress: RichProgress) -> bool:
     """Every merchant synced until caught up, each in its own thread, in one display."""
     results: dict[str, bool] = {}
+    failures: list[BaseException] = []
 
     def one(merchant_id: str) -> None:
+        try:
+            results[merchant_id] = sync(merchant_id)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the demo's thread
+            failures.append(exc)
+            stopper.stop()
+
+    def sync(merchant_id: str) -> bool:
         observer = progress if len(settings.merchants) == 1 else progress.for_merchant(merchant_id)
         with open_app(
             settings,
@@ -87,7 +253,7 @@ def _sync_side_by_side(settings: Settings, stopper: Stopper, progress: RichProgr
         ) as app:
             if len(settings.merchants) == 1:
                 progress.show_budget(app.client.budget.requests, app.client.budget.seconds)
-            results[merchant_id] = app.engine.run()
+            return app.engine.run()
 
     threads = [
         threading.Thread(target=one, args=(merchant.merchant_id,), name=merchant.merchant_id)
@@ -97,6 +263,10 @@ def _sync_side_by_side(settings: Settings, stopper: Stopper, progress: RichProgr
         thread.start()
     for thread in threads:
         thread.join()
+    if failures:
+        # The first failure, in the command's thread: one line from cli.main, no thread's
+        # traceback on the terminal (issue 29).
+        raise failures[0]
     return bool(results) and all(results.values()) and len(results) == len(threads)
 
 
@@ -105,8 +275,9 @@ def _demo_summary(
     settings: Settings,
     truths: dict[str, dict[str, dict[str, Any]]],
     seconds: float,
-) -> None:
-    """One more pass with the live traffic stopped, then compare with the truth exactly."""
+) -> bool:
+    """One more pass with the live traffic stopped, then compare with the truth exactly:
+    whether the warehouse equals it."""
     synced = differ = quarantined = 0
     for merchant_id, truth in truths.items():
         with open_app(settings, merchant_id=merchant_id, stop_when_caught_up=True) as app:
@@ -129,6 +300,7 @@ def _demo_summary(
         f"\n[bold]synced {synced:,} records{merchants} in {seconds:.1f} s[/]; the warehouse "
         f"{verdict}; {quarantined} quarantined."
     )
+    return not differ
 
 
 _DEMO_QUERY = (

@@ -68,6 +68,9 @@ def test_the_cli_prints_its_url_serves_and_exits_0_on_sigterm(tmp_path, secret_f
         deadline = time.monotonic() + 30
         base_url = read_line(process, "base_url=", deadline)
         assert read_line(process, "merchant_id=", deadline) == merchant
+        # The public demo secret is printed; an operator's own never is.
+        printed = read_line(process, "secret=", deadline)
+        assert printed == (DEMO_SECRET if not secret_file else "(as given)")
         assert base_url.startswith("http://127.0.0.1:")
 
         response = signed_get(base_url, "/v1/record-changes?from_now=true", secret, merchant)
@@ -76,8 +79,10 @@ def test_the_cli_prints_its_url_serves_and_exits_0_on_sigterm(tmp_path, secret_f
 
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=15) == 0
-        _, errors = process.communicate(timeout=5)
+        rest, errors = process.communicate(timeout=5)
         assert secret not in errors
+        if secret_file:
+            assert secret not in rest
 
 
 def test_the_cli_serves_several_merchants_and_prints_each_id_and_secret():
