@@ -81,12 +81,19 @@ def _wide_float(text: str) -> float | OutOfRangeNumber:
     return value if math.isfinite(value) else OutOfRangeNumber(text)
 
 
-def _wide_int(text: str) -> int | OutOfRangeNumber:
-    """An int up to Python's own limit of digits (``int()`` refuses more: ValueError)."""
-    return int(text) if len(text) <= _INT_DIGITS else OutOfRangeNumber(text)
+def _wide_int(text: str) -> int | float | OutOfRangeNumber:
+    """An integer as orjson reads it: an int within 64 bits, a float beyond (so a field
+    sees the same value whichever decoder read its page), ``OutOfRangeNumber`` past a float."""
+    if len(text) <= _INT_DIGITS:
+        value = int(text)
+        if _INT_MIN <= value <= _INT_MAX:
+            return value
+    return _wide_float(text)
 
 
-_INT_DIGITS: Final = 4300  # sys.get_int_max_str_digits() by default
+_INT_DIGITS: Final = 20  # "-9223372036854775808" and "18446744073709551615" have 20 and 20
+_INT_MIN: Final = -(2**63)
+_INT_MAX: Final = 2**64 - 1
 
 
 def _not_json(token: str) -> Any:

@@ -365,7 +365,9 @@ class _WireRecord(msgspec.Struct, gc=False):
     """A record as sent, before its amounts and times are known to have the usual form."""
 
     record_id: _NonEmpty
-    revision: Annotated[int, msgspec.Meta(ge=0)]
+    # msgspec reads any integer, orjson a float past 64 bits: beyond a BIGINT (which msgspec
+    # can bound) the orjson path decides, so both paths give a revision the same outcome.
+    revision: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
     player_id: _NonEmpty
     game_id: _NonEmpty
     currency: _NonEmpty

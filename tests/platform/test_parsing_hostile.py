@@ -247,11 +247,20 @@ def test_the_calendars_edges_themselves_are_records_like_any_other():
         ("revision", "1e400", "revision: expected a non-negative integer"),
         ("bet_amount", "-1e400", "bet_amount: expected a decimal string, got OutOfRangeNumber"),
         ("revision", "9" * 5000, "revision: expected a non-negative integer"),
+        ("revision", str(2**64), "revision: expected a non-negative integer"),
         ("status", "9" * 310, "status: expected a non-empty string"),
         ("net_amount", "1.5e3", "net_amount: expected a decimal string, got float"),
         ("created_at", "[" * 300 + "]" * 300, "created_at: expected an RFC3339 string, got list"),
     ],
-    ids=["exponent-revision", "exponent-amount", "huge-int", "wide-int", "float", "deep"],
+    ids=[
+        "exponent-revision",
+        "exponent-amount",
+        "huge-int",
+        "past-64-bits",
+        "wide-int",
+        "float",
+        "deep",
+    ],
 )
 def test_numbers_no_float_holds_quarantine_their_record_not_the_page(field, text, reason):
     items = [record(record_id="good"), record(record_id="bad", **{field: HOLE})]
