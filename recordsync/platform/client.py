@@ -89,7 +89,7 @@ _CHAINED: Final = frozenset({RECORDS, RECORD_CHANGES})
 MAX_PAGE_SIZE: Final = 1000  # spec: Conventions, Pagination (1-1000)
 # The largest answer body read (after any content decoding); a larger one is refused while it
 # streams in.  A page holds at most 1000 items (spec: Limits, Page size): a records page
-# is about 0.5 MB, a changes page (each change carries its record) about 0.8 MB, so 64 MiB
+# is about 0.5 MB, a changes page (each change carries its record) about 0.65 MB, so 64 MiB
 # leaves two orders of magnitude for fields the platform may add (Versioning 3) and long
 # identifiers or names, while a runaway or hostile answer costs at most that much memory per
 # request in flight, not all of it.
