@@ -149,6 +149,20 @@ class ProtocolError(RetryableError):
     """
 
 
+class ResponseTooLargeError(ProtocolError):
+    """The answer's body is larger than the client reads (``limit`` bytes): refused while it
+    streams in, never held whole.  ``size``: the bytes declared or received when it stopped.
+
+    A ``ProtocolError``: retried within the policy's attempts like any answer that is not a
+    page, the cursor never advanced past it.
+    """
+
+    def __init__(self, message: str, *, endpoint: str, limit: int, size: int) -> None:
+        self.limit = limit
+        self.size = size
+        super().__init__(message, endpoint=endpoint, retryable=True)
+
+
 class CursorExpiredError(PlatformError):
     """410 CURSOR_EXPIRED: a records cursor older than 24 h or a change start beyond retention."""
 

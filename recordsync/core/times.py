@@ -42,7 +42,14 @@ def parse_time(value: object, *, field: str) -> datetime:
         raise InvalidRecordError(f"{field}: {value[:40]!r} is not a valid time ({exc})") from None
     if not zulu:
         offset = timedelta(hours=int(off_h), minutes=int(off_m))
-        parsed = parsed - offset if sign == "+" else parsed + offset
+        try:
+            parsed = parsed - offset if sign == "+" else parsed + offset
+        except OverflowError:
+            # "9999-12-31T23:30:00-01:00" is year 10000 in UTC, which no datetime (nor a
+            # warehouse column) holds: the value is refused like any other invalid time.
+            raise InvalidRecordError(
+                f"{field}: {value[:40]!r} is outside the years 0001-9999 once in UTC"
+            ) from None
     return parsed
 
 

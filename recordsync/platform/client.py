@@ -47,6 +47,7 @@ from recordsync.core.errors import (
     PlatformError,
     ProtocolError,
     RateLimitedError,
+    ResponseTooLargeError,
     TransportError,
     UnexpectedRedirectError,
 )
@@ -88,6 +89,13 @@ GAMES: Final = "games"
 _CHAINED: Final = frozenset({RECORDS, RECORD_CHANGES})
 
 MAX_PAGE_SIZE: Final = 1000  # spec: Conventions, Pagination (1-1000)
+# The largest answer body read (after any content decoding); a larger one is refused while it
+# streams in.  A page holds at most 1000 items (spec: Limits, Page size): a records page
+# is about 0.5 MB, a changes page (each change carries its record) about 0.65 MB, so 64 MiB
+# leaves two orders of magnitude for fields the platform may add (Versioning 3) and long
+# identifiers or names, while a runaway or hostile answer costs at most that much memory per
+# request in flight, not all of it.
+DEFAULT_MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
 MAX_RECORDS_WINDOW: Final = timedelta(hours=24)  # spec: Limits, Records window
 
 _log = structlog.get_logger(__name__)
@@ -152,8 +160,12 @@ class PlatformClient:
         retry: RetryPolicy | None = None,
         rng: random.Random | None = None,
         observer: ClientObserver | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         self._origin, self._base_path = _split_base_url(base_url)
+        if max_response_bytes < 1:
+            raise ConfigurationError("max_response_bytes must be at least 1")
+        self._max_response_bytes = max_response_bytes
         if not merchant_id or not merchant_id.isascii() or not merchant_id.isprintable():
             raise ConfigurationError("merchant_id must be a non-empty printable ASCII string")
         self._merchant_id = merchant_id
@@ -471,7 +483,7 @@ class PlatformClient:
                 # its answer's head coming back proves it arrived, so the budget may count
                 # from then (budget.py), not from when the whole body has been read.
                 with carrying(slot):
-                    response = self._send(
+                    response, body = self._send(
                         endpoint, request, answered=None if slot is None else answer_hook(slot)
                     )
             except PlatformError:
@@ -492,12 +504,12 @@ class PlatformClient:
         status = response.status_code
         if endpoint == RECORDS and is_json_success(status, response.headers):
             # The hot path: the page straight from the bytes, or None and the usual path below.
-            page = usual_records_page(response.content)
+            page = usual_records_page(body)
             if page is not None:
                 self._observer.on_response(endpoint, status, None, seconds, page.request_id)
                 return page
         try:
-            reply = decode_reply(endpoint, response.status_code, response.headers, response.content)
+            reply = decode_reply(endpoint, response.status_code, response.headers, body)
         except PlatformError as error:
             self._observer.on_response(
                 endpoint, response.status_code, error.code, seconds, error.request_id
@@ -518,9 +530,11 @@ class PlatformClient:
         request: httpx.Request,
         *,
         answered: Callable[[], None] | None = None,
-    ) -> httpx.Response:
-        """The one place where httpx exceptions become ours; ``answered`` is called as soon
-        as the answer's status line and headers are in, before its body is read.
+    ) -> tuple[httpx.Response, bytes]:
+        """The answer and its body; the one place where httpx exceptions become ours.
+        ``answered`` is called as soon as the answer's status line and headers are in,
+        before its body is read; a body above ``max_response_bytes`` is refused as it comes
+        (``ResponseTooLargeError``), never read whole first.
 
         The platform decides on a request before it answers it, so the head of the answer
         is proof of arrival, and a page's body (a few hundred kilobytes, read while other
@@ -536,7 +550,7 @@ class PlatformClient:
             try:
                 if answered is not None:
                     answered()
-                response.read()
+                body = self._read_body(endpoint, response)
             finally:
                 response.close()
         except httpx.TimeoutException as exc:
@@ -554,7 +568,35 @@ class PlatformClient:
                 endpoint=endpoint,
                 retryable=True,
             ) from exc
-        return response
+        return response, body
+
+    def _read_body(self, endpoint: str, response: httpx.Response) -> bytes:
+        """The body, decoded, chunk by chunk until it passes the limit: then refused, with the
+        rest left unread (closing the answer drops the connection)."""
+        limit = self._max_response_bytes
+        declared = response.headers.get("content-length", "")
+        if declared.isascii() and declared.isdigit() and int(declared[:20]) > limit:
+            raise ResponseTooLargeError(
+                f"answer refused: its Content-Length is {declared[:20]} bytes, "
+                f"more than the {limit} bytes read at most",
+                endpoint=endpoint,
+                limit=limit,
+                size=int(declared[:20]),
+            )
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > limit:
+                raise ResponseTooLargeError(
+                    f"answer refused: its body passed the {limit} bytes read at most "
+                    f"({size} bytes received when it was stopped)",
+                    endpoint=endpoint,
+                    limit=limit,
+                    size=size,
+                )
+            chunks.append(chunk)
+        return b"".join(chunks)
 
 
 def _why_no_answer(exc: BaseException, host: str) -> str:

@@ -23,6 +23,7 @@ How strict, and why:
 from __future__ import annotations
 
 import email.utils
+import json
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -56,6 +57,48 @@ CLOCK_SKEW_MESSAGE: Final = (
     "the platform rejected the request as expired (REQUEST_EXPIRED): the local clock is "
     "probably off by more than 300 s from the platform's; check that NTP is running and synced"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class OutOfRangeNumber:
+    """A JSON number no 64-bit float holds (``1e400``), kept as the text sent.
+
+    Legal JSON (RFC 8259 sets no range) that orjson refuses; the answer is read again by
+    ``_wide_document`` and such a number becomes this value, which no field of the spec accepts: the
+    item holding it is quarantined with its field named, an unknown member holding it is
+    ignored (Versioning 3), instead of the whole page failing on every retry.
+    """
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _wide_float(text: str) -> float | OutOfRangeNumber:
+    """A float as orjson reads it when one holds the number (``1e-400`` is 0.0 there too)."""
+    value = float(text)
+    return value if math.isfinite(value) else OutOfRangeNumber(text)
+
+
+def _wide_int(text: str) -> int | float | OutOfRangeNumber:
+    """An integer as orjson reads it: an int within 64 bits, a float beyond (so a field
+    sees the same value whichever decoder read its page), ``OutOfRangeNumber`` past a float."""
+    if len(text) <= _INT_DIGITS:
+        value = int(text)
+        if _INT_MIN <= value <= _INT_MAX:
+            return value
+    return _wide_float(text)
+
+
+_INT_DIGITS: Final = 20  # "-9223372036854775808" and "18446744073709551615" have 20 and 20
+_INT_MIN: Final = -(2**63)
+_INT_MAX: Final = 2**64 - 1
+
+
+def _not_json(token: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity`` are Python's, not JSON (RFC 8259, section 6)."""
+    raise ValueError(f"{token} is not a JSON value")
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,13 +253,65 @@ def _envelope(endpoint: str, headers: Mapping[str, str], body: bytes) -> tuple[d
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError:
-        _protocol(endpoint, None, f"body is not valid JSON ({len(body)} bytes)")
+        document = _wide_document(endpoint, body)
     if not isinstance(document, dict):
         _protocol(endpoint, None, "body is not a JSON object")
     request_id = document.get("request_id")
     if not isinstance(request_id, str) or not request_id:
         _protocol(endpoint, None, "request_id is missing or not a string")
     return document, request_id
+
+
+def _wide_document(endpoint: str, body: bytes) -> Any:
+    """The answer orjson refused, read again by Python's own decoder, or ``ProtocolError``.
+
+    orjson reads numbers as 64-bit values and refuses ``1e400`` or an integer of 310 digits,
+    legal JSON (RFC 8259 sets no range): the whole page would fail on every retry.  Python's
+    decoder reads them (``OutOfRangeNumber``) and otherwise refuses what orjson refuses
+    (NaN and Infinity through ``_not_json``, text that is not UTF-8, nesting beyond the
+    interpreter's recursion limit) but for one thing: an escaped unpaired surrogate
+    (``"\\ud800"``), which no warehouse stores, so that is looked for and refused here.
+    """
+    try:
+        document = json.loads(
+            body.decode("utf-8"),
+            parse_int=_wide_int,
+            parse_float=_wide_float,
+            parse_constant=_not_json,
+        )
+    except (UnicodeDecodeError, ValueError) as exc:
+        detail = str(exc)
+    except RecursionError:
+        detail = "nested too deeply to be read"  # orjson stops at 1024 levels
+    else:
+        if not _has_unpaired_surrogate(document):
+            return document
+        detail = "a string holds an unpaired surrogate"
+    raise ProtocolError(
+        f"invalid envelope: body is not valid JSON ({len(body)} bytes): {_clip(detail, 160)}",
+        endpoint=endpoint,
+    )
+
+
+def _has_unpaired_surrogate(document: Any) -> bool:
+    """True when a key or string of ``document`` is not encodable as UTF-8 (no recursion:
+    the document may nest as deeply as the decoder went)."""
+    texts: list[str] = []
+    pending = [document]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, str):
+            texts.append(value)
+        elif isinstance(value, dict):
+            texts.extend(value)
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    try:
+        "".join(texts).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _protocol(endpoint: str, request_id: str | None, problem: str) -> NoReturn:

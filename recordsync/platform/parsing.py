@@ -37,8 +37,10 @@ from recordsync.core.models import (
 )
 from recordsync.core.money import all_money, amount_or_none, parse_money
 from recordsync.core.times import parse_time
+from recordsync.platform.envelope import OutOfRangeNumber
 
 _SEQUENCE = re.compile(r"0|[1-9][0-9]*")
+MAX_CURSOR_LENGTH: Final = 4096  # spec: Limits, "Cursor length"
 # The exact form record responses use (three millisecond digits and Z): the hot path.  Spelled
 # out digit by digit: the regex engine matches that about twice as fast as counted repeats.
 _D2 = "[0-9][0-9]"
@@ -216,11 +218,44 @@ def parse_change(raw: object) -> RecordChange:
     )
 
 
+def _as_json(value: object) -> Any:
+    """orjson's ``default``: an out-of-range number as the number sent, anything else as text."""
+    if isinstance(value, OutOfRangeNumber):
+        return orjson.Fragment(value.text)
+    return str(value)
+
+
+def _msgspec_json(value: object) -> Any:
+    if isinstance(value, OutOfRangeNumber):
+        return msgspec.Raw(value.text.encode())
+    return str(value)
+
+
+_DEEP_ENCODER: Final = msgspec.json.Encoder(enc_hook=_msgspec_json)
+
+
+def raw_json(raw: object) -> bytes:
+    """A rejected item as JSON for the quarantine, as received, whatever it holds.
+
+    orjson writes at most 254 levels of nesting, which an item read by it (1024 levels) may
+    exceed: msgspec writes those.  An item too deep even for that is kept as a note saying
+    so, never a failure of its page.
+    """
+    try:
+        return orjson.dumps(raw, option=orjson.OPT_PASSTHROUGH_DATACLASS, default=_as_json)
+    except orjson.JSONEncodeError:
+        pass
+    try:
+        return _DEEP_ENCODER.encode(raw)
+    except (RecursionError, TypeError):
+        return orjson.dumps({"not_kept": "the item nests too deeply to be written back"})
+
+
 def _reject(position: int, raw: object, error: InvalidRecordError) -> RejectedItem:
     record_id = raw.get("record_id") if isinstance(raw, dict) else None
     return RejectedItem(
         position=position,
-        raw=orjson.dumps(raw, option=orjson.OPT_PASSTHROUGH_DATACLASS, default=str),
+        raw=raw_json(raw),
         reason=error.reason,
         record_id=record_id if isinstance(record_id, str) else None,
     )
@@ -259,6 +294,10 @@ class _PageShape:
             return None
         if not isinstance(cursor, str) or not cursor:
             self.fail("next_cursor is missing or not a string")
+        if len(cursor) > MAX_CURSOR_LENGTH:
+            # The next request could not send it back (client._cursor), nor the warehouse
+            # keep it: a page that cannot be followed is refused, never half-committed.
+            self.fail(f"next_cursor has {len(cursor)} characters, more than {MAX_CURSOR_LENGTH}")
         return cursor
 
     def projection_as_of(self) -> datetime | None:
@@ -326,7 +365,9 @@ class _WireRecord(msgspec.Struct, gc=False):
     """A record as sent, before its amounts and times are known to have the usual form."""
 
     record_id: _NonEmpty
-    revision: Annotated[int, msgspec.Meta(ge=0)]
+    # msgspec reads any integer, orjson a float past 64 bits: beyond a BIGINT (which msgspec
+    # can bound) the orjson path decides, so both paths give a revision the same outcome.
+    revision: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
     player_id: _NonEmpty
     game_id: _NonEmpty
     currency: _NonEmpty
@@ -345,7 +386,7 @@ class _WireRecord(msgspec.Struct, gc=False):
 class _WirePage(msgspec.Struct, gc=False):
     items: list[_WireRecord]
     has_more: bool
-    next_cursor: _NonEmpty | None
+    next_cursor: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_CURSOR_LENGTH)] | None
     snapshot_watermark: str
     projection_as_of: str | None = None
 
@@ -403,7 +444,9 @@ def usual_records_page(body: bytes) -> RecordsPage | None:
     orjson path, which tells what is wrong)."""
     try:
         answer = _WIRE.decode(body)
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        # RecursionError: an unknown member nested deeper than msgspec follows (it skips
+        # members by recursion); the orjson path reads or refuses the answer.
         return None
     page = answer.data
     if (page.has_more and page.next_cursor is None) or not _usual_forms(page.items):
@@ -467,7 +510,8 @@ def parse_capabilities(data: object) -> Capabilities:
     if not isinstance(limits, dict):
         raise InvalidRecordError("limits: expected an object")
     currencies = []
-    for raw in data.get("currencies") or []:
+    listed = data.get("currencies")
+    for raw in listed if isinstance(listed, list) else []:
         if isinstance(raw, dict) and isinstance(raw.get("code"), str):
             scale = raw.get("decimal_scale")
             currencies.append(Currency(raw["code"], scale if isinstance(scale, int) else 4))
@@ -505,7 +549,10 @@ def _named(raw: dict[str, Any], name: str) -> tuple[str | None, str | None]:
         return None, None
     if not isinstance(value, dict):
         raise InvalidRecordError(f"{name}: expected an object")
-    return _optional_text(value, "code"), _optional_text(value, "name")
+    try:
+        return _optional_text(value, "code"), _optional_text(value, "name")
+    except InvalidRecordError as exc:
+        raise InvalidRecordError(f"{name}.{exc.reason}") from None
 
 
 def _localizations(raw: dict[str, Any]) -> tuple[Localization, ...]:
@@ -518,12 +565,10 @@ def _localizations(raw: dict[str, Any]) -> tuple[Localization, ...]:
     for position, item in enumerate(value):
         if not isinstance(item, dict):
             raise InvalidRecordError(f"localizations[{position}]: expected an object")
-        found.append(
-            Localization(
-                _text(item, "language"),
-                _text(item, "name"),
-            )
-        )
+        try:
+            found.append(Localization(_text(item, "language"), _text(item, "name")))
+        except InvalidRecordError as exc:
+            raise InvalidRecordError(f"localizations[{position}].{exc.reason}") from None
     return tuple(found)
 
 
@@ -575,7 +620,7 @@ def parse_games_page(
             rejected.append(
                 RejectedItem(
                     position=position,
-                    raw=orjson.dumps(raw, default=str),
+                    raw=raw_json(raw),
                     reason=exc.reason,
                     record_id=game_id if isinstance(game_id, str) else None,
                 )

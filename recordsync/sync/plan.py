@@ -94,11 +94,16 @@ def hand_out_order(pending: Iterable[WindowProgress]) -> list[WindowProgress]:
 
 
 def highest_sequence(changes: Iterable[RecordChange]) -> str | None:
-    """The largest sequence of a page, compared as integers (they may exceed 64 bits)."""
+    """The largest sequence of a page, compared as integers (they may exceed 64 bits).
+
+    Compared by length, then text: the parser holds a sequence to ``0|[1-9][0-9]*``, so that
+    is the integer order, without ``int()``, which refuses more than 4300 digits.
+    """
     best: str | None = None
     for change in changes:
-        if best is None or int(change.sequence) > int(best):
-            best = change.sequence
+        sequence = change.sequence
+        if best is None or (len(sequence), sequence) > (len(best), best):
+            best = sequence
     return best
 
 

@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Row, delete, func, insert, select, update
 
 from recordsync.core.state import REBUILD_JOB, Phase, SyncState, Window, WindowProgress
 from recordsync.warehouse.schema import snapshot_windows, sync_state
+from recordsync.warehouse.types import CURSOR_LENGTH
 
 
 def check_windows(windows: Sequence[Window]) -> None:
@@ -250,7 +251,8 @@ def advance_tail(
         "last_commit_at": now,
         "updated_at": now,
     }
-    if last_sequence is not None:
+    if last_sequence is not None and len(last_sequence) <= CURSOR_LENGTH:
+        # A longer one is kept out (as ``record_revisions`` does), never a failed commit.
         values["last_sequence"] = last_sequence
     if projection_as_of is not None:
         values["last_projection_as_of"] = projection_as_of

@@ -22,6 +22,7 @@ from recordsync.core.errors import (
     ProtocolError,
     RateLimitedError,
     RequestRejectedError,
+    ResponseTooLargeError,
     RetryableError,
     ServerError,
     ShutdownRequestedError,
@@ -797,3 +798,59 @@ def test_a_lease_lost_while_waiting_for_the_budget_sends_nothing_and_gives_the_s
             client.changes(cursor="c-1", limit=10)
     assert platform.requests == []
     assert budget.acquire().acquired_at == pytest.approx(fake_time())  # the place came back
+
+
+# -- the largest answer read (issue 29) ----------------------------------------------------------
+
+
+class CountedStream(httpx.SyncByteStream):
+    """An answer body of ``chunks`` chunks of ``size`` bytes, counting what was read of it."""
+
+    def __init__(self, chunks, size=1024):
+        self.chunks, self.size, self.read = chunks, size, 0
+
+    def __iter__(self):
+        for _ in range(self.chunks):
+            self.read += 1
+            yield b" " * self.size
+
+
+def test_a_body_beyond_the_limit_is_refused_while_it_streams_in(fake_time):
+    stream = CountedStream(chunks=10_000)  # 10 MiB, never declared
+    platform = Platform(fake_time, lambda _r: httpx.Response(200, stream=stream))
+    client = make_client(
+        fake_time, platform, retry=RetryPolicy(max_attempts=1), max_response_bytes=64 * 1024
+    )
+    with client, pytest.raises(ResponseTooLargeError) as caught:
+        client.changes(cursor="c")
+    assert stream.read == 65  # stopped at the chunk that passed 64 KiB: the rest never read
+    assert (caught.value.limit, caught.value.size) == (65536, 66560)
+    assert str(caught.value) == (
+        "answer refused: its body passed the 65536 bytes read at most (66560 bytes received "
+        "when it was stopped) (endpoint=record-changes)"
+    )
+    assert isinstance(caught.value, ProtocolError)  # retried within the policy's attempts
+
+
+def test_a_declared_length_beyond_the_limit_is_refused_before_the_body(fake_time):
+    stream = CountedStream(chunks=100)
+    platform = Platform(
+        fake_time,
+        lambda _r: httpx.Response(200, headers={"Content-Length": "102400"}, stream=stream),
+    )
+    client = make_client(
+        fake_time, platform, retry=RetryPolicy(max_attempts=3), max_response_bytes=1000
+    )
+    with client, pytest.raises(ResponseTooLargeError) as caught:
+        client.records_first(FROM, TO, limit=10)
+    assert stream.read == 0
+    assert len(platform.requests) == 3  # a bounded retry, then the error
+    assert caught.value.size == 102400
+    assert "its Content-Length is 102400 bytes, more than the 1000 bytes" in str(caught.value)
+
+
+def test_a_page_within_the_limit_is_read_whole(fake_time):
+    platform = Platform(fake_time, envelope(CHANGES_PAGE))
+    limit = len(json.dumps({"data": CHANGES_PAGE, "request_id": "req-1"}).encode())
+    with make_client(fake_time, platform, max_response_bytes=limit) as client:
+        assert client.changes(cursor="c").next_cursor == "c-next"

@@ -245,6 +245,14 @@ def test_an_empty_tail_page_keeps_the_last_sequence(warehouse):
     assert state.last_projection_as_of == T0 + DAY
 
 
+def test_a_sequence_longer_than_its_column_is_kept_out_not_a_failed_commit(warehouse):
+    rebuild(warehouse, [])
+    tail_page(warehouse, last_sequence=SEQUENCE_30)
+    tail_page(warehouse, next_cursor="tail-3", last_sequence="9" * 5000)  # issue 29
+    state = warehouse.load_state(MERCHANT)
+    assert (state.change_cursor, state.last_sequence) == ("tail-3", SEQUENCE_30)
+
+
 def test_a_tail_page_without_sync_state_raises_and_writes_nothing(warehouse):
     with pytest.raises(LookupError, match="no sync state"):
         tail_page(warehouse, records=[make_record()])

@@ -50,6 +50,7 @@ DEPENDENCY_UNAVAILABLE: Final = "DEPENDENCY_UNAVAILABLE"
 _TIMESTAMP = re.compile(r"[0-9]{10}")
 _SIGNATURE = re.compile(r"[0-9a-f]{64}")
 _IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _REQUIRED: Final = ("event_id", "external_player_id", "currency", "round_id", "type")
 # The columns' widths (warehouse schema): a longer value is refused, not cut.
 _MAX_LENGTH: Final = {
@@ -145,6 +146,19 @@ def verify(
     return merchant_id
 
 
+@dataclass(frozen=True, slots=True)
+class _Number:
+    """A JSON number, kept as its text: no member of the event is a number, so none is
+    converted (``1e400`` is no float overflow, a 5000-digit integer no ``int`` limit)."""
+
+    text: str
+
+
+def _not_json(token: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity`` are Python's, not JSON (RFC 8259, section 6)."""
+    raise ValueError(f"{token} is not a JSON value")
+
+
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     keys = [key for key, _ in pairs]
     if len(set(keys)) != len(keys):
@@ -167,8 +181,8 @@ def parse_event(request: Request, merchant_id: str) -> RoundEvent:
         raise _invalid("Idempotency-Key must equal event_id")
     try:
         occurred_at = parse_time(body.get("occurred_at"), field="occurred_at")
-    except InvalidRecordError:
-        raise _invalid("occurred_at: required, an RFC 3339 time") from None
+    except InvalidRecordError as exc:
+        raise _invalid(f"occurred_at: required, an RFC 3339 time ({exc.reason})") from None
     return RoundEvent(
         event_id=event_id,
         merchant_id=merchant_id,
@@ -193,9 +207,19 @@ def _json_object(request: Request) -> dict[str, Any]:
         text = request.body.decode("utf-8")
         if text.startswith("\ufeff"):
             raise _invalid("the body must be UTF-8 without a byte order mark")
-        body = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        body = json.loads(
+            text,
+            object_pairs_hook=_no_duplicate_keys,
+            parse_int=_Number,
+            parse_float=_Number,
+            parse_constant=_not_json,
+        )
     except (UnicodeDecodeError, ValueError):
         raise _invalid("the body must be a UTF-8 JSON object") from None
+    except RecursionError:
+        # Nesting deeper than the interpreter's recursion limit (a 1 MiB body may hold half
+        # a million brackets): the decoder stops cleanly, and the sender is told why.
+        raise _invalid("the body nests too deeply to be a round-end notification") from None
     if not isinstance(body, dict):
         raise _invalid("the body must be a JSON object")
     return body
@@ -218,6 +242,14 @@ def _strings(body: dict[str, Any]) -> dict[str, str]:
     for name, limit in _MAX_LENGTH.items():
         if len(values.get(name, "")) > limit:
             raise _invalid(f"{name}: longer than {limit} characters")
+    for name, value in values.items():
+        # JSON escapes can spell what no warehouse stores: a NUL (PostgreSQL refuses it in
+        # text) or half of a surrogate pair (not encodable as UTF-8).  Refused here, they are
+        # a 400 for the sender instead of a failed insert (a 500) on every retry.
+        if "\x00" in value:
+            raise _invalid(f"{name}: contains a NUL character")
+        if not value.isascii() and _LONE_SURROGATE.search(value) is not None:
+            raise _invalid(f"{name}: contains an unpaired surrogate (\\ud800-\\udfff)")
     return values
 
 
