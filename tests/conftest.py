@@ -9,7 +9,7 @@ from dbfixtures import warehouse, warehouse_url
 from hypothesis import settings
 from serverturns import servers_turn
 
-from recordsync.logs import process_context
+from recordsync import logs
 
 # The simulator most tests run in this process stamps a request's arrival in its handler thread,
 # which must first get the GIL from the engine's threads; at Python's default 5 ms switch
@@ -31,10 +31,12 @@ __all__ = ["reset_logging", "take_turns_at_the_servers", "warehouse", "warehouse
 
 @pytest.fixture(autouse=True)
 def reset_logging() -> Iterator[None]:
-    """Each test starts and ends with structlog's defaults and no process-wide log fields."""
+    """Each test starts and ends with structlog's defaults, no process-wide log fields and
+    the standard library's logging, warnings and exception hooks as they were."""
     yield
+    logs.reset_logging()
     structlog.reset_defaults()
-    process_context.clear()
+    logs.process_context.clear()
 
 
 @pytest.fixture(autouse=True)

@@ -21,7 +21,6 @@ retries): an event is never acknowledged unless it is stored.
 from __future__ import annotations
 
 import asyncio
-import logging
 import socket
 import threading
 import time
@@ -237,8 +236,8 @@ class EventsServer:
             http="h11",
             loop="asyncio",
             lifespan="off",
-            log_config=None,
-            access_log=False,
+            log_config=None,  # its records reach the daemon's one log stream (recordsync.logs)
+            access_log=False,  # a line per request: the receiver logs what it refuses
             server_header=False,
             proxy_headers=False,  # the signature covers what arrived, whoever forwarded it
             timeout_keep_alive=30,
@@ -256,9 +255,6 @@ class EventsServer:
         return int(self._socket.getsockname()[1])
 
     def start(self) -> None:
-        # uvicorn logs through the standard library, which is not the daemon's JSON log: keep
-        # its per-request warnings (a scanner's malformed request) out of it; errors still show.
-        logging.getLogger("uvicorn").setLevel(logging.ERROR)
         family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
