@@ -82,7 +82,12 @@ def configure_logging(
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
         if use_json
-        else structlog.dev.ConsoleRenderer(colors=stream.isatty())
+        # A traceback on a terminal shows no local variables: one may hold a secret's text
+        # (invariant 8), which structlog's default rich traceback would print.
+        else structlog.dev.ConsoleRenderer(
+            colors=stream.isatty(),
+            exception_formatter=structlog.dev.RichTracebackFormatter(show_locals=False),
+        )
     )
     common: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,

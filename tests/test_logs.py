@@ -157,3 +157,22 @@ def test_configuring_again_replaces_the_previous_stream() -> None:
     logging.getLogger("uvicorn.error").warning("once")
     assert first.calls == []
     assert len(json_lines(second)) == 1
+
+
+def test_a_traceback_on_a_terminal_shows_no_local_variable() -> None:
+    # A local may hold a secret's text (a file just read): a console traceback must not print
+    # it, as rich's tracebacks do with their locals shown.
+    stream = io.StringIO()
+    configure_logging(stream=stream, log_format="console")
+
+    def read_secret() -> None:
+        text = "s3cr3t-value-never-printed"
+        raise ValueError(f"unreadable ({len(text)} characters)")
+
+    try:
+        read_secret()
+    except ValueError:
+        structlog.get_logger("recordsync.test").exception("secret_file_unreadable")
+    shown = stream.getvalue()
+    assert "unreadable (26 characters)" in shown
+    assert "s3cr3t-value-never-printed" not in shown

@@ -37,7 +37,7 @@ from recordsync.service.progress import RichProgress
 from recordsync.service.signals import stop_on_signals
 from recordsync.warehouse import Warehouse
 
-CONFIG_FILE = Path("recordsync-demo.toml")
+CONFIG_NAME = "recordsync-demo.toml"
 
 
 def run_demo(
@@ -47,7 +47,6 @@ def run_demo(
     rounds_per_day: int,
     merchants: int = 1,
     serve: bool = False,
-    config_file: Path = CONFIG_FILE,
 ) -> int:
     """The README's first command: the simulator and a local SQLite file, synced until caught
     up; with ``merchants`` > 1, that many merchants side by side in one process.  Exit 0 when
@@ -91,6 +90,7 @@ def run_demo(
                 for profile in config.profiles
             )
             settings = Settings(merchants=profiles, database_url=database_url)
+            config_file = _config_file(database_url)
             _write_config(config_file, settings, profiles)
             started = time.monotonic()
             sim.start_live()
@@ -165,6 +165,17 @@ def _refuse_previous_demo(database_url: str, merchant_ids: list[str]) -> None:
             f"--database holds a previous demo's sync of {', '.join(held)}, whose simulator is "
             "gone; the demo only ever replaces SQLite files: use an empty database"
         )
+
+
+def _config_file(database_url: str) -> Path:
+    """Beside the SQLite file (the current folder for any other database), named as the
+    printed commands show it: relative when it is in the current folder."""
+    url = make_url(database_url)
+    folder = Path()
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        folder = Path(url.database).absolute().parent
+    path = folder.absolute() / CONFIG_NAME
+    return path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
 
 
 def _write_config(path: Path, settings: Settings, merchants: tuple[MerchantSettings, ...]) -> None:

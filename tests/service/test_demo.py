@@ -18,6 +18,7 @@ def test_the_demo_syncs_until_caught_up_and_equals_the_truth(tmp_path, capsys, m
     out = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
     assert summary in out
     assert "equals the simulator's truth" in out
+    assert (tmp_path / "recordsync-demo.toml").exists()  # beside its database, not in the cwd
     if merchants > 1:
         for number in range(1, merchants + 1):
             assert f"demo-merchant-{number}" in out
