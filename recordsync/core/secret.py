@@ -11,7 +11,12 @@ from __future__ import annotations
 import hmac
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Final, Protocol
+
+# spec: Authentication, "a secret (a 43-character string)".  A file's secret must have exactly
+# this form: a file caught half-written holds a shorter one (or an empty one), and must not be
+# taken for a rotated secret.
+SECRET_LENGTH: Final = 43
 
 
 class Secret:
@@ -40,11 +45,14 @@ class Secret:
 
 
 def secret_from_file_bytes(data: bytes) -> Secret:
-    """The secret a secret file holds: its UTF-8 text without one trailing line break.
+    """The secret a secret file holds: its UTF-8 text without one trailing line break, in the
+    platform's form (``SECRET_LENGTH`` printable ASCII characters, no whitespace).
 
     One rule for the settings loader (which checks every file at start-up) and the keeper
-    (which reads them for use, again and again).  Raises ``ValueError`` with a reason that
-    never quotes the content: a decoding error's own message would show a byte of it.
+    (which reads them for use, again and again).  The form is checked because a file being
+    rewritten can be read half-way: a prefix of the new secret is never a secret.  Raises
+    ``ValueError`` with a reason that never quotes the content (nor its length, a hint to
+    it): a decoding error's own message would show a byte of it.
     """
     try:
         text = data.decode("utf-8")
@@ -53,6 +61,15 @@ def secret_from_file_bytes(data: bytes) -> Secret:
     value = text.removesuffix("\n").removesuffix("\r")
     if not value:
         raise ValueError("is empty")
+    if any(character.isspace() for character in value):
+        raise ValueError("has whitespace inside the secret (one line, nothing else)")
+    if not (value.isascii() and value.isprintable()):
+        raise ValueError("holds characters other than printable ASCII")
+    if len(value) != SECRET_LENGTH:
+        raise ValueError(
+            f"does not hold a {SECRET_LENGTH}-character secret (spec: Authentication); "
+            "it may be half-written"
+        )
     return Secret(value)
 
 

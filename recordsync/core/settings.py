@@ -19,8 +19,11 @@ The file is ``--config PATH``, else ``RECORDSYNC_CONFIG``.  A relative ``secret_
 configuration and its secrets then travel together (a systemd unit's credentials directory,
 whose path differs from unit to unit).
 
-The settings check each secret file once, so that a missing or empty one is reported with
-every other problem; reading it for use, and again when it rotates, is the service's keeper's.
+The settings check each secret file once, so that a missing, empty or malformed one is
+reported with every other problem; reading it for use, and again when it rotates, is the
+service's keeper's.  ``previous_secret_file`` (or ``previous_secret``; in the environment
+``RECORDSYNC_PREVIOUS_SECRET_FILE``) optionally names the secret of before a rotation still
+inside its overlap: a replica started during the overlap knows no previous secret otherwise.
 
 The reader is our own rather than pydantic-settings: the error lines name the operator's
 ``RECORDSYNC_*`` variables and ``merchants[N] (id).key`` (pydantic's locations would have to be
@@ -52,7 +55,17 @@ DEFAULT_SECRET_OVERLAP = 86400.0  # seconds a rotated-out secret is still accept
 DEFAULT_EVENTS_HOST = "0.0.0.0"  # noqa: S104 - like /metrics: the ingress reaches the pod
 DEFAULT_EVENT_GRACE = 600.0  # seconds an announced round may take to reach the warehouse
 # The keys of one merchant: single-merchant variables, or the keys of a [[merchants]] entry.
-MERCHANT_KEYS: Final = ("merchant_id", "secret", "secret_file", "base_url", "history_from")
+MERCHANT_KEYS: Final = (
+    "merchant_id",
+    "secret",
+    "secret_file",
+    "previous_secret",
+    "previous_secret_file",
+    "base_url",
+    "history_from",
+)
+# The keys naming a merchant's secrets: with [[merchants]], they belong in the entries.
+_SECRET_KEYS: Final = ("secret", "secret_file", "previous_secret", "previous_secret_file")
 
 T = TypeVar("T")
 
@@ -63,12 +76,16 @@ class MerchantSettings:
 
     ``secret`` and ``base_url`` are None only when the command needs no platform (``status``,
     ``report``): those commands may run where the secrets are not mounted.
+    ``previous_secret`` is the secret of before a rotation still inside its overlap, named by
+    the operator so that a replica started during the overlap verifies callbacks signed with
+    it (spec: Authentication, Key rotation); requests are always signed with ``secret``.
     """
 
     merchant_id: str
     secret: SecretSource | None = field(default=None, repr=False)
     base_url: str | None = None
     history_from: datetime | None = None
+    previous_secret: SecretSource | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,26 +339,31 @@ def _base_url(reader: _Reader, value: str) -> str | None:
     return value.rstrip("/")
 
 
-def _secret_source(reader: _Reader, *, relative_to: Path | None = None) -> SecretSource | None:
-    """The secret given inline, or a secret file checked once now (readable, not empty).
+def _secret_source(
+    reader: _Reader, *, relative_to: Path | None = None, previous: bool = False
+) -> SecretSource | None:
+    """The secret given inline, or a secret file checked once now (readable, in the secret's
+    form); with ``previous``, the optional ``previous_secret`` / ``previous_secret_file``.
 
-    ``relative_to``: the directory a relative ``secret_file`` is in (the config file's, for a
+    ``relative_to``: the directory a relative file is in (the config file's, for a
     ``[[merchants]]`` entry); otherwise the working directory's, as for any path.
     """
-    inline = reader.raw("secret")
-    secret_file = reader.raw("secret_file")
+    key = "previous_secret" if previous else "secret"
+    file_key = f"{key}_file"
+    inline = reader.raw(key)
+    secret_file = reader.raw(file_key)
     if inline is not None and secret_file is not None:
         reader.problems.append(
-            f"{reader.name('secret')} and {reader.name('secret_file')} are both set: "
-            "keep one of them"
+            f"{reader.name(key)} and {reader.name(file_key)} are both set: keep one of them"
         )
         return None
     if inline is not None:
         return SecretSource.given(Secret(inline))
     if secret_file is None:
-        reader.problems.append(
-            f"{reader.either('secret', 'secret_file')}: one is required (the platform secret)"
-        )
+        if not previous:
+            reader.problems.append(
+                f"{reader.either(key, file_key)}: one is required (the platform secret)"
+            )
         return None
     path = Path(secret_file)
     if relative_to is not None and not path.is_absolute():
@@ -350,34 +372,35 @@ def _secret_source(reader: _Reader, *, relative_to: Path | None = None) -> Secre
         mode = path.stat().st_mode
         data = path.read_bytes()
     except OSError as exc:
-        reader.problem("secret_file", f"cannot read {path} ({exc.strerror})")
+        reader.problem(file_key, f"cannot read {path} ({exc.strerror})")
         return None
     # Group-readable is how a non-root container reads a mounted secret (root-owned, 0440,
     # the pod's fsGroup), so only a world-readable file is worth a warning.
     if mode & stat.S_IROTH:
         reader.warnings.append(
-            f"{reader.name('secret_file')}: {path} is readable by every user; chmod o-r it"
+            f"{reader.name(file_key)}: {path} is readable by every user; chmod o-r it"
         )
     try:
         secret_from_file_bytes(data)
     except ValueError as exc:
-        reader.problem("secret_file", f"{path} {exc}")
+        reader.problem(file_key, f"{path} {exc}")
         return None
     return SecretSource.file(path)
 
 
 def _single_merchant(reader: _Reader, *, need_platform: bool) -> tuple[MerchantSettings, ...]:
     """The merchant of the single-merchant variables, exactly as before issue 17."""
-    base_url = secret = None
+    base_url = secret = previous = None
     if need_platform:
         url = reader.required("base_url", what="the platform base URL, e.g. https://host")
         base_url = None if url is None else _base_url(reader, url)
         secret = _secret_source(reader)
+        previous = _secret_source(reader, previous=True)
     merchant_id = _merchant_id(reader)
     history_from = reader.get("history_from", _time, None, hint="an RFC3339 time")
     if merchant_id is None:
         return ()
-    return (MerchantSettings(merchant_id, secret, base_url, history_from),)
+    return (MerchantSettings(merchant_id, secret, base_url, history_from, previous),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,7 +430,7 @@ def _merchant_entry(
         for key in entry
         if key not in MERCHANT_KEYS
     )
-    base_url = secret = None
+    base_url = secret = previous = None
     if need_platform:
         own_url = entry_reader.raw("base_url")
         if own_url is not None:
@@ -421,12 +444,13 @@ def _merchant_entry(
                 f"({reader.name('base_url')})",
             )
         secret = _secret_source(entry_reader, relative_to=defaults.config_dir)
+        previous = _secret_source(entry_reader, relative_to=defaults.config_dir, previous=True)
     history_from = entry_reader.get(
         "history_from", _time, defaults.history_from, hint="an RFC3339 time"
     )
     if merchant_id is None:
         return None
-    return MerchantSettings(merchant_id, secret, base_url, history_from)
+    return MerchantSettings(merchant_id, secret, base_url, history_from, previous)
 
 
 def _merchant_entries(
@@ -434,7 +458,7 @@ def _merchant_entries(
 ) -> tuple[MerchantSettings, ...]:
     """The ``[[merchants]]`` of the file, each with the top-level defaults applied."""
     problems = reader.problems
-    for key in ("merchant_id", "secret", "secret_file"):
+    for key in ("merchant_id", *_SECRET_KEYS):
         if reader.raw(key) is not None:
             problems.append(
                 f"[[merchants]] in --config and {reader.origin(key)}: name the merchants and "

@@ -19,13 +19,14 @@ from datetime import datetime
 from typing import Any, Final
 
 import msgspec
-from sqlalchemy import Connection, insert, update
+from sqlalchemy import Connection, update
 
 from recordsync.core.models import Record, RecordChange, RejectedItem
 from recordsync.core.state import Window
 from recordsync.warehouse import sync_state
 from recordsync.warehouse.page_writer import PageWriter
-from recordsync.warehouse.schema import quarantined_records, records
+from recordsync.warehouse.quarantine import item_key, quarantine
+from recordsync.warehouse.schema import records
 from recordsync.warehouse.staging import StagedRevision, stage_page
 from recordsync.warehouse.types import money_units
 from recordsync.warehouse.upsert import collapse, split_unstorable
@@ -57,12 +58,14 @@ def plan_page(
     """The storable records (and their history) staged, the rest quarantined; pure."""
     rows, unfit = split_unstorable(collapse(batch))
     where = {"merchant_id": merchant_id, "source": source, "quarantined_at": now}
-    quarantine = [{**where, **_rejected_item(position, item)} for item in rejected]
-    quarantine.extend(
-        {**where, **_unfit_record(position, record, reason)} for record, reason in unfit
-    )
+    items = [_rejected_item(position, item) for item in rejected]
+    items.extend(_unfit_record(position, record, reason) for record, reason in unfit)
+    quarantined = [
+        {**where, **item, "item_key": item_key(item["record_id"], item["raw_json"])}
+        for item in items
+    ]
     staged = stage_page(rows, changes, keep_revisions=keep_revisions)
-    return PagePlan(staged, quarantine, len(rows))
+    return PagePlan(staged, quarantined, len(rows))
 
 
 def commit_window_page(
@@ -191,8 +194,7 @@ def _write_plan(
         writer.merge(conn, merchant_id, plan.staged, now)
     else:
         writer.write(conn, merchant_id, plan.staged, now)
-    if plan.quarantine:
-        conn.execute(insert(quarantined_records), plan.quarantine)
+    quarantine(conn, plan.quarantine)
     return WriteResult(records=plan.records, quarantined=len(plan.quarantine))
 
 

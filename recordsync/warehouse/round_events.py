@@ -1,10 +1,12 @@
 """Round-end notifications in the warehouse: storing them once, telling the other replicas,
 and the cross-check's question "which announced rounds are still not in ``records``?".
 
-Storing (``record``).  ``event_id`` is unique: a repeat (the platform retries with the same id)
-finds the first row and returns its ``received_at``, changing nothing.  Two replicas storing
-the same event at once race on the unique key; the loser's insert fails and the facade reads
-the winner's row in a new transaction.
+Storing (``record``).  ``event_id`` is unique per merchant (spec: Events, "the merchant
+de-duplicates by it": each merchant its own ids, so two merchants' ids may collide): a repeat
+(the platform retries with the same id) finds the merchant's first row and returns its
+``received_at``, changing nothing.  Two replicas storing the same event at once race on the
+unique key; the loser's insert fails and the facade reads the winner's row in a new
+transaction.
 
 Telling the merchant's holder.  A notification may reach a replica that does not sync its
 merchant (several replicas behind one ingress).  On PostgreSQL the insert's transaction sends
@@ -38,10 +40,12 @@ _LISTEN_LEASE_SECONDS: Final = 10  # the listening connection's keepalive settin
 _BURST_SECONDS: Final = 0.005  # how long a wake-up waits for the rest of a burst
 
 
-def find(conn: Connection, event_id: str) -> RoundEventReceipt | None:
-    """The receipt of an event already stored (a duplicate), or None."""
+def find(conn: Connection, merchant_id: str, event_id: str) -> RoundEventReceipt | None:
+    """The receipt of the merchant's event already stored (a duplicate), or None."""
     received_at = conn.execute(
-        select(round_events.c.received_at).where(round_events.c.event_id == event_id)
+        select(round_events.c.received_at).where(
+            round_events.c.merchant_id == merchant_id, round_events.c.event_id == event_id
+        )
     ).scalar_one_or_none()
     return None if received_at is None else RoundEventReceipt(received_at, duplicate=True)
 
@@ -49,11 +53,12 @@ def find(conn: Connection, event_id: str) -> RoundEventReceipt | None:
 def record(
     conn: Connection, event: RoundEvent, *, received_at: datetime, received_by: str
 ) -> RoundEventReceipt:
-    """Store ``event`` unless its id is known; announce it to the other replicas on commit.
+    """Store ``event`` unless its merchant knows its id; announce it to the other replicas on
+    commit.
 
-    Raises the driver's integrity error when another transaction stored the same id first.
+    Raises the driver's integrity error when another transaction stored the same event first.
     """
-    known = find(conn, event.event_id)
+    known = find(conn, event.merchant_id, event.event_id)
     if known is not None:
         return known
     conn.execute(

@@ -5,7 +5,8 @@ Record; Records endpoints, "the client keeps, per record_id, the highest revisio
 ``sync_state`` and ``snapshot_windows`` hold the cursors that cover those rows
 (``recordsync.core.state``); they are always written in the same transaction as the rows.
 ``quarantined_records`` keeps every item that failed validation, exactly as received, so
-nothing is silently lost.  ``record_revisions`` is the append-only history of every revision
+nothing is silently lost; once per merchant and item however often its page is read
+(``item_key``, revision 0011).  ``record_revisions`` is the append-only history of every revision
 seen (revision 0002); the ``*_units`` columns of ``records`` (revision 0003) hold each amount
 as an integer number of 10**-4 so that SQLite can sum money exactly (see ``types``).
 
@@ -53,6 +54,8 @@ CODE_LENGTH: Final = 64
 PHASE_LENGTH: Final = 16
 # An event id equals its Idempotency-Key: 1-128 characters (spec: Authentication, Headers).
 EVENT_ID_LENGTH: Final = 128
+# A quarantined item's key (``quarantine.item_key``): a SHA-256 in hex.
+ITEM_KEY_LENGTH: Final = 64
 
 # Primary keys named as revision 0001 names them.
 metadata = MetaData(naming_convention={"pk": "pk_%(table_name)s"})
@@ -164,7 +167,11 @@ quarantined_records = Table(
     Column("reason", Text, nullable=False),
     Column("raw_json", large_text(), nullable=False),
     Column("quarantined_at", utc_datetime(), nullable=False),
+    # Revision 0011: the item's key (its record and revision, else its content), unique per
+    # merchant, so that a page read again quarantines nothing twice (``quarantine``).
+    Column("item_key", String(ITEM_KEY_LENGTH), nullable=False),
     Index("ix_quarantined_records_merchant", "merchant_id", "id"),
+    UniqueConstraint("merchant_id", "item_key", name="uq_quarantined_records_item"),
 )
 
 # Revision 0004, the fleet (several replicas sharing the merchants; see ``fleet``).
@@ -217,9 +224,11 @@ backfill_requests = Table(
 )
 
 # Revision 0005: every round-end notification accepted from the platform (spec: Events, "Round
-# end"), ``event_id`` unique.  ``received_by`` is the replica that answered it (the others wake
-# the merchant's holder from it where there is no NOTIFY); ``found_at`` is set once the
-# cross-check saw the round in ``records`` (``round_events``).
+# end"), ``event_id`` unique per merchant (revision 0011; unique across merchants before, so
+# another merchant's colliding id got the first merchant's receipt).  ``received_by`` is the
+# replica that answered it (the others wake the merchant's holder from it where there is no
+# NOTIFY); ``found_at`` is set once the cross-check saw the round in ``records``
+# (``round_events``).
 round_events = Table(
     "round_events",
     metadata,
@@ -235,7 +244,7 @@ round_events = Table(
     Column("received_at", utc_datetime(), nullable=False),
     Column("received_by", String(ID_LENGTH), nullable=False),
     Column("found_at", utc_datetime(), nullable=True),
-    UniqueConstraint("event_id", name="uq_round_events_event_id"),
+    UniqueConstraint("merchant_id", "event_id", name="uq_round_events_merchant_event"),
     Index("ix_round_events_merchant_found", "merchant_id", "found_at", "received_at"),
 )
 

@@ -800,8 +800,9 @@ class Warehouse:
     # -- round-end notifications (round_events) -----------------------------------------------
 
     def record_round_event(self, event: RoundEvent, *, received_by: str) -> RoundEventReceipt:
-        """Store a verified notification once; a repeated ``event_id`` gets the first one's
-        receipt and changes nothing.  ``received_at`` is this warehouse's clock."""
+        """Store a verified notification once per merchant; a repeated ``event_id`` of the
+        merchant gets the first one's receipt and changes nothing.  ``received_at`` is this
+        warehouse's clock."""
         try:
             with translate_errors("record round event"), self._writer.begin() as conn:
                 return round_events.record(
@@ -810,7 +811,7 @@ class Warehouse:
         except IntegrityError:
             # Another replica stored the same event a moment ago: answer with its receipt.
             with translate_errors("record round event"), self._engine.begin() as conn:
-                known = round_events.find(conn, event.event_id)
+                known = round_events.find(conn, event.merchant_id, event.event_id)
             if known is None:
                 raise
             return known

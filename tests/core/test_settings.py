@@ -213,12 +213,17 @@ def test_demo_refuses_a_bad_database_url_with_exit_2(capsys):
 # -- several merchants (issue 17) ------------------------------------------------------------
 
 
+def merchant_secret(merchant_id: str) -> str:
+    """A 43-character secret of the merchant's own (spec: Authentication)."""
+    return f"{merchant_id}-{SECRET}"[:43]
+
+
 def secret_files(tmp_path: Path, *merchant_ids: str) -> dict[str, Path]:
     """One mounted secret per merchant, each with its own value, readable by its owner only."""
     paths = {}
     for merchant_id in merchant_ids:
         path = tmp_path / f"secret-{merchant_id}"
-        path.write_text(f"{merchant_id}-{SECRET}\n", encoding="utf-8")
+        path.write_text(merchant_secret(merchant_id) + "\n", encoding="utf-8")
         path.chmod(0o600)
         paths[merchant_id] = path
     return paths
@@ -266,7 +271,7 @@ def test_the_issue_example_loads_two_merchants_with_the_defaults_applied(tmp_pat
     )
     assert settings.database_url == "postgresql+psycopg://recordsync@db/warehouse"
     keeper = SecretKeeper.from_settings(settings)
-    assert keeper.current("brand-b").reveal() == f"brand-b-{SECRET}"
+    assert keeper.current("brand-b").reveal() == merchant_secret("brand-b")
 
 
 def test_an_entry_s_own_values_win_and_the_environment_sets_the_defaults(tmp_path):
@@ -548,3 +553,98 @@ def test_the_catalogue_interval_defaults_to_an_hour_and_zero_turns_it_off(tmp_pa
     assert load_settings({**BASE}, config_path=config).catalogue_interval == 900
     with pytest.raises(ConfigurationError, match="RECORDSYNC_CATALOGUE_INTERVAL"):
         load_settings({**BASE, "RECORDSYNC_CATALOGUE_INTERVAL": "-1"})
+
+
+# -- the secret's form and the previous secret (issue 29) ------------------------------------
+
+PREVIOUS = "p" * 43
+
+
+def write_secret_file(path: Path, value: str) -> Path:
+    path.write_text(value + "\n", encoding="utf-8")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (SECRET[:20], "does not hold a 43-character secret"),
+        (SECRET + "s", "does not hold a 43-character secret"),
+        (SECRET[:20] + " " + SECRET[21:], "whitespace inside"),
+        (SECRET[:42] + "é", "printable ASCII"),
+    ],
+    ids=["half-written", "too-long", "inner-space", "not-ascii"],
+)
+def test_a_secret_file_not_in_the_secrets_form_is_reported(tmp_path, content, reason):
+    path = write_secret_file(tmp_path / "secret", content)
+    env = {k: v for k, v in BASE.items() if k != "RECORDSYNC_SECRET"}
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings({**env, "RECORDSYNC_SECRET_FILE": str(path)})
+    (line,) = str(caught.value).splitlines()
+    assert line.startswith(f"RECORDSYNC_SECRET_FILE: {path} ")
+    assert reason in line
+    assert content not in line
+
+
+def test_the_previous_secret_file_is_accepted_beside_the_current_one(tmp_path):
+    previous = write_secret_file(tmp_path / "previous", PREVIOUS)
+    settings = load_settings({**BASE, "RECORDSYNC_PREVIOUS_SECRET_FILE": str(previous)})
+    merchant = settings.merchant()
+    assert merchant.previous_secret == SecretSource.file(previous)
+    keeper = SecretKeeper.from_settings(settings, settle=0.0)
+    assert keeper.current("m-1").reveal() == SECRET
+    assert [secret.reveal() for secret in keeper.accepted("m-1")] == [SECRET, PREVIOUS]
+    assert PREVIOUS not in repr(settings)
+
+
+def test_an_entry_names_its_previous_secret_file_beside_the_config_file(tmp_path):
+    write_secret_file(tmp_path / "brand-a", SECRET)
+    write_secret_file(tmp_path / "brand-a.previous", PREVIOUS)
+    config = write_fleet(
+        tmp_path,
+        'base_url = "https://platform.example"\n'
+        '[[merchants]]\nmerchant_id = "brand-a"\nsecret_file = "brand-a"\n'
+        'previous_secret_file = "brand-a.previous"\n'
+        '[[merchants]]\nmerchant_id = "brand-b"\nsecret = "' + "b" * 43 + '"\n',
+    )
+    settings = load_settings({}, config_path=config)
+    assert settings.merchant("brand-a").previous_secret == SecretSource.file(
+        tmp_path / "brand-a.previous"
+    )
+    assert settings.merchant("brand-b").previous_secret is None
+    keeper = SecretKeeper.from_settings(settings, settle=0.0)
+    assert [secret.reveal() for secret in keeper.accepted("brand-a")] == [SECRET, PREVIOUS]
+    assert [secret.reveal() for secret in keeper.accepted("brand-b")] == ["b" * 43]
+
+
+def test_a_broken_previous_secret_is_reported_with_every_other_problem(tmp_path):
+    write_secret_file(tmp_path / "brand-a", SECRET)
+    write_secret_file(tmp_path / "brand-a.previous", PREVIOUS[:10])
+    config = write_fleet(
+        tmp_path,
+        'base_url = "https://platform.example"\n'
+        '[[merchants]]\nmerchant_id = "brand-a"\nsecret_file = "brand-a"\n'
+        'previous_secret_file = "brand-a.previous"\n'
+        '[[merchants]]\nmerchant_id = "brand-b"\nsecret = "' + "b" * 43 + '"\n'
+        'previous_secret = "x"\nprevious_secret_file = "absent"\n',
+    )
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings({}, config_path=config)
+    lines = str(caught.value).splitlines()
+    both = "merchants[1] (brand-b).previous_secret and merchants[1] (brand-b).previous_secret_file"
+    assert [line.split(": ")[0] for line in lines] == [
+        "merchants[0] (brand-a).previous_secret_file",
+        f"{both} are both set",
+    ]
+    assert PREVIOUS[:10] not in str(caught.value)
+
+
+def test_a_previous_secret_outside_the_merchants_entries_is_refused(tmp_path):
+    config = write_fleet(
+        tmp_path,
+        'base_url = "https://platform.example"\n'
+        '[[merchants]]\nmerchant_id = "brand-a"\nsecret = "' + SECRET + '"\n',
+    )
+    with pytest.raises(ConfigurationError, match="RECORDSYNC_PREVIOUS_SECRET_FILE"):
+        load_settings({"RECORDSYNC_PREVIOUS_SECRET_FILE": "/run/previous"}, config_path=config)

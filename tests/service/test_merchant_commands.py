@@ -17,8 +17,8 @@ from recordsync.core.times import format_time
 from recordsync.sim import SimConfig, Simulator
 from recordsync.warehouse import Warehouse
 
-SECRET_A = "brand-a-secret-0123456789abcdefghijklmnopq"
-SECRET_B = "brand-b-secret-0123456789abcdefghijklmnopq"
+SECRET_A = "brand-a-secret-0123456789abcdefghijklmnopqr"
+SECRET_B = "brand-b-secret-0123456789abcdefghijklmnopqr"
 T0 = datetime(2026, 3, 2, tzinfo=UTC)
 
 

@@ -293,6 +293,31 @@ def test_a_rotated_secret_is_accepted_beside_the_old_one_until_the_overlap_ends(
     assert post_event(client, event_body("ev-next"), now=NOW, secret=OLD_SECRET).status_code == 200
 
 
+def test_a_replica_started_inside_an_overlap_accepts_the_named_previous_secret(
+    served, secret_file, keeper_clock, tmp_path
+):
+    """Issue 29: without ``previous_secret_file`` a replica started after the rotation knows
+    only the new secret and refuses callbacks still signed with the old one."""
+    previous = tmp_path / "previous"
+    previous.write_text(OLD_SECRET + "\n")
+    keeper = SecretKeeper(
+        {MERCHANT: SecretSource.file(secret_file)},
+        previous={MERCHANT: SecretSource.file(previous)},
+        overlap=60,
+        clock=keeper_clock,
+    )
+    http, current = served
+    current.receiver = Harness(keeper, Store(), CollectorRegistry()).receiver
+    new = post_event(http, event_body("ev-new"), now=NOW, secret=SECRET)
+    old = post_event(http, event_body("ev-old"), now=NOW, secret=OLD_SECRET)
+    assert (new.status_code, old.status_code) == (200, 200)
+    keeper_clock.now += 60  # the overlap, counted from the start, is over
+    assert error_of(post_event(http, event_body("ev-late"), now=NOW, secret=OLD_SECRET)) == (
+        401,
+        "AUTHENTICATION_FAILED",
+    )
+
+
 def test_a_warehouse_outage_is_answered_503_with_retry_after_and_the_retry_is_stored(
     client, harness
 ):

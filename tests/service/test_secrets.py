@@ -22,8 +22,10 @@ from recordsync.platform.budget import RateBudget
 from recordsync.platform.client import PlatformClient
 from recordsync.service.secrets import SecretKeeper
 
-OLD = "old-secret-0123456789abcdefghijklmnopqrstu"
-NEW = "new-secret-0123456789abcdefghijklmnopqrstu"
+OLD = "old-secret-0123456789abcdefghijklmnopqrstuv"
+NEW = "new-secret-0123456789abcdefghijklmnopqrstuv"
+# Differs from OLD nearly everywhere: a file rewritten in place holds a mix of the two.
+ROTATED = "rotated-secret-ZYXWVUTSRQPONMLKJIHGFEDCBA98"
 MERCHANT = "brand-a"
 
 
@@ -190,10 +192,18 @@ def garble(path: Path) -> None:
     path.write_bytes(b"\xff\xfe" + NEW.encode())
 
 
+def half_written(path: Path) -> None:
+    path.write_text(NEW[:20], encoding="utf-8")
+
+
+def inner_whitespace(path: Path) -> None:
+    path.write_text(NEW[:20] + " " + NEW[21:] + "\n", encoding="utf-8")
+
+
 @pytest.mark.parametrize(
     "break_it",
-    [delete, empty, replace_by_a_directory, garble],
-    ids=["deleted", "empty", "a-directory", "not-utf-8"],
+    [delete, empty, replace_by_a_directory, garble, half_written, inner_whitespace],
+    ids=["deleted", "empty", "a-directory", "not-utf-8", "half-written", "inner-whitespace"],
 )
 def test_a_broken_file_keeps_the_last_good_secret_and_is_logged_once(tmp_path, break_it):
     path = tmp_path / "secret"
@@ -266,3 +276,150 @@ def test_the_watcher_starts_and_stops_safely_twice(tmp_path):
     keeper.stop()
     assert keeper.current(MERCHANT) == Secret(NEW)
     assert not any(thread.name == "secret-keeper" for thread in threading.enumerate())
+
+
+# -- a file caught while it is being rewritten (issue 29) -----------------------------------
+
+
+class ChunkedRewrite:
+    """Rewrites the secret file in place, ``size`` bytes per step, without truncating it: in
+    between, the file holds the start of the new secret and the end of the old one, exactly
+    43 characters.  Used as the keeper's sleep, it writes one step while the keeper waits."""
+
+    def __init__(self, path: Path, new: str, size: int = 3) -> None:
+        self.path = path
+        self.data = (new + "\n").encode()
+        self.size = size
+        self.written = 0
+
+    @property
+    def done(self) -> bool:
+        return self.written >= len(self.data)
+
+    def step(self, _seconds: float = 0.0) -> None:
+        if self.done:
+            return
+        with self.path.open("r+b") as handle:
+            handle.seek(self.written)
+            handle.write(self.data[self.written : self.written + self.size])
+            handle.flush()
+        self.written += self.size
+
+
+def test_a_file_rewritten_in_place_is_taken_only_once_two_reads_agree(tmp_path):
+    path = tmp_path / "secret"
+    write_secret(path, OLD)
+    writer = ChunkedRewrite(path, ROTATED)
+    armed = False
+
+    def sleep(seconds: float) -> None:  # the keeper's wait between its two reads
+        if armed:
+            writer.step(seconds)
+
+    keeper = keeper_of(path, overlap=60.0, clock=Clock(), sleep=sleep)
+    armed = True
+    with capture_logs() as logs:
+        while not writer.done:
+            writer.step()
+            keeper.refresh()
+            if not writer.done:  # a mix of both secrets: the old one stays, alone
+                assert keeper.current(MERCHANT) == Secret(OLD)
+                assert keeper.accepted(MERCHANT) == (Secret(OLD),)
+        keeper.refresh()  # the file is still now
+    assert keeper.current(MERCHANT) == Secret(ROTATED)
+    assert keeper.accepted(MERCHANT) == (Secret(ROTATED), Secret(OLD))
+    assert [log["event"] for log in logs] == ["secret_file_changing", "secret_rotated"]
+    assert logs[0]["log_level"] == "warning"
+
+
+def slow_truncating_writer(path: Path, new: str) -> threading.Thread:
+    """An operator's slow ``cat new > secret``: truncate, then two bytes at a time, flushed."""
+
+    def write() -> None:
+        data = (new + "\n").encode()
+        with path.open("wb") as handle:
+            for start in range(0, len(data), 2):
+                handle.write(data[start : start + 2])
+                handle.flush()
+                time.sleep(0.001)  # the slow writer itself, not a synchronisation
+
+    return threading.Thread(target=write, name="slow-secret-writer")
+
+
+def test_a_partial_secret_is_never_taken_nor_the_previous_one_dropped(tmp_path):
+    """A real writer thread against a keeper refreshing as fast as it can, its two reads only
+    a millisecond apart: every partial file it sees must be refused by its form."""
+    path = tmp_path / "secret"
+    write_secret(path, OLD)
+    keeper = keeper_of(path, overlap=60.0, settle=0.001, clock=Clock())
+    seen: set[Secret] = set()
+    writer = slow_truncating_writer(path, NEW)
+    writer.start()
+    while writer.is_alive():
+        keeper.refresh()
+        seen.update(keeper.accepted(MERCHANT))
+    writer.join()
+    deadline = time.monotonic() + 5
+    while keeper.current(MERCHANT) != Secret(NEW) and time.monotonic() < deadline:
+        keeper.refresh()
+    seen.update(keeper.accepted(MERCHANT))
+    assert seen <= {Secret(OLD), Secret(NEW)}  # no partial secret, ever
+    assert keeper.current(MERCHANT) == Secret(NEW)
+    assert keeper.accepted(MERCHANT) == (Secret(NEW), Secret(OLD))
+
+
+def test_a_file_changing_while_the_keeper_starts_is_refused(tmp_path):
+    path = tmp_path / "secret"
+    write_secret(path, OLD)
+    writer = ChunkedRewrite(path, ROTATED)
+    with pytest.raises(ConfigurationError, match="changed while it was read") as caught:
+        keeper_of(path, sleep=writer.step)
+    assert OLD not in str(caught.value)
+    assert ROTATED not in str(caught.value)
+
+
+# -- the previous secret named by the operator (issue 29) -------------------------------------
+
+
+def test_a_replica_started_inside_an_overlap_accepts_the_named_previous_secret(tmp_path):
+    current, previous = tmp_path / "secret", tmp_path / "previous"
+    write_secret(current, NEW)
+    write_secret(previous, OLD)
+    clock = Clock()
+    with capture_logs() as logs:
+        keeper = SecretKeeper(
+            {MERCHANT: SecretSource.file(current)},
+            previous={MERCHANT: SecretSource.file(previous)},
+            overlap=3600.0,
+            clock=clock,
+        )
+    assert keeper.current(MERCHANT) == Secret(NEW)  # requests are signed with the current one
+    assert keeper.provider(MERCHANT).current() == Secret(NEW)
+    assert keeper.accepted(MERCHANT) == (Secret(NEW), Secret(OLD))
+    assert [log["event"] for log in logs] == ["secret_previous_accepted"]
+    clock.now += 3600.0
+    assert keeper.accepted(MERCHANT) == (Secret(NEW),)
+    shown = repr(logs) + repr(keeper)
+    assert OLD not in shown
+    assert NEW not in shown
+
+
+def test_a_previous_secret_equal_to_the_current_one_is_no_second_secret(tmp_path):
+    keeper = SecretKeeper(
+        {MERCHANT: SecretSource.given(Secret(NEW))},
+        previous={MERCHANT: SecretSource.given(Secret(NEW))},
+    )
+    assert keeper.accepted(MERCHANT) == (Secret(NEW),)
+
+
+def test_a_rotation_seen_later_replaces_the_named_previous_secret(tmp_path):
+    path = tmp_path / "secret"
+    write_secret(path, OLD)
+    keeper = SecretKeeper(
+        {MERCHANT: SecretSource.file(path)},
+        previous={MERCHANT: SecretSource.given(Secret("p" * 43))},
+        clock=Clock(),
+    )
+    write_secret(path, NEW)
+    assert keeper.refresh() == (MERCHANT,)
+    assert keeper.accepted(MERCHANT) == (Secret(NEW), Secret(OLD))  # at most two, as the platform

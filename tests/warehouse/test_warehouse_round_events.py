@@ -92,6 +92,22 @@ def test_two_replicas_storing_one_event_at_once_both_get_the_first_receipt(wareh
     assert sorted(receipt.duplicate for receipt in results) == [False, True, True, True]
 
 
+def test_a_colliding_event_id_from_another_merchant_gets_its_own_receipt(clocked):
+    """Each merchant de-duplicates its own event ids (spec: Events, "Round end"; issue 29)."""
+    store, clock = clocked
+    mine = store.record_round_event(event(), received_by="r1")
+    clock.now += timedelta(seconds=5)
+    theirs = event(round_id="round-b", merchant_id="merchant-2")
+    first = store.record_round_event(theirs, received_by="r2")
+    clock.now += timedelta(seconds=5)
+    again = store.record_round_event(theirs, received_by="r1")
+    assert (mine.accepted_at, mine.duplicate) == (T0, False)
+    assert (first.accepted_at, first.duplicate) == (T0 + timedelta(seconds=5), False)
+    assert (again.accepted_at, again.duplicate) == (first.accepted_at, True)
+    stored = [(row["merchant_id"], row["event_id"], row["round_id"]) for row in rows(store)]
+    assert sorted(stored) == [(MERCHANT, "ev-1", "round-rec-1"), ("merchant-2", "ev-1", "round-b")]
+
+
 def commit_record(store, record):
     store.start_rebuild(
         MERCHANT,

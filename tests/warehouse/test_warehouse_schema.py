@@ -68,7 +68,7 @@ def test_migrations_build_the_schema_on_an_empty_database_and_are_idempotent(war
         store.close()
     assert tables == TABLES
     assert views == VIEWS
-    assert revision == head_revision() == "0010"
+    assert revision == head_revision() == "0011"
 
 
 def test_migrated_schema_matches_the_tables_the_code_uses(warehouse):
@@ -147,6 +147,7 @@ def test_scripts_are_found_from_the_source_checkout():
         "0008_sequential_clustered_key.py",
         "0009_endpoint_availability.py",
         "0010_replica_merchants.py",
+        "0011_idempotent_rows.py",
     ):
         assert (versions / name).is_file()
 
@@ -208,7 +209,7 @@ def test_the_bi_revisions_downgrade_to_0001_and_upgrade_again(warehouse):
     assert set(inspect(warehouse.engine).get_view_names()) == VIEWS
 
 
-REVISIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010"]
+REVISIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011"]
 
 
 @pytest.mark.parametrize("revision", REVISIONS)
