@@ -256,7 +256,9 @@ def _unwritable_folder(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("kind", ["missing", "unwritable"])
-@pytest.mark.parametrize("command", ["run", "backfill", "demo"])
+@pytest.mark.parametrize(
+    "command", ["run", "backfill", "verify", "migrate", "status", "report", "demo"]
+)
 def test_a_sqlite_folder_that_cannot_take_the_file_exits_2_naming_it(tmp_path, kind, command):
     folder = tmp_path / "no" / "such" if kind == "missing" else _unwritable_folder(tmp_path)
     url = f"sqlite:///{folder / 'w.db'}"
@@ -264,6 +266,10 @@ def test_a_sqlite_folder_that_cannot_take_the_file_exits_2_naming_it(tmp_path, k
     args = {
         "run": ["run"],
         "backfill": ["backfill", "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z"],
+        "verify": ["verify", "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z"],
+        "migrate": ["migrate"],
+        "status": ["status"],
+        "report": ["report"],
         "demo": ["demo", "--database", url],
     }[command]
     done = _recordsync(*args, env=env, cwd=tmp_path)
