@@ -76,6 +76,7 @@ class StepRunner:
         self.give_up_after = give_up_after
         self.clock = clock
         self._unreachable_since: float | None = None
+        self._attempt_started = 0.0
 
     def run(self, step: Callable[[], T], *, what: str) -> T:
         """Run ``step`` until it returns; raises ``ShutdownRequestedError`` on a stop, and
@@ -83,6 +84,7 @@ class StepRunner:
         while True:
             if self.stopper.stopped:
                 raise ShutdownRequestedError("stop requested")
+            self._attempt_started = self.clock()
             try:
                 result = step()
             except ShutdownRequestedError:
@@ -139,11 +141,11 @@ class StepRunner:
         if not isinstance(exc, TransportError):
             self._unreachable_since = None
             return
-        now = self.clock()
         if self._unreachable_since is None:
-            self._unreachable_since = now
-            return
-        waited = now - self._unreachable_since
+            # From the attempt's start: the client has retried the request for a while
+            # already before the step failed.
+            self._unreachable_since = self._attempt_started
+        waited = self.clock() - self._unreachable_since
         if waited < self.give_up_after:
             return
         self.observer.error(PlatformUnreachableError.__name__)

@@ -144,17 +144,21 @@ def test_a_base_url_that_names_no_api_ends_the_backfill_at_once(sim, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("base_url", "cause"),
+    ("command", "base_url", "cause"),
     [
-        ("http://recordsync-platform.invalid", "does not resolve"),
-        ("http://127.0.0.1:9", "refused the connection"),
+        ("backfill", "http://recordsync-platform.invalid", "does not resolve"),
+        ("backfill", "http://127.0.0.1:9", "refused the connection"),
+        ("backfill", "https://{plain_http}", "TLS failed"),
+        # Each case costs the client's own retries (about 15 s): verify once.
+        ("verify", "http://recordsync-platform.invalid", "does not resolve"),
     ],
-    ids=["name-does-not-resolve", "connection-refused"],
+    ids=["name-does-not-resolve", "connection-refused", "tls-fails", "verify"],
 )
-@pytest.mark.parametrize("command", ["backfill", "verify"])
 def test_a_platform_that_cannot_be_reached_ends_a_command_naming_why(
-    tmp_path, base_url, cause, command
+    sim, tmp_path, base_url, cause, command
 ):
+    # TLS to a port that speaks plain HTTP (the simulator's): the handshake fails.
+    base_url = base_url.format(plain_http=sim.base_url.removeprefix("http://"))
     env = _env(base_url, f"sqlite:///{tmp_path / 'w.db'}", RECORDSYNC_UNREACHABLE_TIMEOUT="2")
     done = _recordsync(
         command, "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z", env=env
