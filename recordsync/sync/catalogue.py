@@ -108,6 +108,13 @@ class CatalogueRefresh:
             lambda: self._store.commit_catalogue(merchant_id, read.games, kept_ids=read.kept),
             what="commit catalogue",
         )
+        if result.unstorable:
+            self._ctx.log.warning(
+                "catalogue_games_unstorable",
+                count=result.unstorable,
+                first=result.first_unstorable,
+                action="left out; kept as stored; not counted as gone",
+            )
         self._pass, restarts, self._restarts = None, self._restarts, 0
         seconds = time.perf_counter() - read.started
         self._ctx.observer.catalogue_refreshed(len(read.games), seconds)

@@ -198,6 +198,12 @@ class CatalogueCounts(Protocol):
     @property
     def unlisted(self) -> int: ...
 
+    @property
+    def unstorable(self) -> int: ...
+
+    @property
+    def first_unstorable(self) -> str | None: ...
+
 
 class CatalogueStore(Protocol):
     """The warehouse's side: one whole pass in one transaction, and whether the platform

@@ -12,6 +12,10 @@ never half of it.  Within it, per game:
   ``last_seen_at`` stays at the last pass that listed it ("not seen since"); when the
   catalogue lists it again it is ``listed`` again.
 
+A game the columns cannot hold (an id past its column, a NUL, a name past MariaDB's TEXT) is
+left out of the pass like a rejected item, kept as stored, and counted in the result: one
+hostile entry never fails every pass (issue 29).
+
 ``kept_ids`` are games the pass saw but could not read (a rejected item with a game id): they
 count as seen, their stored fields untouched, so a malformed entry never looks like a game
 that left the catalogue.  The pass time comes from the warehouse's clock: bookkeeping, not a
@@ -27,7 +31,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, delete, insert, select, update
 
 from recordsync.core.models import Game
-from recordsync.warehouse.schema import game_localizations, games
+from recordsync.warehouse.schema import CODE_LENGTH, ID_LENGTH, game_localizations, games
 from recordsync.warehouse.values import CatalogueResult, GameName
 
 _COMPARED = (
@@ -59,6 +63,44 @@ def _fields(game: Game) -> dict[str, Any]:
     }
 
 
+# MariaDB's TEXT holds 65,535 bytes; the other backends more.
+TEXT_BYTES = 65_535
+
+
+def game_unstorable(game: Game) -> str | None:
+    """Why the catalogue's columns cannot hold ``game``, or None when they can."""
+    limited = {
+        "game_id": (game.game_id, ID_LENGTH),
+        "category": (game.category, ID_LENGTH),
+        "provider_code": (game.provider_code, ID_LENGTH),
+        "client_version": (game.client_version, ID_LENGTH),
+        "status": (game.status, CODE_LENGTH),
+        **{
+            f"localizations[{index}].language": (item.language, CODE_LENGTH)
+            for index, item in enumerate(game.localizations)
+        },
+    }
+    for name, (value, limit) in limited.items():
+        if value is not None and len(value) > limit:
+            return f"{name}: {len(value)} characters, more than the column holds ({limit})"
+    texts = {
+        "name": game.name,
+        "brand": game.brand,
+        "category_name": game.category_name,
+        "provider_name": game.provider_name,
+        "languages": ",".join(game.languages),
+        **{f"localizations[{i}].name": item.name for i, item in enumerate(game.localizations)},
+    }
+    every = {**{name: value for name, (value, _) in limited.items()}, **texts}
+    for name, value in every.items():
+        if value is not None and "\x00" in value:
+            return f"{name}: contains a NUL character, which the warehouse cannot store"
+    for name, value in texts.items():
+        if value is not None and len(value.encode("utf-8", "surrogatepass")) > TEXT_BYTES:
+            return f"{name}: more than {TEXT_BYTES} bytes, more than the column holds"
+    return None
+
+
 def _names(game: Game) -> dict[str, str]:
     """language -> name; a language given twice keeps its last name (one row per language)."""
     return {item.language: item.name for item in game.localizations}
@@ -83,6 +125,10 @@ def commit_pass(
     ).mappings():
         stored_names.setdefault(name_row["game_id"], {})[name_row["language"]] = name_row["name"]
     unique = {game.game_id: game for game in listed}  # a repeated game: its last entry
+    unfit = {game_id: why for game_id, game in unique.items() if (why := game_unstorable(game))}
+    for game_id in unfit:
+        del unique[game_id]
+    kept_ids = [*kept_ids, *(game_id for game_id in unfit if len(game_id) <= ID_LENGTH)]
     added = changed = 0
     for game_id, game in unique.items():
         fields, names = _fields(game), _names(game)
@@ -131,7 +177,15 @@ def commit_pass(
             .where(games.c.merchant_id == merchant_id, games.c.game_id.in_(gone))
             .values(listed=False, changed_at=now)
         )
-    return CatalogueResult(listed=len(unique), added=added, changed=changed, unlisted=len(gone))
+    first = next(iter(unfit.items()), None)
+    return CatalogueResult(
+        listed=len(unique),
+        added=added,
+        changed=changed,
+        unlisted=len(gone),
+        unstorable=len(unfit),
+        first_unstorable=f"{first[0][:ID_LENGTH]}: {first[1]}" if first else None,
+    )
 
 
 def _replace_names(conn: Connection, merchant_id: str, game_id: str, names: dict[str, str]) -> None:

@@ -169,6 +169,9 @@ class CatalogueResult:
     added: int  # of those, first seen now
     changed: int  # of those, found different from the stored row
     unlisted: int  # stored games the pass no longer listed (rows kept, marked not seen since)
+    # Games the columns cannot hold (``catalogue.game_unstorable``): left out, kept as stored.
+    unstorable: int = 0
+    first_unstorable: str | None = None  # "game_id: reason" of the first, for the log
 
 
 @dataclass(frozen=True, slots=True)

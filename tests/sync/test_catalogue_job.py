@@ -88,6 +88,8 @@ class _Counts:
     added: int
     changed: int = 0
     unlisted: int = 0
+    unstorable: int = 0
+    first_unstorable: str | None = None
 
 
 class AvailabilityObserver(RecordingObserver):

@@ -196,3 +196,33 @@ def test_a_superseded_holder_cannot_commit_a_pass(warehouse):
     finally:
         first.close()
         second.close()
+
+
+@pytest.mark.parametrize(
+    ("hostile", "reason"),
+    [
+        ({"game_id": "g" * 300}, "game_id: 300 characters"),
+        ({"status": "S" * 65}, "status: 65 characters"),
+        ({"name": "Dragon\x00Fortune"}, "name: contains a NUL"),
+        ({"name": "名" * 30_000}, "name: more than 65535 bytes"),
+        (
+            {"localizations": (Localization("x" * 65, "name"),)},
+            "localizations[0].language: 65 characters",
+        ),
+    ],
+    ids=["long-id", "long-status", "nul", "name-past-text", "long-language"],
+)
+def test_a_game_the_columns_cannot_hold_is_left_out_and_the_pass_commits(
+    warehouse, hostile, reason
+):
+    # Issue 29: one hostile entry failed every catalogue pass, on every backend differently.
+    store = Warehouse(warehouse.engine, clock=StepClock())
+    store.commit_catalogue(MERCHANT, [game(1), game(2)])
+    result = store.commit_catalogue(MERCHANT, [game(1), game(2, **hostile), game(3)])
+    assert result.unstorable == 1
+    assert reason in (result.first_unstorable or "")
+    stored = store.fetch_games(MERCHANT)
+    assert set(stored) >= {game(1).game_id, game(3).game_id}
+    if "game_id" not in hostile:  # the entry is kept as stored: seen, not gone
+        assert stored[game(2).game_id]["listed"]
+        assert stored[game(2).game_id]["name"] == "Dragon Fortune 2"
