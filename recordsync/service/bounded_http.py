@@ -159,7 +159,7 @@ class BoundedHTTPServer:
             for key, _events in self._selector.select(_TICK_S):
                 if key.fileobj is self._listener:
                     self._accept()
-                else:
+                elif key.fileobj in self._pending:  # not evicted by an accept of this round
                     assert isinstance(key.fileobj, socket.socket)
                     self._receive(key.fileobj)
             self._expire(time.monotonic())

@@ -59,6 +59,12 @@ class Flood:
             with suppress(OSError):  # let go by the server already
                 sock.send(b" ")
 
+    def trickle_heads(self) -> None:
+        """One more header line on every half-sent head still open."""
+        for sock in self.sockets["half-head"]:
+            with suppress(OSError):  # let go by the server already
+                sock.send(b"X-More: 1\r\n")
+
     def every(self) -> list[socket.socket]:
         return [sock for socks in self.sockets.values() for sock in socks]
 

@@ -274,3 +274,16 @@ def test_resetting_hundreds_of_unfinished_connections_prints_nothing_on_stderr(c
     assert "Traceback" not in err
     assert "Exception occurred" not in err
     assert err == ""
+
+
+def test_connections_evicted_while_their_bytes_arrive_do_not_stop_the_probe_port():
+    """An accept can evict a connection the same select round found readable."""
+    limits = HttpLimits(
+        head_timeout=60, write_timeout=1.0, max_connections=2, workers=1, max_head_bytes=8192
+    )
+    with health_server(limits) as server, flood(server.port) as clients:
+        for _ in range(20):
+            clients.open("half-head", 10)
+            clients.trickle_heads()
+        response = httpx.get(f"http://127.0.0.1:{server.port}/healthz", timeout=5)
+        assert response.status_code == 200
