@@ -9,8 +9,9 @@
   Before the first commit a start-up grace period applies.
 - ``/metrics``: the registry in the Prometheus text format (OpenMetrics when asked for).
 
-The server is stdlib ``ThreadingHTTPServer`` on a daemon thread: a slow readiness check (a
-warehouse ping that hangs on a dead server) never blocks ``/healthz`` or ``/metrics``.
+The server is ``bounded_http``: its threads and connections are bounded whatever clients do,
+and a slow readiness check (a warehouse ping that hangs on a dead server) never blocks
+``/healthz`` or ``/metrics``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Final, Self
 from urllib.parse import urlsplit
 
@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from recordsync.core.errors import ConfigurationError
+from recordsync.service.bounded_http import Answer, BoundedHTTPServer, HttpLimits, RequestHead
 
 DEFAULT_READY_MULTIPLE: Final = 30.0
 DEFAULT_STARTUP_GRACE: Final = 120.0
@@ -199,8 +200,25 @@ class FleetReadinessCheck:
         )
 
 
+PROBE_LIMITS: Final = HttpLimits(
+    # Probes and scrapers send their head in one segment at once; 5 s covers two lost ones.
+    head_timeout=5.0,
+    # A client that does not read /metrics (tens of KiB) holds a worker this long at most.
+    write_timeout=5.0,
+    # Prometheus (one or two), the kubelet's two probes, an operator's curl: a handful at
+    # once; 64 leaves room for slow ones and stays far inside the descriptors' limit.
+    max_connections=64,
+    # /healthz and /metrics take milliseconds; /readyz may wait on a warehouse ping, but only
+    # one at a time (see _Endpoints), so the other three always answer /healthz.
+    workers=4,
+    # A probe's head is a few hundred bytes; 8 KiB is what servers commonly accept.
+    max_head_bytes=8 * 1024,
+)
+
+
 class HealthServer:
-    """Serves the three endpoints on ``host:port`` from a daemon thread.
+    """Serves the three endpoints on ``host:port`` from daemon threads (``bounded_http``:
+    one reading request heads, ``limits.workers`` answering).
 
     ``port=0`` binds an ephemeral port (tests read it from ``.port``).  At the daemon level
     ``RECORDSYNC_HTTP_PORT=0`` means "no HTTP server": the daemon does not build one then.
@@ -213,57 +231,60 @@ class HealthServer:
         host: str = "0.0.0.0",  # noqa: S104 - probes and Prometheus scrape from outside the pod
         registry: CollectorRegistry,
         readiness: Callable[[], Readiness],
+        limits: HttpLimits = PROBE_LIMITS,
     ) -> None:
         self._host = host
         self._requested_port = port
         self._registry = registry
         self._readiness = readiness
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._limits = limits
+        self._server: BoundedHTTPServer | None = None
+        self._port: int | None = None
         self._lock = threading.Lock()
 
     @property
     def port(self) -> int:
         """The port actually bound (the ephemeral one when 0 was asked for)."""
-        if self._server is None:
+        if self._port is None:
             raise RuntimeError("the health server is not started")
-        return int(self._server.server_address[1])
+        return self._port
 
     def start(self) -> None:
         with self._lock:
             if self._server is not None:
                 return
-            handler = _handler(self._registry, self._readiness)
-            server_class = _IPv6Server if ":" in self._host else ThreadingHTTPServer
-            try:
-                server = server_class((self._host, self._requested_port), handler)
-            except OSError as exc:
-                raise ConfigurationError(
-                    f"RECORDSYNC_HTTP_PORT: cannot listen on {self._host}:{self._requested_port}"
-                    f" ({exc.strerror or type(exc).__name__})"
-                ) from None
-            server.daemon_threads = True
-            thread = threading.Thread(
-                target=server.serve_forever,
-                kwargs={"poll_interval": 0.2},
+            listener = self._listen()
+            server = BoundedHTTPServer(
+                listener,
+                _Endpoints(self._registry, self._readiness),
+                self._limits,
                 name="health-http",
-                daemon=True,
             )
-            thread.start()
-            self._server, self._thread = server, thread
+            server.start()
+            self._server, self._port = server, int(listener.getsockname()[1])
         _log.info("http_listening", host=self._host, port=self.port)
+
+    def _listen(self) -> socket.socket:
+        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind((self._host, self._requested_port))
+            listener.listen(128)
+        except OSError as exc:
+            listener.close()
+            raise ConfigurationError(
+                f"RECORDSYNC_HTTP_PORT: cannot listen on {self._host}:{self._requested_port}"
+                f" ({exc.strerror or type(exc).__name__})"
+            ) from None
+        return listener
 
     def stop(self) -> None:
         """Stop serving and close the socket; safe to call twice, or before ``start``."""
         with self._lock:
-            server, thread = self._server, self._thread
-            self._server, self._thread = None, None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if thread is not None:
-            thread.join(_STOP_TIMEOUT_S)
+            server, self._server, self._port = self._server, None, None
+        if server is not None:
+            server.stop(_STOP_TIMEOUT_S)
 
     def __enter__(self) -> Self:
         self.start()
@@ -273,50 +294,44 @@ class HealthServer:
         self.stop()
 
 
-class _IPv6Server(ThreadingHTTPServer):
-    address_family = socket.AF_INET6
+_TEXT: Final = "text/plain; charset=utf-8"
 
 
-def _handler(
-    registry: CollectorRegistry, readiness: Callable[[], Readiness]
-) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "recordsync"
-        sys_version = ""
+class _Endpoints:
+    """What each path answers (GET only; probes send nothing else)."""
 
-        def do_GET(self) -> None:
-            path = urlsplit(self.path).path
-            if path == "/healthz":
-                self._send(HTTPStatus.OK, b"ok\n", "text/plain; charset=utf-8")
-            elif path == "/readyz":
-                self._readyz()
-            elif path == "/metrics":
-                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-                self._send(HTTPStatus.OK, encoder(registry), content_type)
-            else:
-                self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8")
+    def __init__(self, registry: CollectorRegistry, readiness: Callable[[], Readiness]) -> None:
+        self._registry = registry
+        self._readiness = readiness
+        # One readiness check at a time: a warehouse ping that hangs must not take every
+        # worker (and /healthz with them) as the kubelet asks again every few seconds.
+        self._checking = threading.Lock()
 
-        def _readyz(self) -> None:
+    def __call__(self, head: RequestHead) -> Answer:
+        if head.method != "GET":
+            return Answer(HTTPStatus.METHOD_NOT_ALLOWED, b"method not allowed\n")
+        path = urlsplit(head.target).path
+        if path == "/healthz":
+            return Answer(HTTPStatus.OK, b"ok\n")
+        if path == "/readyz":
+            return self._readyz()
+        if path == "/metrics":
+            encoder, content_type = choose_encoder(head.headers.get("accept", ""))
+            return Answer(HTTPStatus.OK, encoder(self._registry), content_type)
+        return Answer(HTTPStatus.NOT_FOUND, b"not found\n")
+
+    def _readyz(self) -> Answer:
+        if not self._checking.acquire(blocking=False):
+            result = Readiness(ready=False, reason="the previous readiness check has not ended")
+        else:
             try:
-                result = readiness()
+                result = self._readiness()
             except Exception as exc:  # noqa: BLE001 - a broken check means "not ready"
                 result = Readiness(
                     ready=False, reason=f"readiness check failed: {type(exc).__name__}"
                 )
-            body = json.dumps({"ready": result.ready, "reason": result.reason}).encode() + b"\n"
-            status = HTTPStatus.OK if result.ready else HTTPStatus.SERVICE_UNAVAILABLE
-            self._send(status, body, "application/json")
-
-        def _send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib name
-            # Probes hit these endpoints every few seconds: not worth a log line each.
-            pass
-
-    return Handler
+            finally:
+                self._checking.release()
+        body = json.dumps({"ready": result.ready, "reason": result.reason}).encode() + b"\n"
+        status = HTTPStatus.OK if result.ready else HTTPStatus.SERVICE_UNAVAILABLE
+        return Answer(status, body, "application/json")

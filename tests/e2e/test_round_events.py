@@ -1,8 +1,9 @@
 """Round-end notifications end to end: a daemon against the simulator with a 20 s poll
 interval makes a round's change visible within a second of its notification, whichever
 replica receives it (the holder itself; another one through PostgreSQL's NOTIFY or the
-poll of round_events), and the cross-check counts an announced round the records lack until
-it arrives.
+poll of round_events), also while strangers hold hundreds of unfinished connections on
+both of its ports, and the cross-check counts an announced round the records lack until it
+arrives.
 
 The SQLite tests share one daemon (starting one costs more than the tests); PostgreSQL's
 NOTIFY gets a daemon of its own."""
@@ -21,6 +22,7 @@ import httpx
 import pytest
 from dbfixtures import fresh_database
 from prometheus_client import CollectorRegistry
+from service.hostile_clients import KINDS, flood, thread_count
 from service.round_event_requests import event_body, post_event
 from sqlalchemy import insert
 from synccheck import settings_for
@@ -28,6 +30,8 @@ from synccheck import settings_for
 from recordsync.core.stopping import Stopper
 from recordsync.metrics import RoundEventMetricName
 from recordsync.service.daemon import run_daemon
+from recordsync.service.health import PROBE_LIMITS
+from recordsync.service.round_events.connections import DEFAULT_LIMITS
 from recordsync.service.round_events.running import receiving_round_events
 from recordsync.service.secrets import SecretKeeper
 from recordsync.sim import SimConfig, Simulator
@@ -77,6 +81,7 @@ class Daemon:
     port: int
     registry: CollectorRegistry
     warehouse: Warehouse
+    http_port: int
 
     def metric(self, name: str, **labels: str) -> float | None:
         return self.registry.get_sample_value(name, {"merchant_id": MERCHANT, **labels})
@@ -88,7 +93,7 @@ def daemon(sim: Simulator, url: str) -> Iterator[Daemon]:
     when this yields."""
     registry = CollectorRegistry()
     stopper = Stopper()
-    port = free_port()
+    port, http_port = free_port(), free_port()
     settings = settings_for(
         sim,
         url,
@@ -96,6 +101,7 @@ def daemon(sim: Simulator, url: str) -> Iterator[Daemon]:
         events_port=port,
         events_host="127.0.0.1",
         event_grace=GRACE,
+        http_port=http_port,
     )
     thread = threading.Thread(
         target=run_daemon, args=(settings,), kwargs={"registry": registry, "stopper": stopper}
@@ -104,7 +110,7 @@ def daemon(sim: Simulator, url: str) -> Iterator[Daemon]:
     warehouse = Warehouse.connect(url)
     try:
         wait_until(lambda: stored(warehouse) == truth_revisions(sim), 60, step=0.1)
-        yield Daemon(sim, url, port, registry, warehouse)
+        yield Daemon(sim, url, port, registry, warehouse, http_port)
     finally:
         stopper.stop()
         thread.join(30)
@@ -254,3 +260,48 @@ def test_the_cross_check_counts_an_announced_round_the_records_lack_until_it_arr
     with running.warehouse.engine.begin() as conn:
         conn.execute(insert(records).values(**row))
     wait_until(lambda: running.metric(missing) == 0, 5)
+
+
+def test_under_a_flood_of_unfinished_requests_notifications_still_sync_within_a_second(
+    tmp_path: Path,
+) -> None:
+    """300 silent, 300 half-head and 300 slow-body connections on each of the daemon's two
+    ports: the notifications are answered and their rounds visible within a second, the
+    probes answer, the threads stay within the two servers' budget.  Printed (``-s``): the
+    figures of docs/operations.md, "The two ports under hostile clients"."""
+    budget = (1 + DEFAULT_LIMITS.workers) + (1 + PROBE_LIMITS.workers)
+    sim = new_simulator()
+    sim.start()
+    try:
+        with (
+            daemon(sim, f"sqlite:///{tmp_path / 'w.db'}") as running,
+            httpx.Client(base_url=f"http://127.0.0.1:{running.http_port}", timeout=5) as probe,
+            flood(running.port) as at_events,
+            flood(running.http_port) as at_probes,
+        ):
+            before = thread_count()
+            for kind in KINDS:
+                at_events.open(kind, 300)
+                at_probes.open(kind, 300)
+            during, answered, synced = [thread_count()], [], []
+            for n in range(5):
+                at_events.trickle()
+                record_id, revision, round_id = new_change(running)
+                started = time.monotonic()
+                assert announce(running.port, round_id, f"ev-flood-{n}").status_code == 200
+                answered.append(time.monotonic() - started)
+                synced.append(wait_until(visible(running, record_id, revision), 1.0))
+                for path in ("/healthz", "/metrics"):
+                    started = time.monotonic()
+                    assert probe.get(path).status_code == 200
+                    answered.append(time.monotonic() - started)
+                during.append(thread_count())
+            assert max(answered) < 1.0
+            assert max(during) - before <= budget
+    finally:
+        sim.stop()
+    print(  # noqa: T201 - the figures for docs/operations.md
+        f"daemon threads: {before} before the flood, {max(during)} at most during it; slowest "
+        f"answer {max(answered) * 1000:.0f} ms; rounds visible {min(synced) * 1000:.0f}-"
+        f"{max(synced) * 1000:.0f} ms after their answer"
+    )

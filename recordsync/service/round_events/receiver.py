@@ -10,7 +10,9 @@ covers (spec: Authentication, Signature: "the raw request target ... not decoded
 uvicorn is a maintained, widely deployed server that parses HTTP/1.1 for us (framing,
 keep-alive, malformed requests).  A WSGI server would hand over a decoded ``PATH_INFO``.
 It runs its event loop in one thread of the daemon; the blocking part of a request (the
-warehouse insert) runs in the loop's thread pool.
+warehouse insert) runs in the loop's thread pool, of ``EventsLimits.workers`` threads.  The
+port's deadlines and connection cap are in ``connections``: strangers holding sockets open
+cannot keep the platform out, nor take threads from the sync.
 
 Reply fast, never call the platform while the platform waits: a request is verified, stored
 and answered, and the tail is only *asked* to read now (its own job reads, inside its budget).
@@ -21,11 +23,13 @@ retries): an event is never acknowledged unless it is stored.
 from __future__ import annotations
 
 import asyncio
+import enum
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, Self
 
@@ -36,10 +40,12 @@ from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.round_events import RoundEvent, RoundEventReceipt
 from recordsync.core.secret import Secret
 from recordsync.metrics import EventOutcome, RoundEventMetrics
+from recordsync.service.round_events.connections import DEFAULT_LIMITS, EventsLimits, guarded_h11
 from recordsync.service.round_events.verify import (
     DEPENDENCY_UNAVAILABLE,
     MAX_BODY_BYTES,
     PAYLOAD_TOO_LARGE,
+    REQUEST_TIMEOUT,
     Refusal,
     Request,
     accepted_body,
@@ -60,11 +66,14 @@ class Reply:
     status: int
     body: bytes
     retry_after: int | None = None
+    close: bool = False  # the request was not read to its end: the connection cannot go on
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         headers = [_JSON, (b"content-length", str(len(self.body)).encode())]
         if self.retry_after is not None:
             headers.append((b"retry-after", str(self.retry_after).encode()))
+        if self.close:
+            headers.append((b"connection", b"close"))
         return headers
 
 
@@ -126,6 +135,13 @@ class RoundEventReceiver:
         self._refused(request, refusal, self._configured(request), started)
         return Reply(refusal.status, error_body(refusal, self._request_ids()))
 
+    def timed_out(self, request: Request, *, started: float, seconds: float) -> Reply:
+        """The body did not arrive within ``seconds`` of the head: 408, and the connection is
+        closed (what is left of the body would be read as the next request)."""
+        refusal = Refusal(408, REQUEST_TIMEOUT, f"the body did not arrive within {seconds:g} s")
+        self._refused(request, refusal, self._configured(request), started)
+        return Reply(refusal.status, error_body(refusal, self._request_ids()), close=True)
+
     def _configured(self, request: Request) -> str | None:
         """The merchant the request names when it is one of ours (a bounded label, safe to
         log), verified or not; None otherwise."""
@@ -173,9 +189,13 @@ class RoundEventReceiver:
 # -- the ASGI app and the server -------------------------------------------------------------
 
 
-def asgi_app(receiver: RoundEventReceiver) -> Callable[..., Any]:
-    """A raw ASGI app for ``receiver``: reads the body (at most 1 MiB), hands the request to
-    a worker thread, sends the reply uncompressed."""
+def asgi_app(
+    receiver: RoundEventReceiver, *, body_timeout: float = DEFAULT_LIMITS.body_timeout
+) -> Callable[..., Any]:
+    """A raw ASGI app for ``receiver``: reads the body (at most 1 MiB, within
+    ``body_timeout`` seconds of the head), hands the request to a worker thread, sends the
+    reply uncompressed.  A client gone before its body ended gets no reply and is not a
+    request: nothing is verified, counted or logged above debug for it."""
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -187,11 +207,21 @@ def asgi_app(receiver: RoundEventReceiver) -> Callable[..., Any]:
         headers: dict[str, list[str]] = {}
         for name, value in scope["headers"]:
             headers.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
-        body, too_large = await _read_body(receive, headers)
-        request = Request(scope["method"], target, headers, body)
+        try:
+            body = await asyncio.wait_for(_read_body(receive, headers), body_timeout)
+        except TimeoutError:
+            body = _Unread.TIMED_OUT
+        if body is _Unread.GONE:
+            log.debug("round_event_abandoned", reason="the client closed before its body ended")
+            return
+        request = Request(
+            scope["method"], target, headers, body if isinstance(body, bytes) else b""
+        )
         started = time.perf_counter()
-        if too_large:
+        if body is _Unread.TOO_LARGE:
             reply = receiver.too_large(request, started=started)
+        elif body is _Unread.TIMED_OUT:
+            reply = receiver.timed_out(request, started=started, seconds=body_timeout)
         else:
             reply = await asyncio.to_thread(receiver.handle, request, started=started)
         await send(
@@ -202,46 +232,67 @@ def asgi_app(receiver: RoundEventReceiver) -> Callable[..., Any]:
     return app
 
 
-async def _read_body(receive: Any, headers: dict[str, list[str]]) -> tuple[bytes, bool]:
+class _Unread(enum.Enum):
+    """Why there is no body to verify."""
+
+    TOO_LARGE = enum.auto()
+    TIMED_OUT = enum.auto()
+    GONE = enum.auto()
+
+
+async def _read_body(receive: Any, headers: dict[str, list[str]]) -> bytes | _Unread:
     declared = headers.get("content-length", ["0"])[0]
     if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        return b"", True  # refused on the declared length, before a byte is read
+        return _Unread.TOO_LARGE  # refused on the declared length, before a byte is read
     chunks: list[bytes] = []
     size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            return b"".join(chunks), False
+            return _Unread.GONE
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > MAX_BODY_BYTES:
-            return b"", True
+            return _Unread.TOO_LARGE
         chunks.append(chunk)
         if not message.get("more_body", False):
-            return b"".join(chunks), False
+            return b"".join(chunks)
 
 
 class EventsServer:
     """``app`` served by uvicorn on ``host:port`` in a thread of its own; a context manager.
 
     The socket is bound at ``start`` (so a port in use fails the start, in the caller's
-    thread); port 0 takes a free one, read back from ``port``.
+    thread); port 0 takes a free one, read back from ``port``.  ``limits`` bound the
+    connections and threads (give ``app`` the same ``body_timeout``).
     """
 
-    def __init__(self, app: Callable[..., Any], *, host: str, port: int) -> None:
+    def __init__(
+        self,
+        app: Callable[..., Any],
+        *,
+        host: str,
+        port: int,
+        limits: EventsLimits = DEFAULT_LIMITS,
+    ) -> None:
+        self._limits = limits
         self._config = uvicorn.Config(
             app,
             host=host,
             port=port,
-            http="h11",
+            http=guarded_h11(limits),
             loop="asyncio",
             lifespan="off",
             log_config=None,  # its records reach the daemon's one log stream (recordsync.logs)
             access_log=False,  # a line per request: the receiver logs what it refuses
             server_header=False,
             proxy_headers=False,  # the signature covers what arrived, whoever forwarded it
-            timeout_keep_alive=30,
+            timeout_keep_alive=limits.keep_alive,
             timeout_graceful_shutdown=5,
+            h11_max_incomplete_event_size=limits.max_head_bytes,
+            # A backstop only: uvicorn counts idle and closing connections too and answers the
+            # next request 503 at its limit; the guard keeps the open ones at max_connections.
+            limit_concurrency=2 * limits.max_connections,
         )
         self._server = uvicorn.Server(self._config)
         self._host = host
@@ -267,7 +318,7 @@ class EventsServer:
         sock.setblocking(False)  # noqa: FBT003 - the socket API's own flag
         self._socket = sock
         self._thread = threading.Thread(
-            target=lambda: asyncio.run(self._server.serve(sockets=[sock])),
+            target=lambda: asyncio.run(self._serve(sock)),
             name="round-events-http",
             daemon=True,
         )
@@ -277,6 +328,11 @@ class EventsServer:
             if time.monotonic() > deadline:
                 raise RuntimeError("the round-events server did not start within 10 s")
             time.sleep(0.01)
+
+    async def _serve(self, sock: socket.socket) -> None:
+        workers = ThreadPoolExecutor(self._limits.workers, thread_name_prefix="round-events")
+        asyncio.get_running_loop().set_default_executor(workers)  # asyncio.run shuts it down
+        await self._server.serve(sockets=[sock])
 
     def stop(self) -> None:
         """Finish the requests in hand (a few seconds at most), then close; safe twice."""

@@ -43,6 +43,8 @@ REQUEST_EXPIRED: Final = "REQUEST_EXPIRED"
 VALIDATION_FAILED: Final = "VALIDATION_FAILED"
 # The spec names no code for 413 ("Code accompanying 413: not shown"): ours says what it is.
 PAYLOAD_TOO_LARGE: Final = "PAYLOAD_TOO_LARGE"
+# Nor one for 408: the body did not arrive in time (a slow client, or one holding the port).
+REQUEST_TIMEOUT: Final = "REQUEST_TIMEOUT"
 RESOURCE_NOT_FOUND: Final = "RESOURCE_NOT_FOUND"
 METHOD_NOT_ALLOWED: Final = "METHOD_NOT_ALLOWED"
 DEPENDENCY_UNAVAILABLE: Final = "DEPENDENCY_UNAVAILABLE"
