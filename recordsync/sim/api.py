@@ -350,6 +350,8 @@ class SimulatedApi:
             cursor = self._decode(query.cursor, merchant, RecordsCursor)
             if now_ms - cursor.chain_started_ms > self.config.cursor_ttl_seconds * 1000:
                 raise _expired("records cursors are valid 24 hours from the chain's first page")
+            if merchant.take_records_expiry():
+                raise _expired("the records cursor has expired")
             where = RecordFilter(cursor.from_ms, cursor.to_ms, cursor.player_id, cursor.game_id)
             watermark = cursor.watermark
             after: tuple[int, str] | None = (cursor.after_ms, cursor.after_id)

@@ -9,6 +9,7 @@ sees.  The ``SimulatedApi`` picks the merchant by X-Merchant-Id and works on it;
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable
 
@@ -66,6 +67,8 @@ class SimulatedMerchant:
         self.refusals: dict[str, Refusal] = dict(profile.refusals)
         self.event_stats = EventStatsRecorder()
         self.cursor_epoch = 0
+        self._records_expiries = 0  # records cursors to refuse (``expire_next_records_cursor``)
+        self._expiries_lock = threading.Lock()
         self.channel: EventChannel | None = None
         self._sender = sender
         if events_url is not None and sender is not None:
@@ -127,3 +130,25 @@ class SimulatedMerchant:
     def expire_cursors(self) -> None:
         """Every cursor issued to this merchant so far answers 410 CURSOR_EXPIRED from now on."""
         self.cursor_epoch += 1
+
+    def expire_next_records_cursor(self) -> None:
+        """The next records cursor presented answers 410 CURSOR_EXPIRED, as one would 24 h
+        after its chain's first page (spec: Records endpoints); change cursors are untouched.
+
+        Exactly the request that meets the expiry is the next one to present a records cursor,
+        whenever it comes.  Expiring every cursor issued so far (``expire_cursors``) while a
+        sync runs leaves it to timing which holder meets its 410 first: the tail's change
+        cursor, presented first, ends the generation for a rebuild and no window chain ever
+        presents its own.
+        """
+        with self._expiries_lock:
+            self._records_expiries += 1
+
+    def take_records_expiry(self) -> bool:
+        """Whether the records cursor presented now is one ``expire_next_records_cursor``
+        asked to refuse (each asks for one)."""
+        with self._expiries_lock:
+            if self._records_expiries == 0:
+                return False
+            self._records_expiries -= 1
+            return True

@@ -309,6 +309,11 @@ class Simulator:
         """Every cursor issued to the merchant so far answers 410 CURSOR_EXPIRED from now on."""
         self._merchant(merchant_id).expire_cursors()
 
+    def expire_next_records_cursor(self, merchant_id: str | None = None) -> None:
+        """The next records cursor the merchant presents answers 410 CURSOR_EXPIRED, once;
+        change cursors are untouched (see ``SimulatedMerchant.expire_next_records_cursor``)."""
+        self._merchant(merchant_id).expire_next_records_cursor()
+
     def watermark(self, merchant_id: str | None = None) -> str:
         """The sequence of the merchant's newest change ("0" when there is none)."""
         return self._merchant(merchant_id).store.watermark()

@@ -224,6 +224,23 @@ def test_expire_cursors_makes_every_issued_cursor_answer_410(platform, sim):
     assert platform.get("/v1/records", [("cursor", fresh)]).status_code == 200
 
 
+def test_expire_next_records_cursor_refuses_only_the_next_records_cursor_presented(platform, sim):
+    records_cursor = first_cursor(platform, sim)
+    changes_cursor = platform.data("/v1/record-changes", [("from_now", "true")])["next_cursor"]
+
+    sim.expire_next_records_cursor()
+
+    # A change cursor and a chain's first page are not records cursors: served.
+    assert platform.get("/v1/record-changes", [("cursor", changes_cursor)]).status_code == 200
+    fresh = first_cursor(platform, sim)
+    expired = platform.get("/v1/records", [("cursor", records_cursor)])
+    assert expired.status_code == 410
+    assert error_of(expired)["code"] == "CURSOR_EXPIRED"
+    # Once: the next records cursor presented, an older one as well, is served again.
+    assert platform.get("/v1/records", [("cursor", fresh)]).status_code == 200
+    assert platform.get("/v1/records", [("cursor", records_cursor)]).status_code == 200
+
+
 def flip(text: str, index: int) -> str:
     return text[:index] + ("A" if text[index] != "A" else "B") + text[index + 1 :]
 
