@@ -10,17 +10,19 @@ mid-cleanup.
 
 from __future__ import annotations
 
+import queue
 import signal
 import threading
 from types import FrameType
 
-_received: list[int] = []
-_lock = threading.Lock()
+# SimpleQueue.put may be called from a signal handler (Python says so); a lock may not: the
+# handler could interrupt the main thread while it holds that very lock (``take``), and wait
+# for it for ever.
+_received: queue.SimpleQueue[int] = queue.SimpleQueue()
 
 
 def remember(signum: int, _frame: FrameType | None) -> None:
-    with _lock:
-        _received.append(signum)
+    _received.put(signum)
 
 
 def install() -> None:
@@ -31,7 +33,9 @@ def install() -> None:
 
 def take() -> list[int]:
     """The signals received so far (each delivered once)."""
-    with _lock:
-        taken = list(_received)
-        _received.clear()
-    return taken
+    taken = []
+    while True:
+        try:
+            taken.append(_received.get_nowait())
+        except queue.Empty:
+            return taken

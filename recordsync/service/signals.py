@@ -2,10 +2,18 @@
 
 Signals that arrived before this handler took over (``recordsync.core.early_signals``) are
 acted on as soon as it does.
+
+The handler itself only queues the signal (``queue.SimpleQueue.put``, which Python makes safe
+to call from a signal handler); a thread of its own logs it and stops the work.  A handler runs
+in the main thread between two bytecodes, possibly inside a log write that holds the writer's
+lock: logging from the handler took that lock a second time and the process hung for ever
+(issue 29: a backfill interrupted while it logged never ended).
 """
 
 from __future__ import annotations
 
+import os
+import queue
 import signal
 import sys
 import threading
@@ -44,20 +52,15 @@ def stop_on_signals(stopper: Stopper) -> Iterator[Received]:
     if threading.current_thread() is not threading.main_thread():
         yield record
         return
-    received = record.signals
+    arrived: queue.SimpleQueue[int] = queue.SimpleQueue()
 
     def handle(signum: int, _frame: FrameType | None) -> None:
-        if received:
-            log.warning("second_signal", signal=signal.Signals(signum).name, action="exit now")
-            sys.stderr.flush()
-            # A second signal means "now": no cleanup; the committed state is consistent.
-            import os  # noqa: PLC0415 - only on this emergency path
+        arrived.put(signum)  # nothing else here: see the module docstring
 
-            os._exit(128 + signum)
-        received.append(signum)
-        log.info("stopping", signal=signal.Signals(signum).name)
-        stopper.stop()
-
+    watcher = threading.Thread(
+        target=_act_on, args=(arrived, record, stopper), name="signals", daemon=True
+    )
+    watcher.start()
     previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
     for signum in early_signals.take():
         handle(signum, None)
@@ -66,3 +69,24 @@ def stop_on_signals(stopper: Stopper) -> Iterator[Received]:
     finally:
         for sig in previous:
             signal.signal(sig, early_signals.remember)
+        arrived.put(_DONE)
+        watcher.join(timeout=5)
+
+
+_DONE = 0  # no signal has the number 0: the watcher's end
+
+
+def _act_on(arrived: queue.SimpleQueue[int], record: Received, stopper: Stopper) -> None:
+    """The first signal stops the work; a second one ends the process at once."""
+    while (signum := arrived.get()) != _DONE:
+        name = signal.Signals(signum).name
+        if record.signals:
+            log.warning("second_signal", signal=name, action="exit now")
+            sys.stdout.flush()
+            sys.stderr.flush()
+            # A second signal means "now": no cleanup; the committed state is consistent.
+            os._exit(128 + signum)
+        # Recorded before the stop, so whoever the stop wakes sees which signal it was.
+        record.signals.append(signum)
+        log.info("stopping", signal=name)
+        stopper.stop()
