@@ -277,14 +277,27 @@ class Chaos:
         event.sent_after_lease = victim.platform.sent_between(began + LEASE, back_mono)
 
     def _sample_double_holds(self, event: Event, *, paused: Replica | None) -> None:
+        """Two replicas that claim one merchant, in two passes over their /metrics, the second
+        in the reverse order: a clean hand-over (released, then taken tens of milliseconds
+        later) falls between two scrapes of one pass now and then, the giver read before it
+        let go and the taker after it took; the reverse pass reads the taker first and the
+        giver after, so only claims that overlap for real are counted."""
+        asked = [replica for replica in self.members if replica is not paused]
+        passes = [self._claims(asked), self._claims(asked[::-1])]
+        both = {
+            merchant: sorted(names)
+            for merchant, names in passes[0].items()
+            if len(names) > 1 and set(names) <= set(passes[1].get(merchant, []))
+        }
+        event.double_holds += [f"{m}: {names}" for m, names in both.items()]
+
+    @staticmethod
+    def _claims(replicas: list[Replica]) -> dict[str, list[str]]:
         seen: dict[str, list[str]] = {}
-        for replica in self.members:
-            if replica is paused:
-                continue
-            held = replica.lease_held() or set()
-            for merchant in held:
+        for replica in replicas:
+            for merchant in replica.lease_held() or set():
                 seen.setdefault(merchant, []).append(replica.name)
-        event.double_holds += [f"{m}: {names}" for m, names in seen.items() if len(names) > 1]
+        return seen
 
     def restart_server(
         self, stop: Callable[[], None], start: Callable[[], None], down: float
