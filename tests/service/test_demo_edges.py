@@ -12,14 +12,22 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from leftovers import STARTED, kill_left_behind
 
 DEADLINE = 90.0
 SMALL = ("--history-days", "1", "--rounds-per-day", "300")
 # Long enough to be interrupted in the middle: about 15 pages at 2 requests a second.
 LONGER = ("--history-days", "3", "--rounds-per-day", "5000")
+
+
+@pytest.fixture(autouse=True)
+def _no_process_left_behind() -> Iterator[None]:
+    yield
+    kill_left_behind()
 
 
 def _env() -> dict[str, str]:
@@ -43,7 +51,7 @@ def _recordsync(folder: Path, args: list[str]) -> subprocess.CompletedProcess[st
 
 
 def _start_demo(folder: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(  # noqa: S603 - our own interpreter, fixed arguments
+    process = subprocess.Popen(  # noqa: S603 - our own interpreter, fixed arguments
         [sys.executable, "-m", "recordsync", "demo", *args],
         cwd=folder,
         env=_env(),
@@ -51,6 +59,8 @@ def _start_demo(folder: Path, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
+    STARTED.append(process)
+    return process
 
 
 def _read_until(process: subprocess.Popen[str], needle: str) -> str:

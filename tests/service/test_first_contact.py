@@ -16,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from leftovers import STARTED, kill_left_behind
 
 from recordsync.core.times import floor_ms, format_time
 from recordsync.sim import SimConfig, Simulator
@@ -42,6 +43,12 @@ def sim() -> Iterator[Simulator]:
         yield simulator
     finally:
         simulator.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_process_left_behind() -> Iterator[None]:
+    yield
+    kill_left_behind()
 
 
 def _env(sim_url: str, database_url: str, **extra: str) -> dict[str, str]:
@@ -77,7 +84,7 @@ def _recordsync(
 
 
 def _start(*args: str, env: dict[str, str], cwd: Path | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(  # noqa: S603 - our own interpreter, fixed arguments
+    process = subprocess.Popen(  # noqa: S603 - our own interpreter, fixed arguments
         [sys.executable, "-m", "recordsync", *args],
         env=env,
         cwd=cwd,
@@ -85,6 +92,8 @@ def _start(*args: str, env: dict[str, str], cwd: Path | None = None) -> subproce
         stderr=subprocess.PIPE,
         text=True,
     )
+    STARTED.append(process)
+    return process
 
 
 def _wait_for_line(process: subprocess.Popen[str], needle: str) -> list[str]:
