@@ -4,6 +4,7 @@ exception out of ``handle``), which the platform would retry for ever."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
 
@@ -16,7 +17,7 @@ from service.round_event_requests import MERCHANT, PATH, SECRET, event_body, sig
 
 from recordsync.core.round_events import RoundEventReceipt
 from recordsync.core.secret import Secret
-from recordsync.service.round_events.receiver import RoundEventReceiver
+from recordsync.service.round_events.receiver import RoundEventReceiver, asgi_app
 from recordsync.service.round_events.verify import Request
 
 NOW = 1_795_000_000.0
@@ -138,3 +139,36 @@ def test_legal_json_in_an_unknown_member_is_ignored(text):
 def test_the_calendars_edges_themselves_are_accepted():
     body = json.dumps(event_body("ev-1", occurred_at="9999-12-31T23:59:59.999999Z")).encode()
     assert post(body)[0] == 200
+
+
+@pytest.mark.parametrize(
+    "declared", ["\u00b2", "9" * 5000, "1" + "0" * 30], ids=["superscript-two", "5000-digits", "30"]
+)
+def test_a_hostile_content_length_is_refused_not_an_error(declared):
+    """A Content-Length that str.isdigit() takes and int() does not ("²", past 4,300 digits)
+    made the app raise (a 500) had a server passed it on: refused, or read as sent."""
+    receiver = RoundEventReceiver(
+        secrets=lambda merchant: (Secret(SECRET),) if merchant == MERCHANT else None,
+        store=stored,
+        wake=lambda _event: None,
+        clock=lambda: NOW,
+        request_ids=lambda: "req-1",
+    )
+    sent: list[dict] = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": PATH,
+        "raw_path": PATH.encode(),
+        "query_string": b"",
+        "headers": [(b"content-length", declared.encode("latin-1"))],
+    }
+    asyncio.run(asgi_app(receiver)(scope, receive, send))
+    assert sent[0]["status"] in {400, 401, 413}

@@ -242,7 +242,13 @@ class _Unread(enum.Enum):
 
 async def _read_body(receive: Any, headers: dict[str, list[str]]) -> bytes | _Unread:
     declared = headers.get("content-length", ["0"])[0]
-    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+    # ASCII digits only ("²" is a digit to str.isdigit, not to int), and a length past any
+    # body's refused by its digits before int() (which refuses more than 4,300 of them).
+    if (
+        declared.isascii()
+        and declared.isdigit()
+        and (len(declared) > len(str(MAX_BODY_BYTES)) or int(declared) > MAX_BODY_BYTES)
+    ):
         return _Unread.TOO_LARGE  # refused on the declared length, before a byte is read
     chunks: list[bytes] = []
     size = 0
