@@ -38,14 +38,10 @@ def _time_arg(value: str) -> object:
 
 
 def _database_arg(value: str) -> str:
-    from recordsync.core.database_url import (  # noqa: PLC0415 - see main()
-        check_sqlite_folder,
-        parse_database_url,
-    )
+    from recordsync.core.database_url import parse_database_url  # noqa: PLC0415 - see main()
 
     try:
         parse_database_url(value)
-        check_sqlite_folder(value)
     except ConfigurationError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return value

@@ -26,6 +26,7 @@ from typing import Any
 from rich.console import Console
 from sqlalchemy.engine import make_url
 
+from recordsync.core.database_url import check_sqlite_folder
 from recordsync.core.errors import ConfigurationError, RecordSyncError
 from recordsync.core.secret import Secret, SecretSource
 from recordsync.core.settings import MerchantSettings, Settings
@@ -53,6 +54,10 @@ def run_demo(
     the warehouse equals the simulator's truth, 1 when it differs, 130/143 when interrupted."""
     from recordsync.sim import DEMO_MERCHANT_ID, DEMO_SECRET, SimConfig, Simulator  # noqa: PLC0415
 
+    try:
+        check_sqlite_folder(database_url)  # exit 2 naming the folder, before anything starts
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"--database: {exc}") from None
     console = Console()
     configure_logging(level="warning", log_format=None, stream=sys.stderr)
     config = SimConfig(history_days=history_days, rounds_per_day=rounds_per_day, live_rate=20.0)

@@ -288,7 +288,9 @@ def test_a_sqlite_folder_that_cannot_take_the_file_exits_2_naming_it(tmp_path, k
     done = _recordsync(*args, env=env, cwd=tmp_path)
     assert done.returncode == 2
     _no_traceback(done.stdout, done.stderr)
+    assert done.stderr.count("\n") == 1, done.stderr  # one line, no usage
     line = _last_line(done.stderr)
+    assert line.startswith("recordsync: configuration: ")
     assert f"the folder of the SQLite file, {folder}, " in line
     assert ("does not exist" if kind == "missing" else "cannot be written") in line
 
