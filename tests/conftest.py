@@ -39,39 +39,19 @@ def reset_logging() -> Iterator[None]:
     logs.process_context.clear()
 
 
-# Where every test may reach the database servers without saying so in its parameters.
-_SERVER_FOLDERS = frozenset({"e2e", "deploy"})
-_SERVER_MODULES = frozenset({"test_round_event_outage.py"})
-_SERVERS = frozenset({"postgres", "mariadb"})
-
-
-def _reaches_the_servers(item: pytest.Item) -> bool:
-    """Whether a restart of the database servers could break the test: its backend is
-    PostgreSQL or MariaDB, or it lives where tests start daemons against them.  The others
-    (pure code, SQLite) go on while a restart test runs, instead of idling the workers for
-    the five minutes the restarts take."""
-    if item.get_closest_marker("postgres") or item.get_closest_marker("mariadb"):
-        return True
-    callspec = getattr(item, "callspec", None)
-    backend = callspec.params.get("warehouse_url") if callspec is not None else None
-    if backend is not None:
-        return backend in _SERVERS
-    return item.path.parent.name in _SERVER_FOLDERS or item.path.name in _SERVER_MODULES
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests that restart the servers first: they run alone, so run while the workers
-    still have tests that never reach the servers to go on with, not last with nothing
-    beside them."""
+    """The tests that restart the servers first, each alone: at the start rather than among
+    the last, where a worker's long test could keep them waiting for its end."""
     items.sort(key=lambda item: item.get_closest_marker("restarts_services") is None)
 
 
 @pytest.fixture(autouse=True)
 def take_turns_at_the_servers(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test that restarts the database servers runs while no other worker runs one."""
+    # Every test takes its turn, even one that never reaches the servers: with the others'
+    # tests running beside the restart tests, a fresh-clone run counted one rate-limit
+    # violation in the daemon restart test (its cause is not found yet; the session note
+    # of 2026-11-28 says what is known), so they run alone again, as they always had.
     exclusive = request.node.get_closest_marker("restarts_services") is not None
-    if not exclusive and not _reaches_the_servers(request.node):
-        yield
-        return
     with servers_turn(exclusive=exclusive):
         yield
