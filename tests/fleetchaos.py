@@ -134,9 +134,14 @@ class Replica:
         }
 
     def acquired_since(self, moment: datetime) -> datetime | None:
-        """When it first took a merchant after ``moment`` (its log), or None."""
+        """When it first took a merchant after ``moment`` (its log), or None.
+
+        ``merchant_held`` is logged when the lock is taken; ``lease_acquired`` only after the
+        merchant's sync started, whose first requests may go out before that line: counted
+        from it, they looked like requests sent after the lease was lost (a fresh-clone run
+        counted one)."""
         for entry in events(self.log):
-            if entry["event"] == "lease_acquired":
+            if entry["event"] == "merchant_held":
                 at = datetime.fromisoformat(str(entry["timestamp"]))
                 if at > moment:
                     return at
