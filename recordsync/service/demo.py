@@ -128,34 +128,41 @@ def run_demo(
 def _demo_warehouse(database_url: str, merchant_ids: list[str]) -> Iterator[str | None]:
     """A fresh demo warehouse for the demo's whole run; what it replaced, if anything.
 
-    A SQLite file is locked first (the fleet's lock file, which a daemon on the same file
-    takes too), so a demo never deletes a warehouse another demo or daemon is writing; then
-    the file goes, journal and write-ahead log with it.  A server database is never emptied:
-    one that holds the demo merchants' state is refused."""
+    A SQLite file is the demo's alone while it runs (``<file>.demo.lock``, held to the end),
+    and is not a daemon's (the fleet's lock file, tried once: a ``verify`` the demo prints
+    takes that one while ``--serve`` runs), so a demo never deletes a warehouse another demo
+    or a daemon is writing; then the file goes, journal and write-ahead log with it.  A
+    server database is never emptied: one that holds the demo merchants' state is refused."""
     url = make_url(database_url)
     if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
         _refuse_previous_demo(database_url, merchant_ids)
         yield None
         return
     path = Path(url.database)
-    lock = os.open(f"{path}.fleet.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    demo_lock = _lock_or_refuse(Path(f"{path}.demo.lock"), path)
     try:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigurationError(
-                f"--database: {path} is in use by another process (a demo or a daemon): "
-                "stop it first, or choose another --database"
-            ) from None
+        os.close(_lock_or_refuse(Path(f"{path}.fleet.lock"), path))  # no daemon on it
         replaced = str(path) if path.exists() else None
         for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")):
             leftover.unlink(missing_ok=True)
-        # The lock is given up for the sync (it takes no fleet lease: one process, one file);
-        # a second demo started meanwhile would find the file new, not in use: rare, harmless.
-        fcntl.flock(lock, fcntl.LOCK_UN)
         yield replaced
     finally:
-        os.close(lock)
+        os.close(demo_lock)  # closing the descriptor releases the flock
+
+
+def _lock_or_refuse(lock_file: Path, database: Path) -> int:
+    """The descriptor of ``lock_file`` locked by this process, or a ``ConfigurationError``
+    when another process holds it."""
+    descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        raise ConfigurationError(
+            f"--database: {database} is in use by another process (a demo or a daemon): "
+            "stop it first, or choose another --database"
+        ) from None
+    return descriptor
 
 
 def _refuse_previous_demo(database_url: str, merchant_ids: list[str]) -> None:

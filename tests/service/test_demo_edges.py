@@ -38,6 +38,15 @@ def _demo(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return _recordsync(folder, ["demo", *args])
 
 
+def _demo_equals_the_truth(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A demo that ended well: exit 0, no traceback, the warehouse equal to the truth."""
+    done = _demo(folder, *args)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    _clean(done)
+    assert "equals the simulator's truth" in " ".join(done.stdout.split())
+    return done
+
+
 def _recordsync(folder: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(  # noqa: S603 - our own interpreter, our or the demo's arguments
         [sys.executable, "-m", "recordsync", *args],
@@ -109,16 +118,11 @@ def _clean(done: subprocess.CompletedProcess[str] | tuple[str, str]) -> None:
 
 @pytest.mark.slow
 def test_the_demo_twice_in_one_folder_starts_afresh_and_its_commands_work(tmp_path):
-    first = _demo(tmp_path, *SMALL)
-    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
-    _clean(first)
+    first = _demo_equals_the_truth(tmp_path, *SMALL)
     assert "a fresh demo warehouse" in first.stdout
-    second = _demo(tmp_path, *SMALL)
-    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
-    _clean(second)
+    second = _demo_equals_the_truth(tmp_path, *SMALL)
     out = " ".join(second.stdout.split())
     assert "a previous demo's warehouse (recordsync-demo.db) was replaced" in out
-    assert "equals the simulator's truth" in out
     commands = _printed_commands(second.stdout)
     assert [args[2] for args in commands] == ["status", "report", "verify"]
     for args in commands[:2]:  # verify needs the simulator: the --serve test runs it
@@ -146,12 +150,27 @@ def test_a_demo_stopped_half_way_is_followed_by_one_that_works(tmp_path, how):
     else:
         process.kill()
         process.communicate(timeout=DEADLINE)
-    again = _demo(tmp_path, *SMALL)
-    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
-    _clean(again)
-    out = " ".join(again.stdout.split())
-    assert "was replaced" in out
-    assert "equals the simulator's truth" in out
+    again = _demo_equals_the_truth(tmp_path, *SMALL)
+    assert "was replaced" in " ".join(again.stdout.split())
+
+
+@pytest.mark.slow
+def test_a_second_demo_in_the_folder_of_a_running_one_is_refused_and_deletes_nothing(tmp_path):
+    first = _start_demo(tmp_path, *LONGER)
+    _read_until(first, "simulator:")
+    _wait_for_rows(tmp_path / "recordsync-demo.db")
+    second = _demo(tmp_path, *SMALL)
+    assert second.returncode == 2
+    _clean(second)
+    assert second.stderr.strip() == (
+        "recordsync: configuration: --database: recordsync-demo.db is in use by another "
+        "process (a demo or a daemon): stop it first, or choose another --database"
+    )
+    _wait_for_rows(tmp_path / "recordsync-demo.db")  # the first one's warehouse is still there
+    first.send_signal(signal.SIGINT)
+    out, err = first.communicate(timeout=DEADLINE)
+    assert first.returncode == 130
+    _clean((out, err))
 
 
 @pytest.mark.slow
