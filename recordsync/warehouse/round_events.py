@@ -160,15 +160,26 @@ class RoundEventFeed(Protocol):
 
 
 class PostgresFeed:
-    """LISTENs on its own connection; psycopg keeps notifications that came meanwhile."""
+    """LISTENs on its own connection; psycopg keeps notifications that came meanwhile.
+
+    The connection has the lock connections' settings, so the server ends it once it has sent
+    nothing for ``lease_seconds`` (``idle_session_timeout``): waiting for a notification
+    sends nothing, so each wait starts with a keep-alive and lasts at most half of that.
+    Without it a quiet feed was ended every ten seconds, and the notifications sent while
+    it reconnected woke nobody.
+    """
 
     listens = True
 
-    def __init__(self, url: URL, replica_id: str) -> None:
+    def __init__(
+        self, url: URL, replica_id: str, *, lease_seconds: int = _LISTEN_LEASE_SECONDS
+    ) -> None:
         self._replica_id = replica_id
-        self._conn = LockConnection(url, lease_seconds=_LISTEN_LEASE_SECONDS, on_connect=_listen)
+        self._conn = LockConnection(url, lease_seconds=lease_seconds, on_connect=_listen)
+        self._longest_wait = lease_seconds / 2
 
     def wait(self, timeout: float) -> frozenset[str]:
+        timeout = min(timeout, self._longest_wait)
         return self._conn.run(lambda conn: self._notified(conn, timeout), "round events wait")
 
     def _notified(self, conn: Connection, timeout: float) -> frozenset[str]:
@@ -177,6 +188,7 @@ class PostgresFeed:
         driver: Any = conn.connection.driver_connection
         merchants: set[str] = set()
         try:
+            driver.execute("SELECT 1")  # the keep-alive; what it receives waits in psycopg
             for note in driver.notifies(timeout=timeout, stop_after=1):
                 merchants.update(_announced(note.payload, self._replica_id))
             # Whatever else follows at once: one wake-up per merchant for a burst.

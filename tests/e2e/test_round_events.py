@@ -6,7 +6,13 @@ both of its ports, and the cross-check counts an announced round the records lac
 arrives.
 
 The SQLite tests share one daemon (starting one costs more than the tests); PostgreSQL's
-NOTIFY gets a daemon of its own."""
+NOTIFY gets a daemon of its own.
+
+How soon is measured by the benchmark (``bench/freshness.py --events``: a round's row within
+1 s at p95); these tests prove the mechanism: the change is visible long before the next poll
+(``WOKEN_WITHIN``, a quarter of the poll interval) and the wake-up is counted by the way it
+came.  A bound of one second here measured the machine instead: on a CI machine with two
+cores and three test workers a wake-up through NOTIFY once took 1.26 s."""
 
 from __future__ import annotations
 
@@ -43,6 +49,8 @@ pytestmark = pytest.mark.slow
 MERCHANT = "m-events"
 SECRET = "events-secret-0123456789abcdefghijklmnopqr"
 GRACE = 0.4  # seconds: the cross-check runs every 0.1 s
+POLL_INTERVAL = 20.0
+WOKEN_WITHIN = POLL_INTERVAL / 4  # seconds: only a wake-up makes a change visible this soon
 
 
 def new_simulator() -> Simulator:
@@ -97,7 +105,7 @@ def daemon(sim: Simulator, url: str) -> Iterator[Daemon]:
     settings = settings_for(
         sim,
         url,
-        poll_interval=20.0,
+        poll_interval=POLL_INTERVAL,
         events_port=port,
         events_host="127.0.0.1",
         event_grace=GRACE,
@@ -174,7 +182,7 @@ def visible(running: Daemon, record_id: str, revision: int) -> Callable[[], bool
     return check
 
 
-def test_a_notification_to_the_holder_makes_the_change_visible_within_a_second(
+def test_a_notification_to_the_holder_makes_the_change_visible_before_the_next_poll(
     sqlite_daemon: Daemon,
 ) -> None:
     running = sqlite_daemon
@@ -182,7 +190,7 @@ def test_a_notification_to_the_holder_makes_the_change_visible_within_a_second(
     time.sleep(0.3)
     assert not visible(running, record_id, revision)()  # the next poll is 20 s away
     assert announce(running.port, round_id, "ev-holder-1").status_code == 200
-    assert wait_until(visible(running, record_id, revision), 1.0) < 1.0
+    wait_until(visible(running, record_id, revision), WOKEN_WITHIN)
     assert running.metric(RoundEventMetricName.WAKEUPS, via="local") == 1
     with httpx.Client(base_url=f"http://127.0.0.1:{running.port}", timeout=5) as client:
         unsigned = client.post("/v1/round-events", content=b"{}")
@@ -223,7 +231,7 @@ def assert_another_replica_wakes_the_holder(running: Daemon, event_id: str) -> N
     with other_replica(running) as port:
         record_id, revision, round_id = new_change(running)
         assert announce(port, round_id, event_id).status_code == 200
-        assert wait_until(visible(running, record_id, revision), 1.0) < 1.0
+        wait_until(visible(running, record_id, revision), WOKEN_WITHIN)
     assert running.metric(RoundEventMetricName.WAKEUPS, via="warehouse") == 1
 
 
@@ -262,13 +270,13 @@ def test_the_cross_check_counts_an_announced_round_the_records_lack_until_it_arr
     wait_until(lambda: running.metric(missing) == 0, 5)
 
 
-def test_under_a_flood_of_unfinished_requests_notifications_still_sync_within_a_second(
+def test_under_a_flood_of_unfinished_requests_notifications_are_answered_within_a_second(
     tmp_path: Path,
 ) -> None:
     """300 silent, 300 half-head and 300 slow-body connections on each of the daemon's two
-    ports: the notifications are answered and their rounds visible within a second, the
-    probes answer, the threads stay within the two servers' budget.  Printed (``-s``): the
-    figures of docs/operations.md, "The two ports under hostile clients"."""
+    ports: the notifications and the probes are answered within a second, their rounds are
+    visible long before the next poll, the threads stay within the two servers' budget.
+    Printed (``-s``): the figures of docs/operations.md, "The two ports under hostile clients"."""
     budget = (1 + DEFAULT_LIMITS.workers) + (1 + PROBE_LIMITS.workers)
     sim = new_simulator()
     sim.start()
@@ -290,7 +298,7 @@ def test_under_a_flood_of_unfinished_requests_notifications_still_sync_within_a_
                 started = time.monotonic()
                 assert announce(running.port, round_id, f"ev-flood-{n}").status_code == 200
                 answered.append(time.monotonic() - started)
-                synced.append(wait_until(visible(running, record_id, revision), 1.0))
+                synced.append(wait_until(visible(running, record_id, revision), WOKEN_WITHIN))
                 for path in ("/healthz", "/metrics"):
                     started = time.monotonic()
                     assert probe.get(path).status_code == 200

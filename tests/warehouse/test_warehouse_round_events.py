@@ -14,6 +14,7 @@ from warehouse.warehouse_samples import MERCHANT, make_record
 
 from recordsync.core.round_events import RoundEvent
 from recordsync.warehouse import Warehouse
+from recordsync.warehouse import round_events as round_events_feed
 from recordsync.warehouse.schema import round_events
 
 T0 = datetime(2026, 11, 1, 12, tzinfo=UTC)
@@ -185,5 +186,23 @@ def test_postgres_notifies_the_other_replicas_at_commit(warehouse):
         feed.wait(0.2)  # the second one, when it came apart from the first
         warehouse.record_round_event(event("ev-a"), received_by="r2")  # a repeat: no news
         assert feed.wait(0.2) == frozenset()
+    finally:
+        feed.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("warehouse_url", ["postgres"], indirect=True)
+def test_a_quiet_postgres_feed_outlives_the_servers_idle_limit(warehouse):
+    """The server ends a lock-style session that sent nothing for ``lease_seconds``: a feed
+    that only waited for notifications was ended every ten seconds, and what was announced
+    while it reconnected woke nobody.  Here the limit is one second and the feed waits 2.5."""
+    feed = round_events_feed.PostgresFeed(warehouse.engine.url, "r1", lease_seconds=1)
+    try:
+        waited = 0.0
+        while waited < 2.5:
+            assert feed.wait(0.5) == frozenset()
+            waited += 0.5
+        warehouse.record_round_event(event("ev-late"), received_by="r2")
+        assert feed.wait(2.0) == frozenset({MERCHANT})
     finally:
         feed.close()
