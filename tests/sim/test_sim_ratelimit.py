@@ -142,3 +142,25 @@ def test_an_arrival_is_stamped_when_the_request_line_is_read_not_after_the_heade
         answer = conn.recv(65536)
     assert answer.startswith(b"HTTP/1.1 429 "), answer[:80]
     assert sim.stats().rate_limit_violations == 1
+
+
+def test_arrivals_handled_out_of_order_are_judged_by_when_they_arrived():
+    """Ten a second, spaced 0.1 s apart, handled in another order than they arrived (threads
+    on a busy machine): no violation, however late one of them is handled."""
+    window = SlidingWindow(requests=10, seconds=1.0)
+    arrivals = [round(10.0 + 0.1 * n, 1) for n in range(30)]
+    late = arrivals.pop(12)  # 11.2 arrived, and is handled after 11.5
+    order = [*arrivals[:15], late, *arrivals[15:]]
+    assert [window.admit("m", at) for at in order] == [None] * 30
+    assert window.max_in_window == 10
+
+
+def test_an_arrival_handled_late_is_refused_when_a_later_window_overflows():
+    """The eleventh arrival in a second is refused whichever of them is handled last: here the
+    window that overflows ends at an arrival handled before it."""
+    window = SlidingWindow(requests=3, seconds=1.0)
+    for at in (10.0, 10.5, 10.9):
+        assert window.admit("m", at) is None
+    assert window.admit("m", 10.2) == pytest.approx(0.8)  # (9.9, 10.9] would hold four
+    assert window.admit("m", 11.0) is None  # 10.0 left; 10.2 was never counted
+    assert window.max_in_window == 3
