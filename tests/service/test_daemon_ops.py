@@ -162,7 +162,7 @@ def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
         started = time.monotonic()
         daemon.send_signal(signal.SIGTERM)
         code = daemon.wait(timeout=5)
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < 4  # not the 6 s left of the request in hand
         assert code == 128 + signal.SIGTERM
         assert '"second_signal"' in log.read_text()
     finally:

@@ -244,7 +244,7 @@ def test_a_stop_ends_the_backoff_at_once(make):
     wait_for(lambda: fixture.failures() == 1)
     started = time.monotonic()
     fixture.syncs.stop(BUGGY)
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 5.0  # not the 300 s backoff
     assert fixture.syncs.running() == {GOOD}
 
 

@@ -123,10 +123,11 @@ def test_the_cli_names_an_unknown_merchant_to_refuse_to():
 
 
 def test_records_latency_slows_records_and_not_the_change_stream(start_sim):
-    sim, platform = start_sim(small_config(faults=FaultRates(records_latency_ms=300)))
+    # Far apart (1.5 s against a bound of 1 s), so that a busy test machine is not measured.
+    sim, platform = start_sim(small_config(faults=FaultRates(records_latency_ms=1500)))
     started = time.monotonic()
     assert platform.get("/v1/record-changes", [("from_now", "true")]).status_code == 200
-    assert time.monotonic() - started < 0.3
+    assert time.monotonic() - started < 1.0
     now = sim_now(sim)
     window = [
         ("created_from", format_time(now - timedelta(hours=1))),
@@ -134,4 +135,4 @@ def test_records_latency_slows_records_and_not_the_change_stream(start_sim):
     ]
     started = time.monotonic()
     assert platform.get("/v1/records", window).status_code == 200
-    assert time.monotonic() - started >= 0.3
+    assert time.monotonic() - started >= 1.5
