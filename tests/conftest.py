@@ -1,4 +1,5 @@
-"""Fixtures shared by every test; the database ones live in dbfixtures.py (see its docstring)."""
+"""Fixtures shared by every test; the database ones live in dbfixtures.py and, for the tests
+that stop and start a server, private_servers.py (see their docstrings)."""
 
 import sys
 from collections.abc import Iterator
@@ -7,6 +8,7 @@ import pytest
 import structlog
 from dbfixtures import warehouse, warehouse_url
 from hypothesis import settings
+from private_servers import private_server
 from serverturns import servers_turn
 
 from recordsync import logs
@@ -26,7 +28,13 @@ sys.setswitchinterval(0.001)
 settings.register_profile("recordsync", deadline=None)
 settings.load_profile("recordsync")
 
-__all__ = ["reset_logging", "take_turns_at_the_servers", "warehouse", "warehouse_url"]
+__all__ = [
+    "private_server",
+    "reset_logging",
+    "take_turns_at_the_servers",
+    "warehouse",
+    "warehouse_url",
+]
 
 
 @pytest.fixture(autouse=True)

@@ -1,85 +1,30 @@
 """The warehouse server goes away mid-sync and comes back: the daemon waits, reconnects and
 carries on, losing nothing and never exiting on its own.
 
-Stopping a shared database server disturbs anything else using it, so these tests run only
-when ``RECORDSYNC_TEST_RESTART_SERVICES=1`` (CI sets it; it runs the suite alone), and each
-runs while the suite's other workers wait (``restarts_services``, tests/serverturns.py).
+Each test stops and starts a server of its own (tests/private_servers.py), never the shared
+ones, so it runs beside the rest of the suite.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from fleetchaos import Chaos
+from private_servers import PrivateServer
 from synccheck import environment_for, start_daemon, stop_gracefully, wait_for_truth
 
 from recordsync.sim import SimConfig, Simulator, running_simulator
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.restarts_services,
-    pytest.mark.skipif(
-        os.environ.get("RECORDSYNC_TEST_RESTART_SERVICES") != "1",
-        reason="stops and starts the database servers: set RECORDSYNC_TEST_RESTART_SERVICES=1",
-    ),
-]
+pytestmark = pytest.mark.slow
 
 
-def _run(*command: str) -> None:
-    subprocess.run(command, check=True, capture_output=True, timeout=120)  # noqa: S603
-
-
-def _pg_cluster() -> str:
-    return max(path.name for path in Path("/etc/postgresql").iterdir())
-
-
-def _postgres_stop() -> None:
-    _run("pg_ctlcluster", "--skip-systemctl-redirect", _pg_cluster(), "main", "stop", "-m", "fast")
-
-
-def _postgres_start() -> None:
-    _run("pg_ctlcluster", "--skip-systemctl-redirect", _pg_cluster(), "main", "start")
-
-
-def _mariadb_stop() -> None:
-    _run("mariadb-admin", "-uroot", "-h127.0.0.1", "--protocol=tcp", "shutdown")
-
-
-def _mariadb_start() -> None:
-    _run("start-stop-daemon", "--start", "--oknodo", "--background", "--exec", "/usr/sbin/mariadbd")
-    for _ in range(60):
-        probe = subprocess.run(
-            ["mariadb-admin", "-uroot", "-h127.0.0.1", "--protocol=tcp", "ping"],  # noqa: S607
-            capture_output=True,
-            check=False,
-        )
-        if probe.returncode == 0:
-            return
-        time.sleep(0.5)
-    raise RuntimeError("MariaDB did not come back")
-
-
-SERVERS: dict[str, tuple[Callable[[], None], Callable[[], None], str]] = {
-    "postgres": (_postgres_stop, _postgres_start, "pg_ctlcluster"),
-    "mariadb": (_mariadb_stop, _mariadb_start, "mariadb-admin"),
-}
-
-
-@pytest.mark.parametrize("warehouse_url", ["postgres", "mariadb"], indirect=True)
 def test_the_daemon_rides_out_a_warehouse_restart(
-    warehouse_url: str, request: pytest.FixtureRequest, tmp_path: Path
+    private_server: PrivateServer, tmp_path: Path
 ) -> None:
-    kind = request.node.callspec.id
-    stop, start, tool = SERVERS[kind]
-    if shutil.which(tool) is None:
-        pytest.fail(f"{tool} is needed to restart {kind}")
+    warehouse_url, stop, start = private_server.url, private_server.stop, private_server.start
     sim = Simulator(
         SimConfig(
             merchant_id="m-restart",
@@ -158,17 +103,13 @@ def _wait_for_check_after_last_outage(log: Path, timeout: float) -> None:
         time.sleep(0.5)
 
 
-@pytest.mark.parametrize("warehouse_url", ["postgres", "mariadb"], indirect=True)
 def test_the_daemon_rides_out_warehouse_restarts_during_its_periodic_jobs(
-    warehouse_url: str, request: pytest.FixtureRequest, tmp_path: Path
+    private_server: PrivateServer, tmp_path: Path
 ) -> None:
     """Issue 16, point 1: with the drift check running back to back (an interval of 1 s; a
     check reads a whole day, so it is nearly always busy), every restart of the database
     server meets a running check.  The daemon never exits and ends equal to the truth."""
-    kind = request.node.callspec.id
-    stop, start, tool = SERVERS[kind]
-    if shutil.which(tool) is None:
-        pytest.fail(f"{tool} is needed to restart {kind}")
+    warehouse_url, stop, start = private_server.url, private_server.stop, private_server.start
     sim = Simulator(
         SimConfig(
             merchant_id="m-periodic",
@@ -219,16 +160,12 @@ def test_the_daemon_rides_out_warehouse_restarts_during_its_periodic_jobs(
         sim.stop()
 
 
-@pytest.mark.parametrize("warehouse_url", ["postgres", "mariadb"], indirect=True)
 def test_three_replicas_ride_out_a_restart_without_two_holders_at_any_moment(
-    warehouse_url: str, request: pytest.FixtureRequest, tmp_path: Path
+    private_server: PrivateServer, tmp_path: Path
 ) -> None:
     """Issue 30: every replica loses its locks at once; they take the merchants again, and no
     sample of any replica's /metrics ever shows a merchant held by two of them."""
-    kind = request.node.callspec.id
-    stop, start, tool = SERVERS[kind]
-    if shutil.which(tool) is None:
-        pytest.fail(f"{tool} is needed to restart {kind}")
+    warehouse_url, stop, start = private_server.url, private_server.stop, private_server.start
     config = SimConfig(
         merchant_id="m-fleet-restart",
         secret="fleet-restart-secret-0123456789abcdefghijk",
