@@ -9,7 +9,6 @@ import structlog
 from dbfixtures import warehouse, warehouse_url
 from hypothesis import settings
 from private_servers import private_server
-from serverturns import servers_turn
 
 from recordsync import logs
 
@@ -31,7 +30,6 @@ settings.load_profile("recordsync")
 __all__ = [
     "private_server",
     "reset_logging",
-    "take_turns_at_the_servers",
     "warehouse",
     "warehouse_url",
 ]
@@ -45,21 +43,3 @@ def reset_logging() -> Iterator[None]:
     logs.reset_logging()
     structlog.reset_defaults()
     logs.process_context.clear()
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests that restart the servers first, each alone: at the start rather than among
-    the last, where a worker's long test could keep them waiting for its end."""
-    items.sort(key=lambda item: item.get_closest_marker("restarts_services") is None)
-
-
-@pytest.fixture(autouse=True)
-def take_turns_at_the_servers(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A test that restarts the database servers runs while no other worker runs one."""
-    # Every test takes its turn, even one that never reaches the servers: with the others'
-    # tests running beside the restart tests, a fresh-clone run counted one rate-limit
-    # violation in the daemon restart test (its cause is not found yet; the session note
-    # of 2026-11-28 says what is known), so they run alone again, as they always had.
-    exclusive = request.node.get_closest_marker("restarts_services") is not None
-    with servers_turn(exclusive=exclusive):
-        yield
