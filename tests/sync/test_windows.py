@@ -410,7 +410,7 @@ def test_more_windows_than_workers_get_more_workers_before_any_cut() -> None:
 def test_a_snapshot_grows_to_at_most_its_share_of_a_shared_host(
     most_chains: int | None, expected: int
 ) -> None:
-    """A daemon of many merchants gives each its share (merchant_syncs.fair_concurrency):
+    """A daemon of many merchants gives each its share (runtime.fair_concurrency):
     a merchant's growth must not take the threads the others' chains need."""
     store = FakeStore()
     windows = [Window(START + n * HOUR, START + (n + 1) * HOUR) for n in range(20)]
