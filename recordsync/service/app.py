@@ -46,10 +46,11 @@ class App:
     def engine_for(self, stopper: Stopper, *, epoch: int | None = None) -> SyncEngine:
         """A fresh engine stopped by ``stopper``; with ``epoch``, every commit is fenced by
         the merchant's lease epoch (the lease was taken by this process)."""
+        merchant_id = self.merchant.merchant_id
         store = (
-            self.warehouse
+            self.warehouse.for_merchant(merchant_id)
             if epoch is None
-            else self.warehouse.fenced(self.merchant.merchant_id, epoch)
+            else self.warehouse.fenced(merchant_id, epoch)
         )
         return SyncEngine(
             client=self.client,
@@ -100,11 +101,11 @@ def open_app(
         )
         engine = SyncEngine(
             client=client,
-            warehouse=warehouse,
+            warehouse=warehouse.for_merchant(merchant.merchant_id),
             options=options,
             stopper=stopper,
             observer=observer,
-            catalogue=(client, warehouse),
+            catalogue=(client, warehouse.for_merchant(merchant.merchant_id)),
         )
         _settle_heap()
         yield App(settings, merchant, client, warehouse, engine, stopper, options, observer)

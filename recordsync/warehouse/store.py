@@ -34,12 +34,13 @@ from sqlalchemy.pool import NullPool
 
 from recordsync.core.database_url import MYSQL_FAMILY, SUPPORTED_BACKENDS, check_driver
 from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
-from recordsync.core.models import Game, Record, RecordChange, RejectedItem
+from recordsync.core.models import Game, Record, RejectedItem
 from recordsync.core.round_events import RoundEvent, RoundEventReceipt
 from recordsync.core.state import (
     REBUILD_JOB,
     EndpointAvailability,
     SyncState,
+    TailPage,
     Window,
     WindowPage,
     WindowProgress,
@@ -64,9 +65,9 @@ from recordsync.warehouse.connection import (
     sqlite_file,
     translate_errors,
 )
-from recordsync.warehouse.fenced import FencedWarehouse
 from recordsync.warehouse.lease import FleetSession, epochs, support
 from recordsync.warehouse.lease.backends import merchant_locks
+from recordsync.warehouse.merchant_store import MerchantStore
 from recordsync.warehouse.migrate import schema_state
 from recordsync.warehouse.migrate import upgrade as upgrade_schema
 from recordsync.warehouse.page_writer import PageWriter, page_writer_for
@@ -432,36 +433,20 @@ class Warehouse:
         return self._commit_page(action, merchant_id, epoch, commit, before=send if ahead else None)
 
     def commit_tail_page(
-        self,
-        merchant_id: str,
-        *,
-        records: Sequence[Record],
-        rejected: Sequence[RejectedItem],
-        next_cursor: str,
-        last_sequence: str | None,
-        projection_as_of: datetime | None,
-        position: str,
-        changes: Sequence[RecordChange] = (),
-        epoch: int | None = None,
+        self, merchant_id: str, page: TailPage, *, epoch: int | None = None
     ) -> WriteResult:
-        """Store one change page and move the change cursor, in one transaction.
-
-        ``last_sequence`` and ``last_projection_as_of`` keep their old values when the page
-        brings none (an empty page, or an answer without projection_as_of).  ``records`` is
-        what the records upsert collapses (the changes' records); ``changes``, the page's
-        changes, give the revision history every revision with its sequence and changed_at.
-        Without them the history gets ``records`` with no sequence.
-        """
+        """Store one change page and move the change cursor, in one transaction (``TailPage``
+        says what each part is for)."""
         now = self._clock()
         plan = page_commits.plan_page(
-            records,
-            rejected,
+            page.records,
+            page.rejected,
             merchant_id=merchant_id,
             source=page_commits.TAIL_SOURCE,
-            position=position,
+            position=page.position,
             keep_revisions=self._keep_revisions,
             now=now,
-            changes=changes,
+            changes=page.changes,
         )
 
         def send(conn: Connection) -> None:
@@ -469,15 +454,7 @@ class Warehouse:
 
         def commit(conn: Connection) -> WriteResult:
             return page_commits.commit_tail_page(
-                conn,
-                self._writer_for(conn),
-                merchant_id,
-                plan,
-                next_cursor=next_cursor,
-                last_sequence=last_sequence,
-                projection_as_of=projection_as_of,
-                now=now,
-                sent=True,
+                conn, self._writer_for(conn), merchant_id, plan, page, now=now, sent=True
             )
 
         return self._commit_page("commit tail page", merchant_id, epoch, commit, before=send)
@@ -757,9 +734,14 @@ class Warehouse:
             on_lost=on_lost,
         )
 
-    def fenced(self, merchant_id: str, epoch: int) -> FencedWarehouse:
+    def fenced(self, merchant_id: str, epoch: int) -> MerchantStore:
         """The sync's store for ``merchant_id`` held at ``epoch``: every write is fenced."""
-        return FencedWarehouse(self, merchant_id, epoch)
+        return MerchantStore(self, merchant_id, epoch)
+
+    def for_merchant(self, merchant_id: str) -> MerchantStore:
+        """The sync's store for ``merchant_id``, unfenced: for a sync that holds no lease (the
+        demo, a test); a holder's sync writes through ``fenced``."""
+        return MerchantStore(self, merchant_id, None)
 
     def lease_epoch(self, merchant_id: str) -> int | None:
         """The merchant's current lease epoch; None when no replica ever held it."""

@@ -67,7 +67,7 @@ def client_of(sim: Simulator, clock=time.time) -> Iterator[PlatformClient]:
 def context(client: PlatformClient, warehouse: Warehouse, page_size: int = 5) -> SyncContext:
     return SyncContext(
         client=client,
-        warehouse=warehouse,
+        warehouse=warehouse.for_merchant(MERCHANT),
         options=SyncOptions(merchant_id=MERCHANT, history_from=None, page_size=page_size),
         stopper=Stopper(),
         observer=SyncObserver(),
@@ -78,7 +78,7 @@ def context(client: PlatformClient, warehouse: Warehouse, page_size: int = 5) ->
 def refresh(ctx: SyncContext, source, warehouse: Warehouse) -> list[dict]:
     with capture_logs() as logs:
         runner = ctx.runner(ctx.stopper, fatal_is_final=False)
-        CatalogueRefresh(ctx, source, warehouse, runner).run()
+        CatalogueRefresh(ctx, source, warehouse.for_merchant(MERCHANT), runner).run()
     return logs
 
 

@@ -189,9 +189,9 @@ def test_a_superseded_holder_cannot_commit_a_pass(warehouse):
         assert old is not None
         assert new is not None
         with pytest.raises(LeaseSupersededError):
-            warehouse.fenced(MERCHANT, old).commit_catalogue(MERCHANT, [game(1)])
+            warehouse.fenced(MERCHANT, old).commit_catalogue([game(1)])
         assert warehouse.fetch_games(MERCHANT) == {}
-        warehouse.fenced(MERCHANT, new).commit_catalogue(MERCHANT, [game(1)])
+        warehouse.fenced(MERCHANT, new).commit_catalogue([game(1)])
         assert list(warehouse.fetch_games(MERCHANT)) == [game(1).game_id]
     finally:
         first.close()

@@ -33,6 +33,7 @@ from warehouse.warehouse_samples import (
 )
 
 from recordsync.core.models import Record, RecordChange
+from recordsync.core.state import TailPage
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.connection import create_warehouse_engine
 from recordsync.warehouse.mariadb_pages import MAX_STATEMENT_CHARS, _quote_for
@@ -140,13 +141,15 @@ def test_hostile_sequences_fill_the_history_exactly(store: Warehouse) -> None:
     newer = [replace(record, revision=record.revision + 100) for record in records]
     store.commit_tail_page(
         MERCHANT,
-        records=newer,
-        rejected=[],
-        next_cursor="tail-next",
-        last_sequence="99",
-        projection_as_of=T0,
-        position="tail-0",
-        changes=changes_for(records, sequences) + changes_for(newer, sequences),
+        TailPage(
+            records=newer,
+            rejected=[],
+            next_cursor="tail-next",
+            last_sequence="99",
+            projection_as_of=T0,
+            position="tail-0",
+            changes=changes_for(records, sequences) + changes_for(newer, sequences),
+        ),
     )
     filled = {
         (row["record_id"], row["revision"]): row["sequence"]

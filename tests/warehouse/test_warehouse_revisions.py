@@ -17,7 +17,7 @@ from warehouse.warehouse_samples import (
 )
 
 from recordsync.core.models import Record, RecordChange
-from recordsync.core.state import REBUILD_JOB
+from recordsync.core.state import REBUILD_JOB, TailPage
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.revisions import SeenRevision, seen_revisions
 
@@ -39,13 +39,15 @@ def snapshot_page(store: Warehouse, *records: Record) -> None:
 def tail_page(store: Warehouse, *changes: RecordChange, with_changes: bool = True) -> None:
     store.commit_tail_page(
         MERCHANT,
-        records=[item.record for item in changes],
-        rejected=[],
-        next_cursor="tail-next",
-        last_sequence=max((item.sequence for item in changes), key=int, default=None),
-        projection_as_of=T0,
-        position="tail-0",
-        changes=list(changes) if with_changes else (),
+        TailPage(
+            records=[item.record for item in changes],
+            rejected=[],
+            next_cursor="tail-next",
+            last_sequence=max((item.sequence for item in changes), key=int, default=None),
+            projection_as_of=T0,
+            position="tail-0",
+            changes=list(changes) if with_changes else (),
+        ),
     )
 
 
@@ -163,13 +165,15 @@ def test_revisions_are_kept_per_merchant(rebuilding):
     )
     rebuilding.commit_tail_page(
         "merchant-2",
-        records=[make_record("a", 1)],
-        rejected=[],
-        next_cursor="c2",
-        last_sequence="1",
-        projection_as_of=None,
-        position="c",
-        changes=[make_change(make_record("a", 1), 1)],
+        TailPage(
+            records=[make_record("a", 1)],
+            rejected=[],
+            next_cursor="c2",
+            last_sequence="1",
+            projection_as_of=None,
+            position="c",
+            changes=[make_change(make_record("a", 1), 1)],
+        ),
     )
     assert history(rebuilding) == [("a", 1, None)]
     assert [row["sequence"] for row in rebuilding.fetch_revisions("merchant-2")] == ["1"]
