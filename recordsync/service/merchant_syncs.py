@@ -57,11 +57,12 @@ from recordsync.service.runtime import (
     sync_options,
 )
 from recordsync.service.secrets import SecretKeeper
-from recordsync.service.verify import verify_document, verify_range
+from recordsync.service.verify import verify_document
 from recordsync.sync.engine import SyncEngine, SyncOptions
 from recordsync.sync.events import MultiObserver, SyncObserver
 from recordsync.sync.jobs import JobHost
 from recordsync.sync.resilience import StepRunner
+from recordsync.sync.verify import verify_range
 from recordsync.warehouse import BackfillRequest, VerifyRequest, Warehouse
 
 log = structlog.get_logger("recordsync")
@@ -453,13 +454,11 @@ class MerchantSyncs:
             bound.info("requested_verify_started", repair=request.repair)
             result = verify_range(
                 run.client,
-                self._warehouse,
-                run.merchant_id,
+                self._warehouse.fenced(run.merchant_id, run.epoch),
                 request.created_from,
                 request.created_to,
                 page_size=run.options.page_size,
                 repair=request.repair,
-                epoch=run.epoch,
                 stopper=Stopper(parent=run.stopper),
             )
             document = verify_document(

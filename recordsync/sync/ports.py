@@ -10,7 +10,7 @@ where the service builds the engine.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -18,6 +18,7 @@ from recordsync.core.models import (
     ChangesPage,
     Game,
     GamesPage,
+    Record,
     RecordsPage,
 )
 from recordsync.core.state import (
@@ -133,6 +134,21 @@ class SyncStore(Protocol):
     def rounds_announced_missing(self, grace_seconds: float) -> list[str]:
         """Round ids announced by round-end notifications more than ``grace_seconds`` ago that
         ``records`` still lacks, sorted (the cross-check)."""
+
+
+class VerifyStore(Protocol):
+    """The warehouse as ``verify`` sees it, bound to the merchant; its repairs are fenced by
+    the store's epoch and go through the revision guards (a stored revision never goes
+    down, a row only the warehouse has is never deleted)."""
+
+    def record_ids_created(self, start: datetime, end: datetime) -> Sequence[str]:
+        """The ids of the stored rows created in ``[start, end)``."""
+
+    def stored_records(self, record_ids: Collection[str]) -> Mapping[str, Record]:
+        """record_id -> the stored row, for the ids that exist."""
+
+    def repair_records(self, *, newer: Sequence[Record], same_revision: Sequence[Record]) -> object:
+        """Write back the platform's records, in one transaction, no cursor moved."""
 
 
 class GameSource(Protocol):

@@ -16,7 +16,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from recordsync.core.models import Game
+from recordsync.core.models import Game, Record
 from recordsync.core.state import (
     EndpointAvailability,
     SyncState,
@@ -126,6 +126,19 @@ class MerchantStore:
 
     def record_availability(self, seen: EndpointAvailability) -> None:
         self._warehouse.record_availability(self._merchant_id, seen, epoch=self._epoch)
+
+    # -- verify (sync.ports.VerifyStore) ----------------------------------------------------
+
+    def record_ids_created(self, start: datetime, end: datetime) -> list[str]:
+        return self._warehouse.record_ids_created(self._merchant_id, start, end)
+
+    def stored_records(self, record_ids: Collection[str]) -> dict[str, Record]:
+        return self._warehouse.stored_records(self._merchant_id, record_ids)
+
+    def repair_records(self, *, newer: Sequence[Record], same_revision: Sequence[Record]) -> None:
+        self._warehouse.repair_records(
+            self._merchant_id, newer=newer, same_revision=same_revision, epoch=self._epoch
+        )
 
     def __repr__(self) -> str:
         return f"MerchantStore(merchant_id={self._merchant_id!r}, epoch={self._epoch})"
