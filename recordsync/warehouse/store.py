@@ -47,18 +47,14 @@ from recordsync.core.state import (
 )
 from recordsync.warehouse import (
     availability,
-    backfill_requests,
-    bi_indexes,
     catalogue,
-    page_commits,
     reads,
     round_events,
-    summaries,
     sync_state,
     timeouts,
-    verify_requests,
 )
-from recordsync.warehouse.conflicts import retry_lost_conflicts
+from recordsync.warehouse.bi import indexes as bi_indexes
+from recordsync.warehouse.bi import summaries
 from recordsync.warehouse.connection import (
     WRITE_OPTION,
     create_warehouse_engine,
@@ -70,7 +66,11 @@ from recordsync.warehouse.lease.backends import merchant_locks
 from recordsync.warehouse.merchant_store import MerchantStore
 from recordsync.warehouse.migrate import schema_state
 from recordsync.warehouse.migrate import upgrade as upgrade_schema
-from recordsync.warehouse.page_writer import PageWriter, page_writer_for
+from recordsync.warehouse.pages import commits as page_commits
+from recordsync.warehouse.pages.conflicts import retry_lost_conflicts
+from recordsync.warehouse.pages.writer import PageWriter, page_writer_for
+from recordsync.warehouse.requests import backfill as backfill_requests
+from recordsync.warehouse.requests import verify as verify_requests
 from recordsync.warehouse.values import (
     Availability,
     BackfillRequest,

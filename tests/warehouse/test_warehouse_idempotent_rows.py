@@ -18,7 +18,7 @@ from recordsync.core.round_events import RoundEvent
 from recordsync.core.state import TailPage
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.migrate import _config
-from recordsync.warehouse.quarantine import item_key
+from recordsync.warehouse.pages.quarantine import item_key
 from recordsync.warehouse.schema import quarantined_records
 
 OTHER = "merchant-2"

@@ -36,7 +36,7 @@ from recordsync.core.models import Record, RecordChange
 from recordsync.core.state import TailPage
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.connection import create_warehouse_engine
-from recordsync.warehouse.mariadb_pages import MAX_STATEMENT_CHARS, _quote_for
+from recordsync.warehouse.pages.mariadb import MAX_STATEMENT_CHARS, _quote_for
 from recordsync.warehouse.types import mysql_time_text
 
 HOSTILE = [

@@ -19,7 +19,7 @@ from warehouse.warehouse_samples import (
 from recordsync.core.models import Record, RecordChange
 from recordsync.core.state import REBUILD_JOB, TailPage
 from recordsync.warehouse import Warehouse
-from recordsync.warehouse.revisions import SeenRevision, seen_revisions
+from recordsync.warehouse.pages.revisions import SeenRevision, seen_revisions
 
 
 def snapshot_page(store: Warehouse, *records: Record) -> None:

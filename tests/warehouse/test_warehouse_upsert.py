@@ -23,7 +23,7 @@ from warehouse.warehouse_samples import (
 from recordsync.core.models import Record
 from recordsync.core.state import REBUILD_JOB, TailPage
 from recordsync.warehouse import Warehouse, WriteResult
-from recordsync.warehouse.upsert import all_fit, collapse, fits, split_unstorable, unstorable
+from recordsync.warehouse.pages.upsert import all_fit, collapse, fits, split_unstorable, unstorable
 
 
 def write(store: Warehouse, *records: Record) -> WriteResult:

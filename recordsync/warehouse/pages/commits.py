@@ -24,12 +24,12 @@ from sqlalchemy import Connection, update
 from recordsync.core.models import Record, RecordChange, RejectedItem
 from recordsync.core.state import TailPage, Window
 from recordsync.warehouse import sync_state
-from recordsync.warehouse.page_writer import PageWriter
-from recordsync.warehouse.quarantine import item_key, quarantine
+from recordsync.warehouse.pages.quarantine import item_key, quarantine
+from recordsync.warehouse.pages.staging import StagedRevision, stage_page
+from recordsync.warehouse.pages.upsert import collapse, split_unstorable
+from recordsync.warehouse.pages.writer import PageWriter
 from recordsync.warehouse.schema import records
-from recordsync.warehouse.staging import StagedRevision, stage_page
 from recordsync.warehouse.types import money_units
-from recordsync.warehouse.upsert import collapse, split_unstorable
 from recordsync.warehouse.values import WriteResult
 
 TAIL_SOURCE: Final = "tail"
