@@ -587,11 +587,6 @@ class Warehouse:
         with translate_errors("read game names"), self._engine.begin() as conn:
             return catalogue.game_names(conn, merchant_id)
 
-    def fetch_games(self, merchant_id: str) -> dict[str, dict[str, Any]]:
-        """Every stored game row with its localized names (for tests and checks)."""
-        with translate_errors("fetch games"), self._engine.begin() as conn:
-            return catalogue.fetch_games(conn, merchant_id)
-
     @contextmanager
     def _write(self, action: str, merchant_id: str, epoch: int | None) -> Iterator[Connection]:
         """One write transaction; with an ``epoch``, fenced by its first statement."""
@@ -853,16 +848,10 @@ class Warehouse:
         with translate_errors("read verify request"), self._engine.begin() as conn:
             return verify_requests.get(conn, request_id)
 
-    # -- for tests and end-to-end checks -----------------------------------------------------
+    # -- for the demo's comparison (and the tests') -------------------------------------------
 
     def fetch_records(self, merchant_id: str) -> dict[str, dict[str, Any]]:
-        """Every stored row of the merchant by record_id (for tests and end-to-end checks)."""
+        """Every stored row of the merchant by record_id (the demo compares it with the
+        simulator's truth)."""
         with translate_errors("fetch records"), self._engine.begin() as conn:
             return reads.fetch_records(conn, merchant_id)
-
-    def fetch_revisions(
-        self, merchant_id: str, record_id: str | None = None
-    ) -> list[dict[str, Any]]:
-        """The stored revision history, ordered by (record_id, revision)."""
-        with translate_errors("fetch revisions"), self._engine.begin() as conn:
-            return reads.fetch_revisions(conn, merchant_id, record_id)

@@ -14,6 +14,7 @@ import pytest
 from dbfixtures import SERVER_PARAMS, server_url
 from sqlalchemy import create_engine, event, text
 from warehouse.warehouse_samples import MERCHANT, T0, make_record, windows
+from warehouse_reads import fetch_revisions
 
 from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.state import REBUILD_JOB, Phase, TailPage
@@ -94,7 +95,7 @@ def snapshot(store: Warehouse):
     """Everything a commit may touch, to compare before and after a failed one."""
     return (
         store.fetch_records(MERCHANT),
-        store.fetch_revisions(MERCHANT),
+        fetch_revisions(store, MERCHANT),
         store.load_state(MERCHANT),
         store.load_windows(MERCHANT, REBUILD_JOB),
     )

@@ -24,6 +24,7 @@ from warehouse.warehouse_samples import (
     start_rebuild_of_window,
     windows,
 )
+from warehouse_reads import fetch_revisions
 
 from recordsync.core.errors import LeaseSupersededError
 from recordsync.core.models import RejectedItem
@@ -137,7 +138,7 @@ def everything_stored(store: Warehouse) -> dict[str, object]:
         "rebuild windows": store.load_windows(MERCHANT, REBUILD_JOB),
         "backfill windows": store.load_windows(MERCHANT, BACKFILL_JOB),
         "records": store.fetch_records(MERCHANT),
-        "revisions": store.fetch_revisions(MERCHANT),
+        "revisions": fetch_revisions(store, MERCHANT),
         "quarantine": store.quarantined(MERCHANT),
     }
 

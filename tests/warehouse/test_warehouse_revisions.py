@@ -15,6 +15,7 @@ from warehouse.warehouse_samples import (
     make_record,
     start_rebuild_of_window,
 )
+from warehouse_reads import fetch_revisions
 
 from recordsync.core.models import Record, RecordChange
 from recordsync.core.state import REBUILD_JOB, TailPage
@@ -54,7 +55,7 @@ def tail_page(store: Warehouse, *changes: RecordChange, with_changes: bool = Tru
 def history(store: Warehouse) -> list[tuple[str, int, str | None]]:
     return [
         (row["record_id"], row["revision"], row["sequence"])
-        for row in store.fetch_revisions(MERCHANT)
+        for row in fetch_revisions(store, MERCHANT)
     ]
 
 
@@ -92,7 +93,7 @@ def test_a_sequence_too_long_for_its_column_is_dropped_not_fatal():
 def test_a_snapshot_page_appends_its_revisions_without_sequence(rebuilding):
     record = make_record("a", 2, payout_amount=Decimal("-0.0001"))
     snapshot_page(rebuilding, record, make_record("b", 1))
-    rows = rebuilding.fetch_revisions(MERCHANT)
+    rows = fetch_revisions(rebuilding, MERCHANT)
     assert [(r["record_id"], r["revision"], r["sequence"], r["changed_at"]) for r in rows] == [
         ("a", 2, None, None),
         ("b", 1, None, None),
@@ -105,7 +106,7 @@ def test_a_change_page_appends_every_revision_even_those_the_upsert_collapses(re
     revisions = [make_record("a", n, payout_amount=Decimal(n)) for n in (1, 2, 3)]
     tail_page(rebuilding, *(make_change(r, 100 + r.revision) for r in revisions))
     assert history(rebuilding) == [("a", 1, "101"), ("a", 2, "102"), ("a", 3, "103")]
-    rows = rebuilding.fetch_revisions(MERCHANT, "a")
+    rows = fetch_revisions(rebuilding, MERCHANT, "a")
     assert [row["payout_amount"] for row in rows] == [Decimal(1), Decimal(2), Decimal(3)]
     assert rows[0]["changed_at"] == revisions[0].updated_at + timedelta(milliseconds=5)
     assert rebuilding.fetch_records(MERCHANT)["a"]["revision"] == 3
@@ -114,18 +115,18 @@ def test_a_change_page_appends_every_revision_even_those_the_upsert_collapses(re
 def test_the_same_page_twice_appends_nothing_and_rewrites_nothing(rebuilding):
     page = [make_change(make_record("a", 1), 7), make_change(make_record("a", 2), 8)]
     tail_page(rebuilding, *page)
-    first = rebuilding.fetch_revisions(MERCHANT)
+    first = fetch_revisions(rebuilding, MERCHANT)
     tail_page(rebuilding, *page)
     snapshot_page(rebuilding, make_record("a", 2, status="CHANGED?"))
-    assert rebuilding.fetch_revisions(MERCHANT) == first
+    assert fetch_revisions(rebuilding, MERCHANT) == first
 
 
 def test_a_revision_seen_in_a_snapshot_gets_its_sequence_from_the_change_stream(rebuilding):
     snapshot_page(rebuilding, make_record("a", 2))
-    synced = rebuilding.fetch_revisions(MERCHANT)[0]["synced_at"]
+    synced = fetch_revisions(rebuilding, MERCHANT)[0]["synced_at"]
     stream = make_change(make_record("a", 2), 42)
     tail_page(rebuilding, stream)
-    (row,) = rebuilding.fetch_revisions(MERCHANT)
+    (row,) = fetch_revisions(rebuilding, MERCHANT)
     assert (row["sequence"], row["changed_at"]) == ("42", stream.changed_at)
     assert row["synced_at"] == synced
 
@@ -176,7 +177,7 @@ def test_revisions_are_kept_per_merchant(rebuilding):
         ),
     )
     assert history(rebuilding) == [("a", 1, None)]
-    assert [row["sequence"] for row in rebuilding.fetch_revisions("merchant-2")] == ["1"]
+    assert [row["sequence"] for row in fetch_revisions(rebuilding, "merchant-2")] == ["1"]
 
 
 def test_keep_revisions_off_writes_no_history_and_never_touches_the_table(warehouse_url):
@@ -194,7 +195,7 @@ def test_keep_revisions_off_writes_no_history_and_never_touches_the_table(wareho
         snapshot_page(store, make_record("a", 1))
         tail_page(store, make_change(make_record("a", 2), 5))
         assert store.fetch_records(MERCHANT)["a"]["revision"] == 2
-        assert store.fetch_revisions(MERCHANT) == []
+        assert fetch_revisions(store, MERCHANT) == []
     finally:
         store.close()
     writes = [s for s in statements if "record_revisions" in s and not s.startswith("SELECT")]
