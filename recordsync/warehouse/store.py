@@ -154,13 +154,18 @@ class Warehouse:
         )
 
     @classmethod
-    def for_reading(cls, url: str) -> Warehouse:
-        """A warehouse for the read commands: it must exist at this version's schema.
+    def for_reading(cls, url: str, *, prepare: Callable[[Engine], None] | None = None) -> Warehouse:
+        """A warehouse for the read commands (``reader.WarehouseReader`` wraps it): it must
+        exist at this version's schema.
 
         Nothing is created or migrated (a SQLite file that is not there is an error, not a new
         empty warehouse); ``SchemaVersionError`` says which revision is there and what to run.
+        ``prepare`` sees the engine before its first connection (the reader makes its sessions
+        read-only there).
         """
         engine = create_warehouse_engine(url)
+        if prepare is not None:
+            prepare(engine)
         path = sqlite_file(engine.url)
         if path is not None and not Path(path).is_file():
             engine.dispose()
