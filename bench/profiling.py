@@ -41,11 +41,11 @@ LAYERS: Final = (
     (
         "warehouse: rows encoded for the driver",
         (
-            "warehouse/staging.py",
-            "warehouse/mariadb_pages.py",
-            "warehouse/postgres_copy.py",
-            "warehouse/upsert.py",
-            "warehouse/revisions.py",
+            "warehouse/pages/staging.py",
+            "warehouse/pages/mariadb.py",
+            "warehouse/pages/postgres/copy.py",
+            "warehouse/pages/upsert.py",
+            "warehouse/pages/revisions.py",
             "warehouse/types.py",
             "warehouse/values.py",
         ),

@@ -11,7 +11,7 @@ printed.  No HTTP, no simulator CPU: only what one page's transaction costs.
 - ``no revision history``: the same with ``keep_revisions=False`` (the share of the history);
 - ``without the BI indexes``: ``current`` without the five secondary indexes of ``records``
   (the primary key stays), as a first load into an empty warehouse writes since W5
-  (``warehouse/bi_indexes.py``; bench/README.md, 7); every other variant builds them first;
+  (``warehouse/bi/indexes.py``; bench/README.md, 7); every other variant builds them first;
 - SQLite page cache: the same warehouse on an engine whose connections then set another
   ``cache_size`` and ``wal_autocheckpoint``: the evidence for the defaults in
   ``warehouse/connection.py``.
@@ -93,7 +93,7 @@ def through_warehouse(
     commits, ``sync/group_commit.py``, when pages wait for a one-at-a-time writer).
 
     Without ``indexes`` the new job into an empty table leaves the BI indexes out, as a load
-    the writer would bound does (``warehouse/bi_indexes.py``, ``sync/indexes.py``); with them
+    the writer would bound does (``warehouse/bi/indexes.py``, ``sync/indexes.py``); with them
     the figures are those of a write path that keeps them up to date, as the tail's, a load
     the rate limit bounds and any load into a non-empty warehouse do."""
     warehouse.migrate()
@@ -122,7 +122,7 @@ def through_warehouse(
 
 
 def without_bi_indexes(url: str, pages: list[RecordsPage]) -> float:
-    """The job into an empty table leaves them out (W5, ``warehouse/bi_indexes.py``)."""
+    """The job into an empty table leaves them out (W5, ``warehouse/bi/indexes.py``)."""
     warehouse = Warehouse.connect(url)
     return through_warehouse(warehouse, pages, indexes=False)
 

@@ -3,7 +3,10 @@
 - ``warehouse_url``: parametrized over ``sqlite``, ``postgres`` and ``mariadb`` (the test ids);
   yields the SQLAlchemy URL of a freshly created, uniquely named, EMPTY database, dropped after
   the test.  Any test that asks for it (or for ``warehouse``) runs once per backend.
-- ``warehouse``: a migrated ``Warehouse`` on that URL, closed after the test.
+- ``warehouse``: a migrated ``Warehouse`` on that URL, closed after the test.  Its database is
+  a copy of a migrated template made once per worker process (PostgreSQL ``CREATE DATABASE
+  ... TEMPLATE``, a copied SQLite file, MariaDB's tables and views copied one by one) rather
+  than eight migrations per test.  The templates are dropped when the process exits.
 
 Servers come from ``RECORDSYNC_TEST_POSTGRES_URL`` (default
 ``postgresql+psycopg://postgres@127.0.0.1:5432/test``) and ``RECORDSYNC_TEST_MARIADB_URL``
@@ -19,8 +22,13 @@ indirect=True)``; for any other combination use ``fresh_database(kind, tmp_path)
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import secrets
+import shutil
+import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -28,8 +36,9 @@ from pathlib import Path
 from typing import Final
 
 import pytest
-from sqlalchemy import Engine, create_engine, pool, text
+from sqlalchemy import Connection, Engine, create_engine, pool, text
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import DBAPIError
 
 from recordsync.warehouse import Warehouse
 
@@ -112,17 +121,24 @@ def require_server(kind: str) -> URL:
 
 
 @contextmanager
-def fresh_database(kind: str, tmp_path: Path) -> Iterator[str]:
-    """Create an empty, uniquely named database of ``kind``; yield its URL; drop it after."""
+def fresh_database(kind: str, tmp_path: Path, *, migrated: bool = False) -> Iterator[str]:
+    """Create a uniquely named database of ``kind``, empty or (``migrated``, where the backend
+    can copy a template) at the current schema; yield its URL; drop it after."""
     if kind == "sqlite":
-        yield f"sqlite:///{tmp_path / 'warehouse.db'}"
+        path = tmp_path / "warehouse.db"
+        if migrated:
+            shutil.copyfile(_sqlite_template(), path)
+        yield f"sqlite:///{path}"
         return
     url = require_server(kind)
     name = f"rs_{secrets.token_hex(6)}"
+    copied = f" TEMPLATE {_postgres_template(url)}" if migrated and kind == "postgres" else ""
     admin = _admin_engine(url)
     try:
         with admin.connect() as conn:
-            conn.execute(text(f"CREATE DATABASE {name}"))
+            conn.execute(text(f"CREATE DATABASE {name}{copied}"))
+            if migrated and kind == "mariadb":
+                copy_mariadb_schema(conn, _mariadb_template(url), name)
         try:
             yield url.set(database=name).render_as_string(hide_password=False)
         finally:
@@ -137,10 +153,136 @@ def fresh_database(kind: str, tmp_path: Path) -> Iterator[str]:
         admin.dispose()
 
 
+# -- migrated templates, one per worker process and backend ----------------------------------
+
+_TEMPLATES: dict[str, str] = {}  # "sqlite" -> a file path, "postgres" -> a database name
+_TEMPLATES_LOCK = threading.Lock()
+
+
+def _sqlite_template() -> str:
+    with _TEMPLATES_LOCK:
+        if "sqlite" not in _TEMPLATES:
+            folder = tempfile.mkdtemp(prefix="recordsync-template-")
+            path = os.path.join(folder, "template.db")  # noqa: PTH118 - a plain str path
+            store = Warehouse.connect(f"sqlite:///{path}")
+            try:
+                store.migrate()
+            finally:
+                store.close()  # the last connection checkpoints the WAL into the file
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)
+            _TEMPLATES["sqlite"] = path
+        return _TEMPLATES["sqlite"]
+
+
+def _postgres_template(url: URL) -> str:
+    """A migrated database no session may connect to: so autovacuum never holds it when a
+    test's ``CREATE DATABASE ... TEMPLATE`` needs it alone."""
+    with _TEMPLATES_LOCK:
+        if "postgres" not in _TEMPLATES:
+            name = f"rs_template_{secrets.token_hex(6)}"
+            admin = _admin_engine(url)
+            try:
+                with admin.connect() as conn:
+                    conn.execute(text(f"CREATE DATABASE {name}"))
+                store = Warehouse.connect(url.set(database=name).render_as_string(False))
+                try:
+                    store.migrate()
+                finally:
+                    store.close()
+                with admin.connect() as conn:
+                    conn.execute(
+                        text(f"ALTER DATABASE {name} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false")
+                    )
+            finally:
+                admin.dispose()
+            atexit.register(_drop_postgres_template, url, name)
+            _TEMPLATES["postgres"] = name
+        return _TEMPLATES["postgres"]
+
+
+def _mariadb_template(url: URL) -> str:
+    with _TEMPLATES_LOCK:
+        if "mariadb" not in _TEMPLATES:
+            name = f"rs_template_{secrets.token_hex(6)}"
+            admin = _admin_engine(url)
+            try:
+                with admin.connect() as conn:
+                    conn.execute(text(f"CREATE DATABASE {name}"))
+            finally:
+                admin.dispose()
+            store = Warehouse.connect(url.set(database=name).render_as_string(False))
+            try:
+                store.migrate()
+            finally:
+                store.close()
+            atexit.register(_drop_database, url, name)
+            _TEMPLATES["mariadb"] = name
+        return _TEMPLATES["mariadb"]
+
+
+def copy_mariadb_schema(conn: Connection, source: str, target: str) -> None:
+    """``target`` made what ``source`` is, for MariaDB, which has no template databases: each
+    table by ``CREATE TABLE ... LIKE`` (columns, keys, checks, options, partitions) with its
+    rows (the schema's version), then each view with its database's name replaced, in as
+    many passes as views built on views need."""
+    tables = conn.execute(
+        text(
+            "SELECT table_name, table_type FROM information_schema.tables"
+            " WHERE table_schema = :source"
+        ),
+        {"source": source},
+    ).all()
+    for table, kind in tables:
+        if kind == "BASE TABLE":
+            conn.execute(text(f"CREATE TABLE `{target}`.`{table}` LIKE `{source}`.`{table}`"))
+            conn.execute(
+                text(f"INSERT INTO `{target}`.`{table}` SELECT * FROM `{source}`.`{table}`")
+            )
+    views = {
+        table: conn.execute(text(f"SHOW CREATE VIEW `{source}`.`{table}`")).one()[1]
+        for table, kind in tables
+        if kind == "VIEW"
+    }
+    while views:
+        made = set()
+        for view, definition in views.items():
+            try:
+                conn.execute(text(f"USE `{target}`"))
+                conn.execute(text(definition.replace(f"`{source}`.", f"`{target}`.")))
+            except DBAPIError:
+                continue  # built on a view not made yet: the next pass
+            made.add(view)
+        if not made:
+            raise RuntimeError(f"views of {source} that cannot be copied: {sorted(views)}")
+        views = {view: definition for view, definition in views.items() if view not in made}
+
+
+def _drop_database(url: URL, name: str) -> None:
+    admin = _admin_engine(url)
+    try:
+        with contextlib.suppress(Exception), admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+    finally:
+        admin.dispose()
+
+
+def _drop_postgres_template(url: URL, name: str) -> None:
+    admin = _admin_engine(url)
+    # At the process's exit the server may have gone first: then nothing is left to drop.
+    try:
+        with contextlib.suppress(Exception), admin.connect() as conn:
+            conn.execute(text(f"ALTER DATABASE {name} WITH IS_TEMPLATE false"))
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+    finally:
+        admin.dispose()
+
+
 @pytest.fixture(params=BACKEND_PARAMS)
 def warehouse_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """The URL of a new, empty database on each backend (ids: sqlite, postgres, mariadb)."""
-    with fresh_database(request.param, tmp_path) as url:
+    """The URL of a new database on each backend (ids: sqlite, postgres, mariadb): empty, or
+    already migrated from the worker's template when the test also asks for ``warehouse``."""
+    migrated = "warehouse" in request.fixturenames
+    with fresh_database(request.param, tmp_path, migrated=migrated) as url:
         yield url
 
 

@@ -1,6 +1,7 @@
 """Every package's ``__all__`` is sorted and names exactly its public members (as httpx's
 tests/test_exported_members.py keeps its own): a name added to a package is exported on
-purpose or kept private, never half of each."""
+purpose or kept private, never half of each.  The packages without a facade (issue 25: the
+code imports their modules by name) export nothing, so that none grows one again unseen."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ import pytest
 
 PACKAGES = [
     "recordsync",
-    "recordsync.core",
-    "recordsync.platform",
     "recordsync.warehouse",
-    "recordsync.sync",
-    "recordsync.fleet",
     "recordsync.service",
     "recordsync.sim",
+]
+WITHOUT_FACADE = [
+    "recordsync.core",
+    "recordsync.platform",
+    "recordsync.sync",
+    "recordsync.fleet",
 ]
 # Dunder names a package exports on purpose.
 EXPORTED_DUNDERS = {"__version__"}
@@ -50,3 +53,15 @@ def test_every_exported_name_exists(name):
     package = importlib.import_module(name)
     for member in package.__all__:
         assert hasattr(package, member), f"{name}.__all__ names {member}, which is missing"
+
+
+@pytest.mark.parametrize("name", WITHOUT_FACADE)
+def test_a_package_without_a_facade_exports_nothing(name):
+    package = importlib.import_module(name)
+    assert not hasattr(package, "__all__")
+    public = {
+        member
+        for member, value in vars(package).items()
+        if not member.startswith("_") and not isinstance(value, ModuleType)
+    }
+    assert public == set()

@@ -5,7 +5,7 @@ Revises: 0001
 Create Date: 2025-01-06
 
 Append-only: the sync writes a row for each revision a page brings, in the transaction that
-upserts the records (see recordsync/warehouse/revisions.py).  ``sequence`` and ``changed_at``
+upserts the records (see recordsync/warehouse/pages/revisions.py).  ``sequence`` and ``changed_at``
 are those of the change (spec: Record change) and NULL for a revision known only from a
 snapshot.  Types are spelled out per dialect as in 0001, which explains them.
 """

@@ -8,7 +8,7 @@ While a daemon holds a merchant, ``recordsync verify`` does not read the platfor
 merchant's rate limit is spent by one process at a time): it inserts a request, the holder
 runs it inside its own budget at the lowest priority (repairs fenced by its epoch), and stores
 the findings as a JSON document in ``result`` for the command to print
-(recordsync/warehouse/verify_requests.py).
+(recordsync/warehouse/requests/verify.py).
 
 Types are spelled out per dialect as in 0001, which explains them.
 """

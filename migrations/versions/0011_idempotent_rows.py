@@ -61,7 +61,7 @@ def _revision(raw_json: str) -> int | None:
 
 
 def _item_key(record_id: str | None, raw_json: str) -> str:
-    """``recordsync.warehouse.quarantine.item_key`` as of this revision; never to change."""
+    """``recordsync.warehouse.pages.quarantine.item_key`` as of this revision; never to change."""
     found = _revision(raw_json)
     if record_id is not None and found is not None:
         material = f"record\n{record_id}\n{found}"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from recordsync.core.models import Record, RejectedItem
+from recordsync.core.models import Record, RecordChange, RejectedItem
 
 REBUILD_JOB = "rebuild"
 
@@ -75,6 +75,23 @@ class WindowPage:
     cursor_issued_at: datetime | None
     done: bool
     position: str
+
+
+@dataclass(frozen=True, slots=True)
+class TailPage:
+    """One change page to store with the change cursor that covers it.  ``records`` is what
+    the upsert collapses (the changes' records); ``changes``, the page's changes, give the
+    revision history each revision with its sequence and change time (without them it gets
+    ``records`` with no sequence).  ``last_sequence`` and ``projection_as_of`` None keep the
+    stored ones (an empty page, an answer without projection_as_of)."""
+
+    records: Sequence[Record]
+    rejected: Sequence[RejectedItem]
+    next_cursor: str
+    last_sequence: str | None
+    projection_as_of: datetime | None
+    position: str
+    changes: Sequence[RecordChange] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,9 +3,7 @@
 
 It knows the core only; the service gives it the warehouse's fleet session and the means to
 start and stop one merchant's sync.
+
+No facade: each module is imported by its own name (``from recordsync.fleet.<module> import
+...``), so that importing one part never loads the rest.
 """
-
-from recordsync.fleet.member import FleetSession, Member, Syncs
-from recordsync.fleet.share import Moves, plan_moves, targets
-
-__all__ = ["FleetSession", "Member", "Moves", "Syncs", "plan_moves", "targets"]

@@ -4,16 +4,7 @@ The signed client (``client``), the request signature (``signing``), the shared 
 budget (``budget``), the retry policy (``retry``), the envelope and error decoding
 (``envelope``) and the wire parsing of records, changes and capabilities (``parsing``).  It
 knows the core only: never the warehouse, the sync or the service.
+
+No facade: each module is imported by its own name (``from recordsync.platform.<module> import
+...``), so that importing one part never loads the rest.
 """
-
-from recordsync.platform.budget import Priority, RateBudget
-from recordsync.platform.client import ClientObserver, PlatformClient
-from recordsync.platform.retry import RetryPolicy
-
-__all__ = [
-    "ClientObserver",
-    "PlatformClient",
-    "Priority",
-    "RateBudget",
-    "RetryPolicy",
-]

@@ -1,8 +1,9 @@
 """Builds the running parts of one merchant from the settings: one client, one budget, one
 warehouse, one engine.
 
-Shared by ``run``, ``backfill`` and ``demo`` so the daemon and the one-shot paths are the same
-code with different options.  The client signs with the keeper's current secret of the
+Used by ``backfill``, ``verify`` and ``demo``; the daemon builds each merchant's parts with the
+same functions (``runtime``), so the one-shot paths and ``run`` differ only where a parameter
+says so.  The client signs with the keeper's current secret of the
 merchant: the daemon passes its keeper, whose watcher reads rotated secrets; without one the
 secret is read once, which is all a one-shot command needs.
 """
@@ -17,18 +18,11 @@ from dataclasses import dataclass
 import structlog
 
 from recordsync import PROCESS_STARTED
-from recordsync.core.errors import (
-    AuthenticationError,
-    ClockSkewError,
-    ConfigurationError,
-    FatalPlatformError,
-    UnexpectedRedirectError,
-)
-from recordsync.core.models import DEFAULT_LIMITS
+from recordsync.core.errors import ConfigurationError
 from recordsync.core.settings import MerchantSettings, Settings
 from recordsync.core.stopping import Stopper
-from recordsync.platform.budget import RateBudget, default_query_budget
 from recordsync.platform.client import ClientObserver, PlatformClient
+from recordsync.service.runtime import Purpose, merchant_client, read_limits, sync_options
 from recordsync.service.secrets import SecretKeeper
 from recordsync.sync.engine import SyncEngine, SyncOptions
 from recordsync.sync.events import SyncObserver
@@ -52,10 +46,11 @@ class App:
     def engine_for(self, stopper: Stopper, *, epoch: int | None = None) -> SyncEngine:
         """A fresh engine stopped by ``stopper``; with ``epoch``, every commit is fenced by
         the merchant's lease epoch (the lease was taken by this process)."""
+        merchant_id = self.merchant.merchant_id
         store = (
-            self.warehouse
+            self.warehouse.for_merchant(merchant_id)
             if epoch is None
-            else self.warehouse.fenced(self.merchant.merchant_id, epoch)
+            else self.warehouse.fenced(merchant_id, epoch)
         )
         return SyncEngine(
             client=self.client,
@@ -86,24 +81,13 @@ def open_app(
             {merchant.merchant_id: merchant.secret}, overlap=settings.secret_overlap
         )
     stopper = stopper or Stopper()
-    budget = RateBudget(
-        DEFAULT_LIMITS.record_requests,
-        DEFAULT_LIMITS.record_seconds,
-        margin=settings.rate_margin,
-        sleep=stopper.sleep,
-        cold_start=True,
-        cold_since=_cold_since(),
-    )
-    client = PlatformClient(
-        base_url=merchant.base_url,
-        merchant_id=merchant.merchant_id,
-        secret=secrets.provider(merchant.merchant_id),
-        budget=budget,
-        query_budget=default_query_budget(margin=settings.rate_margin, sleep=stopper.sleep),
-        timeout=settings.http_timeout,
-        verify=settings.verify,
-        sleep=stopper.sleep,
+    client = merchant_client(
+        settings,
+        merchant,
+        secrets=secrets,
+        stopper=stopper,
         observer=client_observer,
+        cold_since=_cold_since(),
     )
     warehouse = Warehouse.connect(settings.database_url, keep_revisions=settings.keep_revisions)
     try:
@@ -111,37 +95,17 @@ def open_app(
         StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=False).run(
             warehouse.migrate, what="migrate"
         )
-        try:
-            limits = client.apply_capabilities()
-        except (AuthenticationError, ClockSkewError, UnexpectedRedirectError):
-            # The commands built here end at once: no other request could succeed (a wrong
-            # secret, a skewed clock, a base URL that redirects), issue 29.
-            raise
-        except FatalPlatformError as exc:
-            # An optional endpoint refused (issue 28): the records may still be readable.
-            log.error(  # noqa: TRY400 - the message is the diagnosis; no traceback
-                "capabilities_failed", error=str(exc), code=exc.code, request_id=exc.request_id
-            )
-            limits = DEFAULT_LIMITS
-        options = SyncOptions(
-            merchant_id=merchant.merchant_id,
-            history_from=merchant.history_from,
-            page_size=min(settings.page_size, limits.max_page_size),
-            poll_interval=settings.poll_interval,
-            snapshot_concurrency=settings.snapshot_concurrency,
-            drift_interval=settings.drift_check_interval or None,
-            catalogue_interval=settings.catalogue_interval or None,
-            idle_commit_interval=settings.idle_commit_interval,
-            stop_when_caught_up=stop_when_caught_up,
-            give_up_unreachable=settings.unreachable_timeout,
+        limits = read_limits(client, Purpose.COMMAND)
+        options = sync_options(
+            settings, merchant, limits, Purpose.COMMAND, stop_when_caught_up=stop_when_caught_up
         )
         engine = SyncEngine(
             client=client,
-            warehouse=warehouse,
+            warehouse=warehouse.for_merchant(merchant.merchant_id),
             options=options,
             stopper=stopper,
             observer=observer,
-            catalogue=(client, warehouse),
+            catalogue=(client, warehouse.for_merchant(merchant.merchant_id)),
         )
         _settle_heap()
         yield App(settings, merchant, client, warehouse, engine, stopper, options, observer)

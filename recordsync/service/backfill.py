@@ -35,7 +35,7 @@ from recordsync.logs import process_context
 from recordsync.service.app import App, open_app
 from recordsync.service.progress import RichProgress
 from recordsync.service.signals import Received, stop_on_signals
-from recordsync.sync import BackfillResult
+from recordsync.sync.engine import BackfillResult
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.plan import plan_windows
 from recordsync.sync.resilience import StepRunner

@@ -84,51 +84,6 @@ def assess_readiness(
     )
 
 
-class ReadinessCheck:
-    """``assess_readiness`` over live sources: a warehouse ping and the last commit time.
-
-    ``ping`` raises when the warehouse does not answer (``Warehouse.ping``); only the
-    exception's class is reported, since driver messages may name hosts and users.
-    ``last_commit_at`` and ``clock`` must share a clock (``Metrics.last_commit_at`` and
-    ``time.time``).
-    """
-
-    def __init__(
-        self,
-        *,
-        ping: Callable[[], object],
-        last_commit_at: Callable[[], float | None],
-        poll_interval: float,
-        multiple: float = DEFAULT_READY_MULTIPLE,
-        startup_grace: float = DEFAULT_STARTUP_GRACE,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._ping = ping
-        self._last_commit_at = last_commit_at
-        self._poll_interval = poll_interval
-        self._multiple = multiple
-        self._startup_grace = startup_grace
-        self._clock = clock
-        self.started_at = clock()
-
-    def __call__(self) -> Readiness:
-        try:
-            self._ping()
-        except Exception as exc:  # noqa: BLE001 - any failure to answer means "not ready"
-            warehouse_error: str | None = type(exc).__name__
-        else:
-            warehouse_error = None
-        return assess_readiness(
-            now=self._clock(),
-            started_at=self.started_at,
-            last_commit_at=self._last_commit_at(),
-            warehouse_error=warehouse_error,
-            poll_interval=self._poll_interval,
-            multiple=self._multiple,
-            startup_grace=self._startup_grace,
-        )
-
-
 def assess_merchants(
     *,
     now: float,

@@ -3,9 +3,10 @@ merchant's lease epoch and stopped when the fleet hands it over (``fleet.Syncs``
 
 Each merchant has its own client and rate budget (the platform's limit is per merchant, read
 from its own capabilities) and its own query budget for the game catalogue, a job beside its
-tail, its own engine on a fenced view of the warehouse (every commit
-checks the epoch), its metrics and log fields; every merchant shares the process's one
-warehouse engine and pool and the one ``JobHost`` with its bounded thread pools.  A budget
+tail, all built by ``runtime`` as for the one-shot commands, its own engine on a fenced view of
+the warehouse (every commit checks the epoch), its metrics and log fields; every merchant
+shares the process's one warehouse engine and pool and the one ``JobHost`` with its bounded
+thread pools.  A budget
 starts cold: the holder before us may have spent the last window, and the platform counts
 both against the same merchant.  A merchant whose secret is wrong or whose platform
 answers fail retries on its own, slowly, and never holds the others back.
@@ -37,28 +38,31 @@ import orjson
 import structlog
 
 from recordsync.core.errors import (
-    FatalPlatformError,
     LeaseSupersededError,
     LeaseUnconfirmedError,
     RecordSyncError,
     ShutdownRequestedError,
 )
-from recordsync.core.models import DEFAULT_LIMITS, Limits
 from recordsync.core.settings import Settings
 from recordsync.core.stopping import Stopper
 from recordsync.metrics import Metrics
-from recordsync.platform.budget import RateBudget, default_query_budget
 from recordsync.platform.client import PlatformClient
 from recordsync.service.observers import ClientMetricsObserver, SyncMetricsObserver
 from recordsync.service.round_events.wakeups import CrossCheckMetricsObserver
+from recordsync.service.runtime import (
+    Purpose,
+    Share,
+    merchant_client,
+    read_limits,
+    sync_options,
+)
 from recordsync.service.secrets import SecretKeeper
-from recordsync.service.verify import verify_document, verify_range
+from recordsync.service.verify import verify_document
 from recordsync.sync.engine import SyncEngine, SyncOptions
 from recordsync.sync.events import MultiObserver, SyncObserver
 from recordsync.sync.jobs import JobHost
-from recordsync.sync.options import DEFAULT_CROSS_CHECK_INTERVAL
 from recordsync.sync.resilience import StepRunner
-from recordsync.sync.windows import MAX_CHAINS
+from recordsync.sync.verify import verify_range
 from recordsync.warehouse import BackfillRequest, VerifyRequest, Warehouse
 
 log = structlog.get_logger("recordsync")
@@ -206,26 +210,14 @@ class MerchantSyncs:
         assert merchant.base_url is not None
         metrics = self._metrics.merchant(run.merchant_id)
         # One budget and client for every attempt: a restart never spends the limit afresh.
-        budget = RateBudget(
-            DEFAULT_LIMITS.record_requests,
-            DEFAULT_LIMITS.record_seconds,
-            margin=settings.rate_margin,
-            sleep=run.stopper.sleep,
-            cold_start=True,
-        )
-        self._metrics.watch_budget(run.merchant_id, budget)
-        client = PlatformClient(
-            base_url=merchant.base_url,
-            merchant_id=run.merchant_id,
-            secret=self._secrets.provider(run.merchant_id),
-            budget=budget,
-            # The catalogue's own budget (capabilities' query limit), never the record one.
-            query_budget=default_query_budget(margin=settings.rate_margin, sleep=run.stopper.sleep),
-            timeout=settings.http_timeout,
-            verify=settings.verify,
-            sleep=run.stopper.sleep,
+        client = merchant_client(
+            settings,
+            merchant,
+            secrets=self._secrets,
+            stopper=run.stopper,
             observer=ClientMetricsObserver(metrics),
         )
+        self._metrics.watch_budget(run.merchant_id, client.budget)
         lease = self._lease
         if lease is not None:
             client.hold_under(lambda: lease(run.merchant_id))
@@ -296,27 +288,14 @@ class MerchantSyncs:
         """Build this merchant's engine and sync until stopped (one attempt)."""
         settings = self._settings
         merchant = settings.merchant(run.merchant_id)
-        limits = self._capabilities(client, bound)
-        options = SyncOptions(
-            merchant_id=run.merchant_id,
-            history_from=merchant.history_from,
-            page_size=min(settings.page_size, limits.max_page_size),
-            poll_interval=settings.poll_interval,
-            snapshot_concurrency=fair_concurrency(
-                settings.snapshot_concurrency,
-                self._host.worker_threads,
-                len(settings.merchants),
-            ),
-            snapshot_most_chains=fair_concurrency(
-                MAX_CHAINS, self._host.worker_threads, len(settings.merchants)
-            ),
-            drift_interval=settings.drift_check_interval or None,
-            idle_commit_interval=settings.idle_commit_interval,
-            catalogue_interval=settings.catalogue_interval or None,
-            # Round-end notifications are received: cross-check them with the records.
-            event_grace=settings.event_grace if settings.events_port else None,
-            # A missing round shows within 1.25 graces at most, at most once a minute.
-            cross_check_interval=min(DEFAULT_CROSS_CHECK_INTERVAL, settings.event_grace / 4),
+        limits = read_limits(client, Purpose.DAEMON, logger=bound)
+        options = sync_options(
+            settings,
+            merchant,
+            limits,
+            Purpose.DAEMON,
+            share=Share(self._host.worker_threads, len(settings.merchants)),
+            receives_events=bool(settings.events_port),
         )
         observers: list[SyncObserver] = [
             SyncMetricsObserver(self._metrics.merchant(run.merchant_id)),
@@ -475,13 +454,11 @@ class MerchantSyncs:
             bound.info("requested_verify_started", repair=request.repair)
             result = verify_range(
                 run.client,
-                self._warehouse,
-                run.merchant_id,
+                self._warehouse.fenced(run.merchant_id, run.epoch),
                 request.created_from,
                 request.created_to,
                 page_size=run.options.page_size,
                 repair=request.repair,
-                epoch=run.epoch,
                 stopper=Stopper(parent=run.stopper),
             )
             document = verify_document(
@@ -508,22 +485,3 @@ class MerchantSyncs:
                 self._warehouse.finish_verify_request(
                     request.id, failed=f"{kind} in the holder (a bug: see its log)"
                 )
-
-    def _capabilities(self, client: PlatformClient, bound: Any) -> Limits:
-        try:
-            return client.apply_capabilities()
-        except FatalPlatformError as exc:
-            # Reported here, and again by the first sync step, which keeps trying slowly:
-            # a wrong secret of one merchant never holds the others back.
-            bound.error(
-                "capabilities_failed", error=str(exc), code=exc.code, request_id=exc.request_id
-            )
-            return DEFAULT_LIMITS
-
-
-def fair_concurrency(wanted: int, worker_threads: int, merchants: int) -> int:
-    """Snapshot workers per merchant on a shared host: ``wanted``, but no more than each
-    merchant's share of the worker threads (at least one).  Otherwise the first merchants to
-    start a snapshot take every thread and the others wait for a whole window to end: with
-    10 merchants and 16 threads, 8 snapshotted and 2 waited (bench/fleet.py)."""
-    return max(1, min(wanted, worker_threads // max(merchants, 1)))

@@ -38,7 +38,8 @@ from recordsync.core.errors import ConfigurationError
 from recordsync.core.settings import Settings
 from recordsync.core.times import format_time
 from recordsync.service.console import PipeConsole
-from recordsync.warehouse import DailySummary, Freshness, GameName, Warehouse
+from recordsync.warehouse import DailySummary, Freshness, GameName
+from recordsync.warehouse.reader import WarehouseReader
 
 GROUPINGS: Final = ("game", "provider", "player", "currency")
 FORMATS: Final = ("table", "csv", "json")
@@ -96,7 +97,7 @@ class Report:
 
 
 def report(
-    warehouse: Warehouse,
+    warehouse: WarehouseReader,
     merchant_id: str,
     *,
     days: int = 7,
@@ -113,7 +114,7 @@ def report(
     report_merchants(warehouse, [merchant_id], days=days, by=by, fmt=fmt, out=out, console=console)
 
 
-def build_report(warehouse: Warehouse, merchant_id: str, *, days: int, by: str) -> Report:
+def build_report(warehouse: WarehouseReader, merchant_id: str, *, days: int, by: str) -> Report:
     """Read the views for the period (see the module docstring) and sum them per group."""
     if by not in GROUPINGS:
         raise ConfigurationError(f"report by {by!r}: use one of {', '.join(GROUPINGS)}")
@@ -374,7 +375,7 @@ def _print_freshness(freshness: Freshness | None, console: Console) -> None:
 
 
 def report_merchants(
-    warehouse: Warehouse,
+    warehouse: WarehouseReader,
     merchant_ids: Sequence[str],
     *,
     days: int = 7,
@@ -418,7 +419,7 @@ def show_report(
         merchant_ids = [settings.merchant(merchant_id).merchant_id]
     else:
         merchant_ids = [merchant.merchant_id for merchant in settings.merchants]
-    warehouse = Warehouse.for_reading(settings.database_url)
+    warehouse = WarehouseReader.open(settings.database_url)
     try:
         report_merchants(warehouse, merchant_ids, days=days, by=by, fmt=fmt, out=sys.stdout)
     finally:

@@ -30,9 +30,9 @@ from recordsync.warehouse import (
     Availability,
     Freshness,
     QuarantinedRecord,
-    Warehouse,
     WarehouseStatus,
 )
+from recordsync.warehouse.reader import WarehouseReader
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +55,7 @@ def show_status(settings: Settings, *, as_json: bool, check: bool = False) -> in
     merchant_ids = _merchant_ids(settings)
     if check:
         return _check(settings, merchant_ids)
-    warehouse = Warehouse.for_reading(settings.database_url)
+    warehouse = WarehouseReader.open(settings.database_url)
     try:
         holders = current_holders(warehouse)
         views = [
@@ -81,7 +81,7 @@ def show_status(settings: Settings, *, as_json: bool, check: bool = False) -> in
     return 0
 
 
-def current_holders(warehouse: Warehouse) -> dict[str, str]:
+def current_holders(warehouse: WarehouseReader) -> dict[str, str]:
     """merchant -> the replica whose lock holds it right now.
 
     Asked through a session of this process's own, as ``status-<pid>``: a replica id is
@@ -90,11 +90,7 @@ def current_holders(warehouse: Warehouse) -> dict[str, str]:
     locks are granted; on SQLite who holds the fleet's file lock), so nothing is written and
     no lock is taken; the session is closed at once, never heartbeating.
     """
-    session = warehouse.fleet_session(f"status-{os.getpid()}", holding=False)
-    try:
-        return session.holders()
-    finally:
-        session.close()
+    return warehouse.holders(f"status-{os.getpid()}")
 
 
 def _json_view(view: MerchantView) -> dict[str, Any]:
@@ -236,7 +232,7 @@ def _check(settings: Settings, merchant_ids: Sequence[str]) -> int:
     A warehouse that is missing, down or at another schema version is "not ready" (exit 1).
     """
     try:
-        warehouse = Warehouse.for_reading(settings.database_url)
+        warehouse = WarehouseReader.open(settings.database_url)
         try:
             states = [warehouse.load_state(merchant_id) for merchant_id in merchant_ids]
         finally:

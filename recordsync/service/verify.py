@@ -2,8 +2,8 @@
 
 The platform's records of ``[from, to)`` are read again (``GET /v1/records``, windows of at
 most 24 h aligned on UTC days, each paged by cursor) at the lowest budget priority and
-compared with the warehouse, record by record and field by field (what counts as which
-difference: ``recordsync.sync.verify``).
+compared with the warehouse, record by record and field by field, by ``recordsync.sync.verify``
+(what counts as which difference: ``recordsync.sync.comparison``).
 
 The merchant's rate limit is spent by one process at a time (spec: Limits, "Record rate"; a
 second process cannot see the first one's budget).  So, like ``backfill``, verify first tries
@@ -33,7 +33,6 @@ import sys
 from collections.abc import Callable
 from contextlib import nullcontext
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 from typing import Any, Final, TextIO
 
@@ -45,41 +44,27 @@ from rich.table import Table
 
 from recordsync.core.errors import (
     ConfigurationError,
-    CursorExpiredError,
     RecordSyncError,
     ShutdownRequestedError,
 )
-from recordsync.core.models import RecordsPage
 from recordsync.core.settings import Settings
-from recordsync.core.state import Window
 from recordsync.core.stopping import Stopper
 from recordsync.logs import process_context
 from recordsync.metrics import record_verify_run
-from recordsync.platform.budget import Priority
-from recordsync.platform.client import PlatformClient
 from recordsync.service.app import App, open_app
 from recordsync.service.console import PipeConsole
 from recordsync.service.progress import RichProgress
 from recordsync.service.signals import stop_on_signals
+from recordsync.sync.comparison import FAULTS, DayTally, Difference, VerifyResult
 from recordsync.sync.events import SyncObserver
-from recordsync.sync.plan import plan_windows
 from recordsync.sync.resilience import StepRunner
-from recordsync.sync.verify import (
-    FAULTS,
-    DayTally,
-    Difference,
-    VerifyResult,
-    classify,
-    compare_page,
-    warehouse_only,
-)
-from recordsync.warehouse import BackfillState, Warehouse
+from recordsync.sync.verify import verify_range
+from recordsync.warehouse import BackfillState
 
 log = structlog.get_logger("recordsync")
 
 LEASE_SECONDS: Final = 10
 FOLLOW_EVERY: Final = 1.0  # seconds between looks at a request handed to the holder
-JOB: Final = "verify"
 FORMATS: Final = ("table", "json", "csv")
 COLUMNS: Final = ("day", "platform_rows", "warehouse_rows", *Difference, "repaired")
 
@@ -136,15 +121,14 @@ def run_verify(
                 # not confirmed (issue 30).
                 app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
                 with progress or nullcontext():
+                    assert epoch is not None  # held here: taken, or taken back
                     result = verify_range(
                         app.client,
-                        app.warehouse,
-                        merchant.merchant_id,
+                        app.warehouse.fenced(merchant.merchant_id, epoch),
                         start,
                         end,
                         page_size=app.options.page_size,
                         repair=repair,
-                        epoch=epoch,
                         stopper=stopper,
                         progress=progress,
                         give_up_unreachable=app.options.give_up_unreachable,
@@ -206,142 +190,6 @@ def _follow_the_holder(
             log.info("verify_taken_back", request_id=request_id)
             return None, epoch
         stopper.sleep(FOLLOW_EVERY)
-
-
-def verify_range(
-    client: PlatformClient,
-    warehouse: Warehouse,
-    merchant_id: str,
-    start: datetime,
-    end: datetime,
-    *,
-    page_size: int,
-    repair: bool,
-    epoch: int | None,
-    stopper: Stopper,
-    progress: RichProgress | None = None,
-    give_up_unreachable: float | None = None,
-) -> VerifyResult:
-    """Read ``[start, end)`` from the platform a UTC day at a time and compare (and repair).
-
-    The command runs it when it holds the merchant; the daemon holding the merchant runs it
-    for a request handed over (``merchant_syncs``), with its own client, so its own budget.
-    ``epoch`` fences the repairs: the lease epoch of whichever of the two holds the merchant.
-    """
-    runner = StepRunner(
-        stopper=stopper,
-        observer=SyncObserver(),
-        fatal_is_final=True,
-        give_up_after=give_up_unreachable,
-    )
-    windows = plan_windows(start, end)
-    if progress is not None:
-        progress.planned(JOB, "verify", len(windows), 0)
-    days: list[DayTally] = []
-    for window in windows:
-        while True:
-            try:
-                tally = _verify_window(
-                    client,
-                    warehouse,
-                    merchant_id,
-                    window,
-                    runner,
-                    page_size=page_size,
-                    repair=repair,
-                    epoch=epoch,
-                    on_page=_on_page(progress),
-                )
-                break
-            except CursorExpiredError:
-                # The window took longer than its cursor lives (24 h): read it again whole.
-                log.warning("verify_window_restarted", window_start=window.start.isoformat())
-        days.append(tally)
-        if progress is not None:
-            progress.page(JOB, 0, done=True)
-    return VerifyResult(days, repair=repair)
-
-
-def _verify_window(
-    client: PlatformClient,
-    warehouse: Warehouse,
-    merchant_id: str,
-    window: Window,
-    runner: StepRunner,
-    *,
-    page_size: int,
-    repair: bool,
-    epoch: int | None,
-    on_page: Callable[[int], None],
-) -> DayTally:
-    tally = DayTally(window.start.date())
-    # The warehouse's rows are listed BEFORE the platform's snapshot is taken: a row the tail
-    # stores later is then never mistaken for one the platform does not know.
-    stored_ids = runner.run(
-        lambda: warehouse.record_ids_created(merchant_id, window.start, window.end),
-        what="verify: read record ids",
-    )
-    tally.warehouse_rows = len(stored_ids)
-    listed: set[str] = set()
-    cursor: str | None = None
-    while True:
-        page: RecordsPage = runner.run(
-            _page_reader(client, window, cursor, page_size), what="verify: read records"
-        )
-        fresh = [record for record in page.records if record.record_id not in listed]
-        ids = [record.record_id for record in fresh]
-        stored = runner.run(
-            partial(warehouse.stored_records, merchant_id, ids), what="verify: read rows"
-        )
-        findings = compare_page(fresh, stored)
-        listed.update(ids)
-        on_page(len(ids))
-        for kind, record_id in findings.differences:
-            tally.note(kind, record_id)
-        if repair and (findings.newer or findings.same_revision):
-            runner.run(
-                partial(
-                    warehouse.repair_records,
-                    merchant_id,
-                    newer=findings.newer,
-                    same_revision=findings.same_revision,
-                    epoch=epoch,
-                ),
-                what="verify: repair",
-            )
-            fixed = [*findings.newer, *findings.same_revision]
-            after = runner.run(
-                partial(warehouse.stored_records, merchant_id, [r.record_id for r in fixed]),
-                what="verify: read repaired rows",
-            )
-            tally.repaired += sum(
-                1 for record in fixed if classify(record, after.get(record.record_id)) not in FAULTS
-            )
-        if not page.has_more or page.next_cursor is None:
-            break
-        cursor = page.next_cursor
-    tally.platform_rows = len(listed)
-    for record_id in warehouse_only(listed, stored_ids):
-        tally.note(Difference.WAREHOUSE_ONLY, record_id)
-    return tally
-
-
-def _on_page(progress: RichProgress | None) -> Callable[[int], None]:
-    """What the display learns of each page: the records compared."""
-    if progress is None:
-        return lambda _records: None
-    return lambda records: progress.page(JOB, records, done=False)
-
-
-def _page_reader(
-    client: PlatformClient, window: Window, cursor: str | None, page_size: int
-) -> Callable[[], RecordsPage]:
-    """One page of the window at the lowest priority: verify never delays the sync's reads."""
-    if cursor is None:
-        return lambda: client.records_first(
-            window.start, window.end, limit=page_size, priority=Priority.BACKGROUND
-        )
-    return lambda: client.records_next(cursor, limit=page_size, priority=Priority.BACKGROUND)
 
 
 def _report(document: dict[str, Any], metrics_file: Path | None) -> None:

@@ -8,30 +8,7 @@ and the job runner ``jobs``.  The
 pure decisions live apart (``plan``, ``drift``), as do the retry of failed steps
 (``resilience``) and the progress reports (``events``).  The sync reaches the platform client
 and the warehouse only through the Protocols in ``ports``.
+
+No facade: each module is imported by its own name (``from recordsync.sync.<module> import
+...``), so that importing one part never loads the rest.
 """
-
-from recordsync.sync.engine import (
-    DEFAULT_CATALOGUE_INTERVAL,
-    DEFAULT_DRIFT_INTERVAL,
-    BackfillResult,
-    SyncEngine,
-    SyncOptions,
-)
-from recordsync.sync.events import MultiObserver, SyncObserver
-from recordsync.sync.ports import CatalogueStore, GameSource, RecordSource, SyncStore
-from recordsync.sync.resilience import StepRunner
-
-__all__ = [
-    "DEFAULT_CATALOGUE_INTERVAL",
-    "DEFAULT_DRIFT_INTERVAL",
-    "BackfillResult",
-    "CatalogueStore",
-    "GameSource",
-    "MultiObserver",
-    "RecordSource",
-    "StepRunner",
-    "SyncEngine",
-    "SyncObserver",
-    "SyncOptions",
-    "SyncStore",
-]

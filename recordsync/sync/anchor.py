@@ -23,7 +23,7 @@ from recordsync.sync.plan import describe_windows, plan_windows, snapshot_end
 
 def load_or_anchor(ctx: SyncContext) -> SyncState:
     """The saved state if there is one; the first anchor otherwise."""
-    state = ctx.warehouse.load_state(ctx.options.merchant_id)
+    state = ctx.warehouse.load_state()
     if state is not None:
         ctx.phase(state.phase.value)
         ctx.log.info("state_loaded", phase=state.phase.value, rebuilds=state.rebuilds)
@@ -38,7 +38,7 @@ def load_or_anchor(ctx: SyncContext) -> SyncState:
 
 def rebuild(ctx: SyncContext) -> SyncState:
     """A new anchor and a new snapshot of the history, after the change cursor expired."""
-    state = ctx.warehouse.load_state(ctx.options.merchant_id)
+    state = ctx.warehouse.load_state()
     history_from = ctx.options.history_from or (state.history_from if state else None)
     if history_from is None:
         raise ConfigurationError("RECORDSYNC_HISTORY_FROM: required to rebuild the history")
@@ -64,7 +64,6 @@ def anchor(ctx: SyncContext, history_from: datetime, *, rebuild_reason: str | No
     windows = plan_windows(history_from, end) if history_from < end else []
     with ctx.writer:
         state = ctx.warehouse.start_rebuild(
-            ctx.options.merchant_id,
             change_cursor=page.next_cursor,
             anchor_at=page.projection_as_of,
             history_from=history_from,

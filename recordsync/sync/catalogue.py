@@ -103,9 +103,8 @@ class CatalogueRefresh:
         read = self._read_pass()
         if read is None:
             return  # its cursor kept expiring: given up until the next interval
-        merchant_id = self._ctx.options.merchant_id
         result = self._runner.run(
-            lambda: self._store.commit_catalogue(merchant_id, read.games, kept_ids=read.kept),
+            lambda: self._store.commit_catalogue(read.games, kept_ids=read.kept),
             what="commit catalogue",
         )
         if result.unstorable:
@@ -248,8 +247,7 @@ class CatalogueRefresh:
         )
 
     def _record(self, seen: EndpointAvailability) -> None:
-        merchant_id = self._ctx.options.merchant_id
         self._runner.run(
-            lambda: self._store.record_availability(merchant_id, seen),
+            lambda: self._store.record_availability(seen),
             what="record catalogue availability",
         )

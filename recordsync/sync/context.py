@@ -76,7 +76,7 @@ class SyncContext:
         return time.perf_counter() - started
 
     def _commit_window_pages(self, pages: Sequence[WindowPage]) -> Sequence[object]:
-        return self.warehouse.commit_window_pages(self.options.merchant_id, pages)
+        return self.warehouse.commit_window_pages(pages)
 
     def phase(self, phase: str) -> None:
         """Every later event of this merchant carries the phase; observers hear of it too

@@ -34,9 +34,8 @@ class CrossCheck:
         grace = ctx.options.event_grace
         if grace is None:
             return
-        merchant_id = ctx.options.merchant_id
         missing = runner.run(
-            lambda: ctx.warehouse.rounds_announced_missing(merchant_id, grace),
+            lambda: ctx.warehouse.rounds_announced_missing(grace),
             what="cross-check",
         )
         ctx.observer.rounds_checked(len(missing))

@@ -41,10 +41,9 @@ class DriftCheck:
         """Re-read the last closed day at the lowest priority; count rows behind the
         platform."""
         ctx, runner = self._ctx, self._runner
-        merchant_id = ctx.options.merchant_id
         check = self._check
         if check is None:
-            state = runner.run(lambda: ctx.warehouse.load_state(merchant_id), what="drift check")
+            state = runner.run(ctx.warehouse.load_state, what="drift check")
             if state is None or state.phase is not Phase.TAILING:
                 return  # the snapshot is still filling the warehouse: nothing to compare yet
             platform_now = state.last_projection_as_of or state.anchor_at
@@ -60,8 +59,8 @@ class DriftCheck:
             ids = [record.record_id for record in page.records]
 
             def compare(ids: list[str] = ids) -> tuple[dict[str, int], datetime | None]:
-                stored = ctx.warehouse.stored_revisions(merchant_id, ids)
-                current = ctx.warehouse.load_state(merchant_id)
+                stored = ctx.warehouse.stored_revisions(ids)
+                current = ctx.warehouse.load_state()
                 return stored, current.last_projection_as_of if current else None
 
             stored, covered_until = runner.run(compare, what="drift check")

@@ -54,7 +54,7 @@ def build_bi_indexes(ctx: SyncContext, runner: StepRunner) -> None:
         # With one writer (SQLite) the build holds the database's write lock throughout:
         # the tail's commits wait for it here rather than in SQLite's busy handler.
         with ctx.writer:
-            ctx.warehouse.build_bi_indexes(ctx.options.merchant_id)
+            ctx.warehouse.build_bi_indexes()
 
     runner.run(step, what="build BI indexes")
 
@@ -63,7 +63,7 @@ def bi_indexes_missing(ctx: SyncContext, stopper: Stopper) -> bool:
     """Whether any BI index is still to build (one look at the catalogue)."""
     runner = ctx.runner(stopper, fatal_is_final=False)
     missing = runner.run(
-        lambda: ctx.warehouse.missing_bi_indexes(ctx.options.merchant_id),
+        ctx.warehouse.missing_bi_indexes,
         what="look for missing BI indexes",
     )
     return bool(missing)

@@ -10,7 +10,7 @@ where the service builds the engine.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -19,13 +19,12 @@ from recordsync.core.models import (
     Game,
     GamesPage,
     Record,
-    RecordChange,
     RecordsPage,
-    RejectedItem,
 )
 from recordsync.core.state import (
     EndpointAvailability,
     SyncState,
+    TailPage,
     Window,
     WindowPage,
     WindowProgress,
@@ -74,21 +73,21 @@ class RecordSource(Protocol):
 
 
 class SyncStore(Protocol):
-    """The warehouse as the sync sees it: every write stores a page with its cursor in one
-    transaction, so a restart resumes from what was committed.  Write results are not read
-    by the sync (``object``)."""
+    """One merchant's warehouse as the sync sees it: every write stores a page with its cursor
+    in one transaction, so a restart resumes from what was committed.  The store is bound to
+    its merchant (``Warehouse.for_merchant``, or ``fenced`` under a lease epoch): no call
+    names it.  Write results are not read by the sync (``object``)."""
 
     @property
     def concurrent_writes(self) -> bool:
         """Whether page commits may run side by side (else the sync serialises them)."""
 
-    def load_state(self, merchant_id: str) -> SyncState | None: ...
+    def load_state(self) -> SyncState | None: ...
 
-    def load_windows(self, merchant_id: str, job: str) -> Sequence[WindowProgress]: ...
+    def load_windows(self, job: str) -> Sequence[WindowProgress]: ...
 
     def start_rebuild(
         self,
-        merchant_id: str,
         *,
         change_cursor: str,
         anchor_at: datetime,
@@ -101,75 +100,55 @@ class SyncStore(Protocol):
         ``defer_bi_indexes``, leave the BI indexes out if no record is stored yet."""
 
     def ensure_job(
-        self,
-        merchant_id: str,
-        job: str,
-        windows: Sequence[Window],
-        *,
-        defer_bi_indexes: bool = False,
+        self, job: str, windows: Sequence[Window], *, defer_bi_indexes: bool = False
     ) -> object:
         """Register a one-shot backfill's windows once (``defer_bi_indexes`` as above)."""
 
-    def commit_window_page(
-        self,
-        merchant_id: str,
-        job: str,
-        window: Window,
-        *,
-        records: Sequence[Record],
-        rejected: Sequence[RejectedItem],
-        next_cursor: str | None,
-        cursor_issued_at: datetime | None,
-        done: bool,
-        position: str,
-    ) -> object: ...
+    def commit_window_pages(self, pages: Sequence[WindowPage]) -> Sequence[object]:
+        """Snapshot pages, each with its window's cursor, in ONE transaction."""
 
-    def commit_window_pages(
-        self, merchant_id: str, pages: Sequence[WindowPage]
-    ) -> Sequence[object]:
-        """Several snapshot pages, each with its window's cursor, in ONE transaction."""
-
-    def restart_window(self, merchant_id: str, job: str, window: Window) -> None:
+    def restart_window(self, job: str, window: Window) -> None:
         """Forget a window's cursor after 410 CURSOR_EXPIRED."""
 
-    def split_window(
-        self, merchant_id: str, job: str, window: Window, pieces: Sequence[Window]
-    ) -> None:
+    def split_window(self, job: str, window: Window, pieces: Sequence[Window]) -> None:
         """End ``window`` where ``pieces`` begin (done) and add ``pieces``, atomically."""
 
-    def carry_window(
-        self, merchant_id: str, job: str, window: Window, following: Window, joined: Window
-    ) -> None:
+    def carry_window(self, job: str, window: Window, following: Window, joined: Window) -> None:
         """End ``window`` where ``joined`` begins (done) and put ``joined`` in place of the
         unread ``following``, atomically."""
 
-    def build_bi_indexes(self, merchant_id: str) -> object:
+    def build_bi_indexes(self) -> object:
         """Build the BI indexes a bulk load into an empty warehouse left out (the warehouse
         drops them when such a job starts); idempotent, nothing to do when none is missing."""
 
-    def missing_bi_indexes(self, merchant_id: str) -> Sequence[str]:
+    def missing_bi_indexes(self) -> Sequence[str]:
         """The BI indexes still to build (none: nothing to do)."""
 
-    def commit_tail_page(
-        self,
-        merchant_id: str,
-        *,
-        records: Sequence[Record],
-        rejected: Sequence[RejectedItem],
-        next_cursor: str,
-        last_sequence: str | None,
-        projection_as_of: datetime | None,
-        position: str,
-        changes: Sequence[RecordChange] = (),
-    ) -> object: ...
+    def commit_tail_page(self, page: TailPage) -> object:
+        """A change page with the change cursor that covers it, in one transaction."""
 
-    def stored_revisions(self, merchant_id: str, record_ids: Collection[str]) -> dict[str, int]:
+    def stored_revisions(self, record_ids: Collection[str]) -> dict[str, int]:
         """record_id -> stored revision, for the ids that exist."""
         ...
 
-    def rounds_announced_missing(self, merchant_id: str, grace_seconds: float) -> list[str]:
+    def rounds_announced_missing(self, grace_seconds: float) -> list[str]:
         """Round ids announced by round-end notifications more than ``grace_seconds`` ago that
         ``records`` still lacks, sorted (the cross-check)."""
+
+
+class VerifyStore(Protocol):
+    """The warehouse as ``verify`` sees it, bound to the merchant; its repairs are fenced by
+    the store's epoch and go through the revision guards (a stored revision never goes
+    down, a row only the warehouse has is never deleted)."""
+
+    def record_ids_created(self, start: datetime, end: datetime) -> Sequence[str]:
+        """The ids of the stored rows created in ``[start, end)``."""
+
+    def stored_records(self, record_ids: Collection[str]) -> Mapping[str, Record]:
+        """record_id -> the stored row, for the ids that exist."""
+
+    def repair_records(self, *, newer: Sequence[Record], same_revision: Sequence[Record]) -> object:
+        """Write back the platform's records, in one transaction, no cursor moved."""
 
 
 class GameSource(Protocol):
@@ -210,7 +189,7 @@ class CatalogueStore(Protocol):
     serves the catalogue at all (``recordsync status`` shows it)."""
 
     def commit_catalogue(
-        self, merchant_id: str, games: Sequence[Game], *, kept_ids: Collection[str] = ()
+        self, games: Sequence[Game], *, kept_ids: Collection[str] = ()
     ) -> CatalogueCounts: ...
 
-    def record_availability(self, merchant_id: str, seen: EndpointAvailability) -> None: ...
+    def record_availability(self, seen: EndpointAvailability) -> None: ...

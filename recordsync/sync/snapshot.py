@@ -316,7 +316,6 @@ def backfill(
     ctx.phase("backfill")
     with ctx.writer:
         ctx.warehouse.ensure_job(
-            ctx.options.merchant_id,
             job,
             first_plan(ctx, start, end),
             defer_bi_indexes=defer_bi_indexes(ctx),
@@ -327,7 +326,7 @@ def backfill(
         jobs = Jobs(generation, workers=snapshot.most_workers, host=host)
         schedule_snapshot(ctx, jobs, job, snapshot, generation, fatal_is_final=True)
         jobs.run_until_stopped(done=snapshot.done)
-    progress = ctx.warehouse.load_windows(ctx.options.merchant_id, job)
+    progress = ctx.warehouse.load_windows(job)
     if progress and all(item.done for item in progress):
         # Inside the job's time: a bulk load ends indexed.
         build_bi_indexes(ctx, ctx.runner(ctx.stopper, fatal_is_final=False))
@@ -362,7 +361,7 @@ def plan_snapshot(ctx: SyncContext, job: str, stopper: Stopper) -> PendingWindow
     """The job's windows still to read, or None when every one is done."""
     runner = ctx.runner(stopper, fatal_is_final=False)
     progress = runner.run(
-        lambda: ctx.warehouse.load_windows(ctx.options.merchant_id, job),
+        lambda: ctx.warehouse.load_windows(job),
         what="load windows",
     )
     pending = [item for item in progress if not item.done]
@@ -535,7 +534,7 @@ class WindowChain:
                 action="restarting the window from its start",
             )
             with ctx.writer:
-                ctx.warehouse.restart_window(ctx.options.merchant_id, job, window)
+                ctx.warehouse.restart_window(job, window)
             self.cursor, self.issued_at, self.sample = None, None, Sample()
             return
         position = cursor or f"first:{window.start.isoformat()}/{window.end.isoformat()}"
@@ -558,7 +557,7 @@ class WindowChain:
         ctx.after_commit(job, page.records, page.rejected, page.request_id)
         ctx.observer.window_page(job, window, len(page.records), done=finished)
         if finished and job == REBUILD_JOB:
-            state = ctx.warehouse.load_state(ctx.options.merchant_id)
+            state = ctx.warehouse.load_state()
             if state is not None and state.phase is Phase.TAILING:
                 ctx.phase(Phase.TAILING.value)
         self.cursor, self.done = page.next_cursor, finished
@@ -611,7 +610,7 @@ def split_if_wanted(
         return None
     try:
         with ctx.writer:
-            ctx.warehouse.split_window(ctx.options.merchant_id, job, window, pieces)
+            ctx.warehouse.split_window(job, window, pieces)
     except BaseException:
         snapshot.release(parts)
         raise
@@ -661,9 +660,7 @@ def carry_if_spare(
     following, joined = claimed
     try:
         with ctx.writer:
-            ctx.warehouse.carry_window(
-                ctx.options.merchant_id, job, window, following.window, joined
-            )
+            ctx.warehouse.carry_window(job, window, following.window, joined)
     except BaseException:
         snapshot.unclaim(following)
         raise

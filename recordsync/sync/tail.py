@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from recordsync.core.errors import CursorExpiredError
 from recordsync.core.models import ChangesPage
+from recordsync.core.state import TailPage
 from recordsync.core.stopping import Stopper
 from recordsync.platform.budget import Priority
 from recordsync.sync.context import SyncContext
@@ -194,14 +195,15 @@ def tail_step(ctx: SyncContext, tail: Tail, stopper: Stopper, rebuild: threading
     started = time.perf_counter()
     with ctx.writer:
         ctx.warehouse.commit_tail_page(
-            ctx.options.merchant_id,
-            records=records,
-            rejected=page.rejected,
-            next_cursor=page.next_cursor,
-            last_sequence=last_sequence,
-            projection_as_of=page.projection_as_of,
-            position=tail.position,
-            changes=page.changes,
+            TailPage(
+                records=records,
+                rejected=page.rejected,
+                next_cursor=page.next_cursor,
+                last_sequence=last_sequence,
+                projection_as_of=page.projection_as_of,
+                position=tail.position,
+                changes=page.changes,
+            )
         )
     ctx.observer.page_written("tail", time.perf_counter() - started)
     tail.position = page.next_cursor

@@ -1,176 +1,172 @@
-"""What ``recordsync verify`` finds: the platform's records of a range against the warehouse's.
+"""``recordsync verify``'s engine: read a range from the platform again, a UTC day at a time,
+and compare it with the warehouse record by record (and repair, when asked).
 
-Pure: no I/O.  The command (``recordsync.service.verify``) reads the platform's pages and the
-warehouse's rows and hands them here, a page at a time; this module decides what each pair
-means and keeps the tally of each UTC day.
-
-The kinds of difference (spec: Records endpoints, "the client keeps, per record_id, the highest
-revision"):
-
-- ``missing``: the platform lists the record, the warehouse has no row for it;
-- ``behind``: the warehouse holds a lower revision than the platform's;
-- ``different``: the same revision, but some field differs.  A revision is immutable on the
-  platform, so this is a damaged row, not a change still on its way;
-- ``warehouse_only``: a row the warehouse holds for the range that the platform does not list;
-- ``ahead``: the warehouse holds a higher revision than the platform's page showed (the tail
-  stored a newer change after the snapshot was taken): newer, not an error.
-
-Fields are compared as values: money as exact ``Decimal`` (``1.50`` equals ``1.5``, and no
-float ever takes part), times as instants (the same moment in any time zone is equal).
+Sync work on the ports, like the snapshot and the tail: the platform is a ``RecordSource``
+read at the lowest budget priority (verify never delays the sync's reads), the warehouse a
+``VerifyStore`` bound to the merchant, whose repairs are fenced by the store's epoch.  The
+command runs it when it holds the merchant, the daemon holding the merchant runs it for a
+request handed over; a fake store and a scripted platform drive it in the unit tests.  What
+each pair of rows means is decided by ``comparison`` (pure).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import date
-from enum import StrEnum
-from typing import Final
+from collections.abc import Callable
+from datetime import datetime
+from functools import partial
+from typing import Final, Protocol
 
-from recordsync.core.models import Record
+import structlog
 
-# How many record ids of each kind a day keeps to show; the counts are always complete.
-EXAMPLES_PER_KIND: Final = 5
+from recordsync.core.errors import CursorExpiredError
+from recordsync.core.models import RecordsPage
+from recordsync.core.state import Window
+from recordsync.core.stopping import Stopper
+from recordsync.platform.budget import Priority
+from recordsync.sync.comparison import (
+    FAULTS,
+    DayTally,
+    Difference,
+    VerifyResult,
+    classify,
+    compare_page,
+    warehouse_only,
+)
+from recordsync.sync.events import SyncObserver
+from recordsync.sync.plan import plan_windows
+from recordsync.sync.ports import RecordSource, VerifyStore
+from recordsync.sync.resilience import StepRunner
 
-# Every field of a record but its key: what "field by field" compares.
-COMPARED_FIELDS: Final = tuple(name for name in Record.__struct_fields__ if name != "record_id")
+log = structlog.get_logger("recordsync")
 
-
-class Difference(StrEnum):
-    """A kind of difference between the platform and the warehouse (see the module docstring)."""
-
-    MISSING = "missing"
-    BEHIND = "behind"
-    DIFFERENT = "different"
-    WAREHOUSE_ONLY = "warehouse_only"
-    AHEAD = "ahead"
-
-
-# The kinds that mean the warehouse is wrong: ``verify`` exits 1 when any is found.
-FAULTS: Final = frozenset({Difference.MISSING, Difference.BEHIND, Difference.DIFFERENT})
-# The kinds ``--repair`` writes from what the platform returned; warehouse-only rows are
-# reported and never deleted, rows ahead are newer than the platform's page.
-REPAIRABLE: Final = FAULTS
-
-
-def differing_fields(platform: Record, stored: Record) -> tuple[str, ...]:
-    """The fields whose values differ (``Decimal`` and aware ``datetime`` compare by value)."""
-    return tuple(
-        name for name in COMPARED_FIELDS if getattr(platform, name) != getattr(stored, name)
-    )
+JOB: Final = "verify"  # the progress display's key
 
 
-def classify(platform: Record, stored: Record | None) -> Difference | None:
-    """What the warehouse's row ``stored`` is to the platform's ``platform``; None when equal."""
-    if stored is None:
-        return Difference.MISSING
-    if stored.revision < platform.revision:
-        return Difference.BEHIND
-    if stored.revision > platform.revision:
-        return Difference.AHEAD
-    return Difference.DIFFERENT if differing_fields(platform, stored) else None
+class VerifyProgress(Protocol):
+    """What a display learns of a verify: the windows planned, then each page compared."""
+
+    def planned(self, key: str, label: str, total: int, done: int) -> None: ...
+
+    def page(self, key: str, records: int, *, done: bool) -> None: ...
 
 
-@dataclass
-class DayTally:
-    """One UTC day of the range: rows on each side and each kind of difference."""
+def verify_range(
+    source: RecordSource,
+    store: VerifyStore,
+    start: datetime,
+    end: datetime,
+    *,
+    page_size: int,
+    repair: bool,
+    stopper: Stopper,
+    progress: VerifyProgress | None = None,
+    give_up_unreachable: float | None = None,
+) -> VerifyResult:
+    """Read ``[start, end)`` from the platform a UTC day at a time and compare (and repair).
 
-    day: date
-    platform_rows: int = 0
-    warehouse_rows: int = 0
-    counts: dict[Difference, int] = field(default_factory=lambda: dict.fromkeys(Difference, 0))
-    examples: dict[Difference, list[str]] = field(
-        default_factory=lambda: {kind: [] for kind in Difference}
-    )
-    repaired: int = 0
-
-    @property
-    def faults(self) -> int:
-        return sum(self.counts[kind] for kind in FAULTS)
-
-    def note(self, kind: Difference, record_id: str) -> None:
-        self.counts[kind] += 1
-        if len(self.examples[kind]) < EXAMPLES_PER_KIND:
-            self.examples[kind].append(record_id)
-
-
-@dataclass(frozen=True)
-class PageFindings:
-    """What one page of the platform's records showed, and what a repair would write."""
-
-    differences: tuple[tuple[Difference, str], ...]
-    # The platform's records of the missing and behind rows: the guarded upsert takes them.
-    newer: tuple[Record, ...]
-    # The platform's records of the rows differing at the same revision (see ``Warehouse.
-    # repair_records``: rewritten only while the warehouse still holds that revision).
-    same_revision: tuple[Record, ...]
-
-
-def compare_page(platform: Sequence[Record], stored: Mapping[str, Record]) -> PageFindings:
-    """Compare a page of the platform's records with the warehouse's rows of the same ids.
-
-    A page may list a record twice (spec: a snapshot page is not deduplicated); the highest
-    revision listed is the platform's.
+    A window whose cursor expires (it took longer than a cursor lives) is read again whole.
+    ``give_up_unreachable``: seconds an unreachable platform is tried before the run ends.
     """
-    newest: dict[str, Record] = {}
-    for record in platform:
-        known = newest.get(record.record_id)
-        if known is None or record.revision > known.revision:
-            newest[record.record_id] = record
-    differences: list[tuple[Difference, str]] = []
-    newer: list[Record] = []
-    same_revision: list[Record] = []
-    for record_id, record in newest.items():
-        kind = classify(record, stored.get(record_id))
-        if kind is None:
-            continue
-        differences.append((kind, record_id))
-        if kind is Difference.DIFFERENT:
-            same_revision.append(record)
-        elif kind in REPAIRABLE:
-            newer.append(record)
-    return PageFindings(tuple(differences), tuple(newer), tuple(same_revision))
+    runner = StepRunner(
+        stopper=stopper,
+        observer=SyncObserver(),
+        fatal_is_final=True,
+        give_up_after=give_up_unreachable,
+    )
+    windows = plan_windows(start, end)
+    if progress is not None:
+        progress.planned(JOB, "verify", len(windows), 0)
+    days: list[DayTally] = []
+    for window in windows:
+        while True:
+            try:
+                tally = _verify_window(
+                    source,
+                    store,
+                    window,
+                    runner,
+                    page_size=page_size,
+                    repair=repair,
+                    on_page=_on_page(progress),
+                )
+                break
+            except CursorExpiredError:
+                log.warning("verify_window_restarted", window_start=window.start.isoformat())
+        days.append(tally)
+        if progress is not None:
+            progress.page(JOB, 0, done=True)
+    return VerifyResult(days, repair=repair)
 
 
-def warehouse_only(listed: Iterable[str], stored: Iterable[str]) -> list[str]:
-    """The warehouse's ids of a range that the platform did not list, sorted."""
-    return sorted(set(stored) - set(listed))
+def _verify_window(
+    source: RecordSource,
+    store: VerifyStore,
+    window: Window,
+    runner: StepRunner,
+    *,
+    page_size: int,
+    repair: bool,
+    on_page: Callable[[int], None],
+) -> DayTally:
+    tally = DayTally(window.start.date())
+    # The warehouse's rows are listed BEFORE the platform's snapshot is taken: a row the tail
+    # stores later is then never mistaken for one the platform does not know.
+    stored_ids = runner.run(
+        lambda: store.record_ids_created(window.start, window.end),
+        what="verify: read record ids",
+    )
+    tally.warehouse_rows = len(stored_ids)
+    listed: set[str] = set()
+    cursor: str | None = None
+    while True:
+        page = runner.run(_page_reader(source, window, cursor, page_size), what="verify: read")
+        fresh = [record for record in page.records if record.record_id not in listed]
+        ids = [record.record_id for record in fresh]
+        stored = runner.run(partial(store.stored_records, ids), what="verify: read rows")
+        findings = compare_page(fresh, stored)
+        listed.update(ids)
+        on_page(len(ids))
+        for kind, record_id in findings.differences:
+            tally.note(kind, record_id)
+        if repair and (findings.newer or findings.same_revision):
+            runner.run(
+                partial(
+                    store.repair_records,
+                    newer=findings.newer,
+                    same_revision=findings.same_revision,
+                ),
+                what="verify: repair",
+            )
+            fixed = [*findings.newer, *findings.same_revision]
+            after = runner.run(
+                partial(store.stored_records, [record.record_id for record in fixed]),
+                what="verify: read repaired rows",
+            )
+            tally.repaired += sum(
+                1 for record in fixed if classify(record, after.get(record.record_id)) not in FAULTS
+            )
+        if not page.has_more or page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    tally.platform_rows = len(listed)
+    for record_id in warehouse_only(listed, stored_ids):
+        tally.note(Difference.WAREHOUSE_ONLY, record_id)
+    return tally
 
 
-@dataclass
-class VerifyResult:
-    """The whole run: one tally per UTC day, in order."""
+def _on_page(progress: VerifyProgress | None) -> Callable[[int], None]:
+    """What the display learns of each page: the records compared."""
+    if progress is None:
+        return lambda _records: None
+    return lambda records: progress.page(JOB, records, done=False)
 
-    days: list[DayTally]
-    repair: bool
 
-    def total(self, kind: Difference) -> int:
-        return sum(day.counts[kind] for day in self.days)
-
-    @property
-    def platform_rows(self) -> int:
-        return sum(day.platform_rows for day in self.days)
-
-    @property
-    def warehouse_rows(self) -> int:
-        return sum(day.warehouse_rows for day in self.days)
-
-    @property
-    def repaired(self) -> int:
-        return sum(day.repaired for day in self.days)
-
-    @property
-    def faults(self) -> int:
-        return sum(day.faults for day in self.days)
-
-    @property
-    def clean(self) -> bool:
-        """Nothing missing, behind or different (``verify`` exits 0)."""
-        return self.faults == 0
-
-    def examples(self, kind: Difference, limit: int = EXAMPLES_PER_KIND) -> list[str]:
-        """The first differing record ids of ``kind`` over the whole range."""
-        found: list[str] = []
-        for day in self.days:
-            found.extend(day.examples[kind])
-        return found[:limit]
+def _page_reader(
+    source: RecordSource, window: Window, cursor: str | None, page_size: int
+) -> Callable[[], RecordsPage]:
+    """One page of the window at the lowest priority: verify never delays the sync's reads."""
+    if cursor is None:
+        return lambda: source.records_first(
+            window.start, window.end, limit=page_size, priority=Priority.BACKGROUND
+        )
+    return lambda: source.records_next(cursor, limit=page_size, priority=Priority.BACKGROUND)

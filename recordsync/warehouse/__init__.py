@@ -3,8 +3,8 @@ quarantine, the BI views, and the fleet: merchant locks, leases with epochs and 
 replicas, backfill and verify requests."""
 
 from recordsync.warehouse.connection import create_warehouse_engine
-from recordsync.warehouse.fenced import FencedWarehouse
 from recordsync.warehouse.lease import FleetSession
+from recordsync.warehouse.merchant_store import MerchantStore
 from recordsync.warehouse.store import Warehouse
 from recordsync.warehouse.values import (
     Availability,
@@ -27,11 +27,11 @@ __all__ = [
     "BackfillState",
     "CatalogueResult",
     "DailySummary",
-    "FencedWarehouse",
     "FleetSession",
     "Freshness",
     "GameName",
     "JobStatus",
+    "MerchantStore",
     "QuarantinedRecord",
     "VerifyRequest",
     "Warehouse",

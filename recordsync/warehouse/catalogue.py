@@ -228,16 +228,3 @@ def game_names(conn: Connection, merchant_id: str) -> dict[str, GameName]:
         )
         for row in rows
     }
-
-
-def fetch_games(conn: Connection, merchant_id: str) -> dict[str, dict[str, Any]]:
-    """Every stored game row with its ``localizations`` (language -> name), for tests."""
-    found = {
-        row["game_id"]: {**row, "localizations": {}}
-        for row in conn.execute(select(games).where(games.c.merchant_id == merchant_id)).mappings()
-    }
-    for row in conn.execute(
-        select(game_localizations).where(game_localizations.c.merchant_id == merchant_id)
-    ).mappings():
-        found[row["game_id"]]["localizations"][row["language"]] = row["name"]
-    return found

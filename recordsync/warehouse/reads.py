@@ -16,7 +16,6 @@ from recordsync.core.models import Record
 from recordsync.warehouse import sync_state
 from recordsync.warehouse.schema import (
     quarantined_records,
-    record_revisions,
     records,
     snapshot_windows,
 )
@@ -128,16 +127,6 @@ def record_ids_created(
 def fetch_records(conn: Connection, merchant_id: str) -> dict[str, dict[str, Any]]:
     query = select(records).where(records.c.merchant_id == merchant_id)
     return {row["record_id"]: dict(row) for row in conn.execute(query).mappings()}
-
-
-def fetch_revisions(
-    conn: Connection, merchant_id: str, record_id: str | None
-) -> list[dict[str, Any]]:
-    query = select(record_revisions).where(record_revisions.c.merchant_id == merchant_id)
-    if record_id is not None:
-        query = query.where(record_revisions.c.record_id == record_id)
-    query = query.order_by(record_revisions.c.record_id, record_revisions.c.revision)
-    return [dict(row) for row in conn.execute(query).mappings()]
 
 
 def _count(conn: Connection, merchant_column: Column[Any], merchant_id: str) -> int:

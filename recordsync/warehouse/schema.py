@@ -13,7 +13,7 @@ as an integer number of 10**-4 so that SQLite can sum money exactly (see ``types
 The migrations spell the column types out per dialect instead of importing this module, so
 that each stays a fixed record of its revision when this module changes; a test compares the
 migrated schema with these tables on every backend.  The BI views (revision 0003) are read
-through ``recordsync.warehouse.summaries``.  ``merchant_leases``, ``replicas`` and
+through ``recordsync.warehouse.bi.summaries``.  ``merchant_leases``, ``replicas`` and
 ``backfill_requests`` (revision 0004) are the fleet's: which holder's writes count, who is
 alive, and backfills handed to a merchant's holder.  ``games`` and ``game_localizations``
 (revision 0006) are the game catalogue, the dimension that names a record's ``game_id``;

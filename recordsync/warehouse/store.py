@@ -34,42 +34,43 @@ from sqlalchemy.pool import NullPool
 
 from recordsync.core.database_url import MYSQL_FAMILY, SUPPORTED_BACKENDS, check_driver
 from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
-from recordsync.core.models import Game, Record, RecordChange, RejectedItem
+from recordsync.core.models import Game, Record, RejectedItem
 from recordsync.core.round_events import RoundEvent, RoundEventReceipt
 from recordsync.core.state import (
     REBUILD_JOB,
     EndpointAvailability,
     SyncState,
+    TailPage,
     Window,
     WindowPage,
     WindowProgress,
 )
 from recordsync.warehouse import (
     availability,
-    backfill_requests,
-    bi_indexes,
     catalogue,
-    page_commits,
     reads,
     round_events,
-    summaries,
     sync_state,
     timeouts,
-    verify_requests,
 )
-from recordsync.warehouse.conflicts import retry_lost_conflicts
+from recordsync.warehouse.bi import indexes as bi_indexes
+from recordsync.warehouse.bi import summaries
 from recordsync.warehouse.connection import (
     WRITE_OPTION,
     create_warehouse_engine,
     sqlite_file,
     translate_errors,
 )
-from recordsync.warehouse.fenced import FencedWarehouse
 from recordsync.warehouse.lease import FleetSession, epochs, support
 from recordsync.warehouse.lease.backends import merchant_locks
+from recordsync.warehouse.merchant_store import MerchantStore
 from recordsync.warehouse.migrate import schema_state
 from recordsync.warehouse.migrate import upgrade as upgrade_schema
-from recordsync.warehouse.page_writer import PageWriter, page_writer_for
+from recordsync.warehouse.pages import commits as page_commits
+from recordsync.warehouse.pages.conflicts import retry_lost_conflicts
+from recordsync.warehouse.pages.writer import PageWriter, page_writer_for
+from recordsync.warehouse.requests import backfill as backfill_requests
+from recordsync.warehouse.requests import verify as verify_requests
 from recordsync.warehouse.values import (
     Availability,
     BackfillRequest,
@@ -153,13 +154,18 @@ class Warehouse:
         )
 
     @classmethod
-    def for_reading(cls, url: str) -> Warehouse:
-        """A warehouse for the read commands: it must exist at this version's schema.
+    def for_reading(cls, url: str, *, prepare: Callable[[Engine], None] | None = None) -> Warehouse:
+        """A warehouse for the read commands (``reader.WarehouseReader`` wraps it): it must
+        exist at this version's schema.
 
         Nothing is created or migrated (a SQLite file that is not there is an error, not a new
         empty warehouse); ``SchemaVersionError`` says which revision is there and what to run.
+        ``prepare`` sees the engine before its first connection (the reader makes its sessions
+        read-only there).
         """
         engine = create_warehouse_engine(url)
+        if prepare is not None:
+            prepare(engine)
         path = sqlite_file(engine.url)
         if path is not None and not Path(path).is_file():
             engine.dispose()
@@ -432,36 +438,20 @@ class Warehouse:
         return self._commit_page(action, merchant_id, epoch, commit, before=send if ahead else None)
 
     def commit_tail_page(
-        self,
-        merchant_id: str,
-        *,
-        records: Sequence[Record],
-        rejected: Sequence[RejectedItem],
-        next_cursor: str,
-        last_sequence: str | None,
-        projection_as_of: datetime | None,
-        position: str,
-        changes: Sequence[RecordChange] = (),
-        epoch: int | None = None,
+        self, merchant_id: str, page: TailPage, *, epoch: int | None = None
     ) -> WriteResult:
-        """Store one change page and move the change cursor, in one transaction.
-
-        ``last_sequence`` and ``last_projection_as_of`` keep their old values when the page
-        brings none (an empty page, or an answer without projection_as_of).  ``records`` is
-        what the records upsert collapses (the changes' records); ``changes``, the page's
-        changes, give the revision history every revision with its sequence and changed_at.
-        Without them the history gets ``records`` with no sequence.
-        """
+        """Store one change page and move the change cursor, in one transaction (``TailPage``
+        says what each part is for)."""
         now = self._clock()
         plan = page_commits.plan_page(
-            records,
-            rejected,
+            page.records,
+            page.rejected,
             merchant_id=merchant_id,
             source=page_commits.TAIL_SOURCE,
-            position=position,
+            position=page.position,
             keep_revisions=self._keep_revisions,
             now=now,
-            changes=changes,
+            changes=page.changes,
         )
 
         def send(conn: Connection) -> None:
@@ -469,15 +459,7 @@ class Warehouse:
 
         def commit(conn: Connection) -> WriteResult:
             return page_commits.commit_tail_page(
-                conn,
-                self._writer_for(conn),
-                merchant_id,
-                plan,
-                next_cursor=next_cursor,
-                last_sequence=last_sequence,
-                projection_as_of=projection_as_of,
-                now=now,
-                sent=True,
+                conn, self._writer_for(conn), merchant_id, plan, page, now=now, sent=True
             )
 
         return self._commit_page("commit tail page", merchant_id, epoch, commit, before=send)
@@ -609,11 +591,6 @@ class Warehouse:
         """game_id -> its name and provider from the catalogue (every game ever listed)."""
         with translate_errors("read game names"), self._engine.begin() as conn:
             return catalogue.game_names(conn, merchant_id)
-
-    def fetch_games(self, merchant_id: str) -> dict[str, dict[str, Any]]:
-        """Every stored game row with its localized names (for tests and checks)."""
-        with translate_errors("fetch games"), self._engine.begin() as conn:
-            return catalogue.fetch_games(conn, merchant_id)
 
     @contextmanager
     def _write(self, action: str, merchant_id: str, epoch: int | None) -> Iterator[Connection]:
@@ -757,9 +734,14 @@ class Warehouse:
             on_lost=on_lost,
         )
 
-    def fenced(self, merchant_id: str, epoch: int) -> FencedWarehouse:
+    def fenced(self, merchant_id: str, epoch: int) -> MerchantStore:
         """The sync's store for ``merchant_id`` held at ``epoch``: every write is fenced."""
-        return FencedWarehouse(self, merchant_id, epoch)
+        return MerchantStore(self, merchant_id, epoch)
+
+    def for_merchant(self, merchant_id: str) -> MerchantStore:
+        """The sync's store for ``merchant_id``, unfenced: for a sync that holds no lease (the
+        demo, a test); a holder's sync writes through ``fenced``."""
+        return MerchantStore(self, merchant_id, None)
 
     def lease_epoch(self, merchant_id: str) -> int | None:
         """The merchant's current lease epoch; None when no replica ever held it."""
@@ -871,16 +853,10 @@ class Warehouse:
         with translate_errors("read verify request"), self._engine.begin() as conn:
             return verify_requests.get(conn, request_id)
 
-    # -- for tests and end-to-end checks -----------------------------------------------------
+    # -- for the demo's comparison (and the tests') -------------------------------------------
 
     def fetch_records(self, merchant_id: str) -> dict[str, dict[str, Any]]:
-        """Every stored row of the merchant by record_id (for tests and end-to-end checks)."""
+        """Every stored row of the merchant by record_id (the demo compares it with the
+        simulator's truth)."""
         with translate_errors("fetch records"), self._engine.begin() as conn:
             return reads.fetch_records(conn, merchant_id)
-
-    def fetch_revisions(
-        self, merchant_id: str, record_id: str | None = None
-    ) -> list[dict[str, Any]]:
-        """The stored revision history, ordered by (record_id, revision)."""
-        with translate_errors("fetch revisions"), self._engine.begin() as conn:
-            return reads.fetch_revisions(conn, merchant_id, record_id)

@@ -27,7 +27,7 @@ import orjson
 from msgspec.structs import replace
 
 from recordsync.core.models import Game, Record, RecordChange
-from recordsync.core.state import REBUILD_JOB, Window
+from recordsync.core.state import REBUILD_JOB, TailPage, Window
 from recordsync.platform.parsing import parse_change, parse_game, parse_record
 from recordsync.sim import Simulator
 from recordsync.sim.config import SimConfig
@@ -207,13 +207,15 @@ def load(warehouse: Warehouse, data: Dataset, *, projection_as_of: datetime) -> 
     for number, page in enumerate(_pages(data.changes)):
         warehouse.commit_tail_page(
             MERCHANT,
-            records=[change.record for change in page],
-            rejected=[],
-            next_cursor=f"tail-{number + 1}",
-            last_sequence=page[-1].sequence,
-            projection_as_of=projection_as_of,
-            position=f"tail-{number}",
-            changes=page,
+            TailPage(
+                records=[change.record for change in page],
+                rejected=[],
+                next_cursor=f"tail-{number + 1}",
+                last_sequence=page[-1].sequence,
+                projection_as_of=projection_as_of,
+                position=f"tail-{number}",
+                changes=page,
+            ),
         )
 
 

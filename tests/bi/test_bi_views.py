@@ -18,6 +18,7 @@ from bi.bi_data import (
 )
 from bi.conftest import STALENESS
 from sqlalchemy import text
+from warehouse_reads import fetch_revisions
 
 from recordsync.core.state import Phase
 from recordsync.warehouse import Warehouse
@@ -137,7 +138,7 @@ def test_a_merchant_never_tailed_has_no_staleness_yet(loaded):
 
 def test_the_history_holds_every_revision_of_the_stream_once(loaded):
     data = dataset()
-    history = loaded.fetch_revisions(MERCHANT)
+    history = fetch_revisions(loaded, MERCHANT)
     keys = [(row["record_id"], row["revision"]) for row in history]
     assert len(keys) == len(set(keys))
     stream = {(change.record_id, change.revision): change.sequence for change in data.changes}

@@ -17,7 +17,7 @@ from recordsync.service.app import open_app
 from recordsync.sim import SimConfig, Simulator
 from recordsync.sync.events import SyncObserver
 from recordsync.warehouse import Warehouse
-from recordsync.warehouse.bi_indexes import BI_INDEX_NAMES, drop_statements
+from recordsync.warehouse.bi.indexes import BI_INDEX_NAMES, drop_statements
 
 pytestmark = pytest.mark.slow
 

@@ -13,6 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 from synccheck import settings_for
+from warehouse_reads import fetch_games
 
 from recordsync.core.secret import Secret
 from recordsync.core.stopping import Stopper
@@ -67,7 +68,7 @@ def client_of(sim: Simulator, clock=time.time) -> Iterator[PlatformClient]:
 def context(client: PlatformClient, warehouse: Warehouse, page_size: int = 5) -> SyncContext:
     return SyncContext(
         client=client,
-        warehouse=warehouse,
+        warehouse=warehouse.for_merchant(MERCHANT),
         options=SyncOptions(merchant_id=MERCHANT, history_from=None, page_size=page_size),
         stopper=Stopper(),
         observer=SyncObserver(),
@@ -78,7 +79,7 @@ def context(client: PlatformClient, warehouse: Warehouse, page_size: int = 5) ->
 def refresh(ctx: SyncContext, source, warehouse: Warehouse) -> list[dict]:
     with capture_logs() as logs:
         runner = ctx.runner(ctx.stopper, fatal_is_final=False)
-        CatalogueRefresh(ctx, source, warehouse, runner).run()
+        CatalogueRefresh(ctx, source, warehouse.for_merchant(MERCHANT), runner).run()
     return logs
 
 
@@ -105,7 +106,7 @@ def expected_rows(sim: Simulator) -> dict[str, dict]:
 def stored_rows(warehouse: Warehouse) -> dict[str, dict]:
     return {
         game_id: {name: row[name] for name in (*expected_keys(), "localizations")}
-        for game_id, row in warehouse.fetch_games(MERCHANT).items()
+        for game_id, row in fetch_games(warehouse, MERCHANT).items()
         if row["listed"]
     }
 
@@ -177,9 +178,9 @@ def test_a_game_that_disappears_keeps_its_row_marked_not_seen_since(warehouse):
         gone = sim.games(MERCHANT).listed()[3]
         sim.games(MERCHANT).retire(gone.game_id)
         sim.games(MERCHANT).set_status(sim.games(MERCHANT).listed()[0].game_id, "DISABLED")
-        first_seen = warehouse.fetch_games(MERCHANT)[gone.game_id]["last_seen_at"]
+        first_seen = fetch_games(warehouse, MERCHANT)[gone.game_id]["last_seen_at"]
         logs = refresh(ctx, client, warehouse)
-    rows = warehouse.fetch_games(MERCHANT)
+    rows = fetch_games(warehouse, MERCHANT)
     assert len(rows) == 24
     assert rows[gone.game_id]["listed"] is False
     assert rows[gone.game_id]["last_seen_at"] == first_seen
@@ -214,7 +215,7 @@ def test_the_query_limit_is_honoured_while_the_record_tail_runs(warehouse_url):
                 time.sleep(0.2)
             stopper.stop()
             runner.join()
-            stored = app.warehouse.fetch_games(MERCHANT)
+            stored = fetch_games(app.warehouse, MERCHANT)
             tail_pages = sim.stats().count("record-changes", 200)
         stats = sim.stats()
     assert stats.count("games", 200) >= 8, "two whole passes at least (4 pages each)"

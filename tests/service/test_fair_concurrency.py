@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recordsync.service.merchant_syncs import fair_concurrency
+from recordsync.service.runtime import fair_concurrency
 
 
 @pytest.mark.parametrize(

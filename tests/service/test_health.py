@@ -9,7 +9,12 @@ from prometheus_client import CollectorRegistry
 
 from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
 from recordsync.metrics import MetricName, Metrics
-from recordsync.service.health import HealthServer, Readiness, ReadinessCheck, assess_readiness
+from recordsync.service.health import (
+    FleetReadinessCheck,
+    HealthServer,
+    Readiness,
+    assess_readiness,
+)
 from recordsync.service.observers import ClientMetricsObserver, SyncMetricsObserver
 
 START = 1_000_000.0
@@ -97,6 +102,7 @@ class Clock:
 
 def test_readiness_check_pings_the_warehouse_and_reads_the_last_commit():
     clock = Clock()
+    taken_at = clock.now
     commits = {"at": None}
     failing = {"on": False}
 
@@ -104,8 +110,8 @@ def test_readiness_check_pings_the_warehouse_and_reads_the_last_commit():
         if failing["on"]:
             raise WarehouseUnavailableError("warehouse unavailable (ping): secret-ish detail")
 
-    check = ReadinessCheck(
-        ping=ping, last_commit_at=lambda: commits["at"], poll_interval=POLL, clock=clock
+    check = FleetReadinessCheck(
+        ping=ping, held=lambda: {"m-1": (taken_at, commits["at"])}, poll_interval=POLL, clock=clock
     )
     assert check().ready  # starting
     clock.now += 200
@@ -119,12 +125,19 @@ def test_readiness_check_pings_the_warehouse_and_reads_the_last_commit():
     )
 
 
+def held_from(metrics: Metrics, clock: Clock, *merchant_ids: str):
+    taken_at = clock.now
+    return lambda: {
+        merchant_id: (taken_at, metrics.last_commit_at(merchant_id)) for merchant_id in merchant_ids
+    }
+
+
 def test_readiness_check_follows_metrics_last_commit():
     clock = Clock()
     metrics = Metrics(CollectorRegistry(), clock=clock)
-    check = ReadinessCheck(
+    check = FleetReadinessCheck(
         ping=lambda: None,
-        last_commit_at=lambda: metrics.last_commit_at("m-1"),
+        held=held_from(metrics, clock, "m-1"),
         poll_interval=POLL,
         startup_grace=0,
         clock=clock,
@@ -140,22 +153,20 @@ def test_readiness_check_follows_metrics_last_commit():
 def test_readiness_is_per_merchant_another_merchants_commits_do_not_count():
     clock = Clock()
     metrics = Metrics(CollectorRegistry(), clock=clock)
-    checks = {
-        merchant_id: ReadinessCheck(
-            ping=lambda: None,
-            last_commit_at=lambda merchant_id=merchant_id: metrics.last_commit_at(merchant_id),
-            poll_interval=POLL,
-            startup_grace=0,
-            clock=clock,
-        )
-        for merchant_id in ("m-1", "m-2")
-    }
+    check = FleetReadinessCheck(
+        ping=lambda: None,
+        held=held_from(metrics, clock, "m-1", "m-2"),
+        poll_interval=POLL,
+        startup_grace=0,
+        clock=clock,
+    )
     clock.now += 1
     SyncMetricsObserver(metrics.merchant("m-2")).tail_page(
         0, has_more=False, projection_as_of=None, last_sequence=None
     )
-    assert checks["m-2"]().ready
-    assert not checks["m-1"]().ready
+    verdict = check()
+    assert not verdict.ready
+    assert verdict.reason.startswith("m-1: ")  # only the merchant that commits nothing
 
 
 # -- the server over loopback -------------------------------------------------------------------

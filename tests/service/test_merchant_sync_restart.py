@@ -29,7 +29,7 @@ from recordsync.sim import SimConfig, Simulator
 from recordsync.sim.config import derived_secret
 from recordsync.sync.jobs import JobHost
 from recordsync.warehouse import BackfillRequest, Warehouse
-from recordsync.warehouse.fenced import FencedWarehouse
+from recordsync.warehouse.merchant_store import MerchantStore
 
 GOOD, BUGGY = "brand-1", "brand-2"
 # A message a careless bug could build: it must never reach a log line.
@@ -40,16 +40,16 @@ class ScriptedBugError(RuntimeError):
     pass
 
 
-class BuggyStore(FencedWarehouse):
+class BuggyStore(MerchantStore):
     """The real fenced store whose first ``fail`` state reads raise, like a bug would."""
 
     def __init__(self, warehouse: Warehouse, merchant_id: str, epoch: int, script: Script) -> None:
         super().__init__(warehouse, merchant_id, epoch)
         self._script = script
 
-    def load_state(self, merchant_id: str) -> SyncState | None:
+    def load_state(self) -> SyncState | None:
         self._script.attempt()
-        return super().load_state(merchant_id)
+        return super().load_state()
 
 
 class Script:
@@ -71,7 +71,7 @@ class ScriptedWarehouse(Warehouse):
     script: Script
     watch_script: Script
 
-    def fenced(self, merchant_id: str, epoch: int) -> FencedWarehouse:
+    def fenced(self, merchant_id: str, epoch: int) -> MerchantStore:
         if merchant_id == BUGGY:
             return BuggyStore(self, merchant_id, epoch, self.script)
         return super().fenced(merchant_id, epoch)

@@ -17,11 +17,12 @@ from datetime import UTC, datetime, timedelta
 from warehouse.warehouse_samples import make_change, make_record
 
 from recordsync.core.errors import CursorExpiredError, ShutdownRequestedError
-from recordsync.core.models import ChangesPage, Record, RecordChange, RecordsPage, RejectedItem
+from recordsync.core.models import ChangesPage, Record, RecordsPage, RejectedItem
 from recordsync.core.state import (
     REBUILD_JOB,
     Phase,
     SyncState,
+    TailPage,
     Window,
     WindowPage,
     WindowProgress,
@@ -232,6 +233,7 @@ class FakeStore:
 
     state: SyncState | None = None
     concurrent_writes: bool = False
+    merchant_id: str = MERCHANT  # the merchant the store is bound to
     rows: dict[str, Record] = field(default_factory=dict)
     jobs: dict[str, dict[Window, WindowProgress]] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
@@ -264,19 +266,18 @@ class FakeStore:
 
     # -- SyncStore ----------------------------------------------------------------------------
 
-    def load_state(self, merchant_id: str) -> SyncState | None:
+    def load_state(self) -> SyncState | None:
         with self._lock:
             self._called("load_state")
             return self.state
 
-    def load_windows(self, merchant_id: str, job: str) -> list[WindowProgress]:
+    def load_windows(self, job: str) -> list[WindowProgress]:
         with self._lock:
             self._called("load_windows")
             return self.windows(job)
 
     def start_rebuild(
         self,
-        merchant_id: str,
         *,
         change_cursor: str,
         anchor_at: datetime,
@@ -288,7 +289,7 @@ class FakeStore:
         with self._lock:
             self._called("start_rebuild")
             self.state = SyncState(
-                merchant_id=merchant_id,
+                merchant_id=self.merchant_id,
                 phase=Phase.SNAPSHOT if windows else Phase.TAILING,
                 change_cursor=change_cursor,
                 anchor_at=anchor_at,
@@ -299,14 +300,13 @@ class FakeStore:
                 last_projection_as_of=None,
                 last_commit_at=None,
             )
-            self.jobs[REBUILD_JOB] = _progress(merchant_id, REBUILD_JOB, windows)
+            self.jobs[REBUILD_JOB] = _progress(self.merchant_id, REBUILD_JOB, windows)
             if defer_bi_indexes:
                 self._defer_bi_indexes(windows)
             return self.state
 
     def ensure_job(
         self,
-        merchant_id: str,
         job: str,
         windows: Sequence[Window],
         *,
@@ -315,7 +315,7 @@ class FakeStore:
         with self._lock:
             self._called("ensure_job")
             if job not in self.jobs:
-                self.jobs[job] = _progress(merchant_id, job, windows)
+                self.jobs[job] = _progress(self.merchant_id, job, windows)
                 if defer_bi_indexes:
                     self._defer_bi_indexes(windows)
             return self.windows(job)
@@ -325,17 +325,17 @@ class FakeStore:
             self.bi_indexes = False
             self.deferrals += 1
 
-    def missing_bi_indexes(self, merchant_id: str) -> list[str]:
+    def missing_bi_indexes(self) -> list[str]:
         with self._lock:
             self._called("missing_bi_indexes")
             return [] if self.bi_indexes else ["ix_records_merchant_created"]
 
-    def build_bi_indexes(self, merchant_id: str) -> None:
+    def build_bi_indexes(self) -> None:
         with self._lock:
             self._called("build_bi_indexes")
             self.bi_indexes = True
 
-    def commit_window_pages(self, merchant_id: str, pages: Sequence[WindowPage]) -> list[None]:
+    def commit_window_pages(self, pages: Sequence[WindowPage]) -> list[None]:
         """Every page with its window's cursor, all or nothing (checked before any is kept)."""
         with self._lock:
             self._called("commit_window_pages")
@@ -346,7 +346,6 @@ class FakeStore:
 
     def commit_window_page(
         self,
-        merchant_id: str,
         job: str,
         window: Window,
         *,
@@ -377,15 +376,13 @@ class FakeStore:
         if page.job == REBUILD_JOB and finished and self.state is not None:
             self.state = replace(self.state, phase=Phase.TAILING)
 
-    def restart_window(self, merchant_id: str, job: str, window: Window) -> None:
+    def restart_window(self, job: str, window: Window) -> None:
         with self._lock:
             self._called("restart_window")
             held = self.jobs[job][window]
             self.jobs[job][window] = replace(held, cursor=None, cursor_issued_at=None, records=0)
 
-    def split_window(
-        self, merchant_id: str, job: str, window: Window, pieces: Sequence[Window]
-    ) -> None:
+    def split_window(self, job: str, window: Window, pieces: Sequence[Window]) -> None:
         with self._lock:
             self._called("split_window")
             windows = self.jobs[job]
@@ -393,11 +390,9 @@ class FakeStore:
             assert pieces[-1].end == window.end
             cut = Window(window.start, pieces[0].start)
             windows[cut] = replace(held, window=cut, cursor=None, cursor_issued_at=None, done=True)
-            windows.update(_progress(merchant_id, job, pieces))
+            windows.update(_progress(self.merchant_id, job, pieces))
 
-    def carry_window(
-        self, merchant_id: str, job: str, window: Window, following: Window, joined: Window
-    ) -> None:
+    def carry_window(self, job: str, window: Window, following: Window, joined: Window) -> None:
         with self._lock:
             self._called("carry_window")
             windows = self.jobs[job]
@@ -410,34 +405,23 @@ class FakeStore:
             assert joined.end == following.end
             cut = Window(window.start, joined.start)
             windows[cut] = replace(held, window=cut, cursor=None, cursor_issued_at=None, done=True)
-            windows.update(_progress(merchant_id, job, [joined]))
+            windows.update(_progress(self.merchant_id, job, [joined]))
 
-    def commit_tail_page(
-        self,
-        merchant_id: str,
-        *,
-        records: Sequence[Record],
-        rejected: Sequence[RejectedItem],
-        next_cursor: str,
-        last_sequence: str | None,
-        projection_as_of: datetime | None,
-        position: str,
-        changes: Sequence[RecordChange] = (),
-    ) -> None:
+    def commit_tail_page(self, page: TailPage) -> None:
         with self._lock:
             self._called("commit_tail_page")
             assert self.state is not None, "no sync state: start a rebuild"
-            self.keep(*records)
+            self.keep(*page.records)
             self.state = replace(
                 self.state,
-                change_cursor=next_cursor,
-                last_sequence=last_sequence or self.state.last_sequence,
-                last_projection_as_of=projection_as_of or self.state.last_projection_as_of,
+                change_cursor=page.next_cursor,
+                last_sequence=page.last_sequence or self.state.last_sequence,
+                last_projection_as_of=page.projection_as_of or self.state.last_projection_as_of,
             )
-            ids = [item.record_id for item in records]
-            self.tail_commits.append(TailCommit(position, next_cursor, ids))
+            ids = [item.record_id for item in page.records]
+            self.tail_commits.append(TailCommit(page.position, page.next_cursor, ids))
 
-    def stored_revisions(self, merchant_id: str, record_ids: Collection[str]) -> dict[str, int]:
+    def stored_revisions(self, record_ids: Collection[str]) -> dict[str, int]:
         with self._lock:
             self._called("stored_revisions")
             return {key: self.rows[key].revision for key in record_ids if key in self.rows}

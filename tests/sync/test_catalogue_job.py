@@ -73,13 +73,11 @@ class Catalogue:
     passes: list[list[str]] = field(default_factory=list)
     seen: list[EndpointAvailability] = field(default_factory=list)
 
-    def commit_catalogue(
-        self, merchant_id: str, games: Sequence[Game], *, kept_ids: Collection[str] = ()
-    ):
+    def commit_catalogue(self, games: Sequence[Game], *, kept_ids: Collection[str] = ()):
         self.passes.append([item.game_id for item in games])
         return _Counts(len(games))
 
-    def record_availability(self, merchant_id: str, seen: EndpointAvailability) -> None:
+    def record_availability(self, seen: EndpointAvailability) -> None:
         self.seen.append(seen)
 
 

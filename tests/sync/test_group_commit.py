@@ -146,7 +146,7 @@ class MeetingStore(FakeStore):
         self.barrier = threading.Barrier(meeting, timeout=2.0)
         self.met = 0
 
-    def commit_window_pages(self, merchant_id: str, pages: Sequence[WindowPage]) -> list[None]:
+    def commit_window_pages(self, pages: Sequence[WindowPage]) -> list[None]:
         try:
             self.barrier.wait()
             self.met += 1

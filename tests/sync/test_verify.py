@@ -1,93 +1,107 @@
-"""The comparison behind ``recordsync verify``: what each pair of rows means (pure, no I/O)."""
+"""``recordsync verify``'s engine on the ports (issue 25): a scripted platform and an in-memory
+store drive it, no socket and no database.  What the command and the daemon add around it is
+tested in tests/service/test_verify.py against the simulator."""
 
 from __future__ import annotations
 
-from datetime import date, timedelta, timezone
-from decimal import Decimal
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 
-import pytest
-from msgspec.structs import replace
-from warehouse.warehouse_samples import make_record
+from sync.fakes import HOUR, NOW, FakePlatform, InstantStopper, expired, record
 
-from recordsync.sync.verify import (
-    DayTally,
-    Difference,
-    classify,
-    compare_page,
-    differing_fields,
-    warehouse_only,
-)
+from recordsync.core.models import Record
+from recordsync.platform.budget import Priority
+from recordsync.sync.comparison import Difference
+from recordsync.sync.ports import VerifyStore
+from recordsync.sync.verify import verify_range
 
-PLATFORM = make_record("r-1", revision=3)
+DAY_ONE = NOW.replace(hour=0, minute=0, second=0, microsecond=0)
+START, END = DAY_ONE, DAY_ONE + 24 * HOUR
 
 
-@pytest.mark.parametrize(
-    ("stored", "expected"),
-    [
-        (None, Difference.MISSING),
-        (replace(PLATFORM, revision=2), Difference.BEHIND),
-        (replace(PLATFORM, revision=4), Difference.AHEAD),
-        (replace(PLATFORM, bet_amount=Decimal("10.01")), Difference.DIFFERENT),
-        (replace(PLATFORM, status="VOID"), Difference.DIFFERENT),
-        (PLATFORM, None),
-        # Money as exact decimals: the warehouse's NUMERIC(30,4) reads back 10.0000.
-        (replace(PLATFORM, bet_amount=Decimal("10.0000")), None),
-        # Times as instants: the same moment at another offset is equal.
-        (
-            replace(
-                PLATFORM, created_at=PLATFORM.created_at.astimezone(timezone(timedelta(hours=2)))
-            ),
-            None,
-        ),
-    ],
-    ids=[
-        "missing",
-        "behind",
-        "ahead",
-        "money",
-        "status",
-        "equal",
-        "decimal-scale",
-        "time-zone",
-    ],
-)
-def test_classify_names_what_the_warehouse_row_is(stored, expected):
-    assert classify(PLATFORM, stored) is expected
+def at(hour: int) -> datetime:
+    return DAY_ONE + hour * HOUR
 
 
-def test_differing_fields_names_each_field_and_never_the_key():
-    stored = replace(PLATFORM, net_amount=Decimal("-9.99"), settled_at=PLATFORM.updated_at)
-    assert differing_fields(PLATFORM, stored) == ("net_amount", "settled_at")
+@dataclass
+class VerifyFake:
+    """The warehouse as verify sees it: rows by id, the highest revision kept on repair."""
+
+    rows: dict[str, Record] = field(default_factory=dict)
+    journal: list[str] = field(default_factory=list)
+    repairs: list[list[str]] = field(default_factory=list)
+
+    def record_ids_created(self, start: datetime, end: datetime) -> list[str]:
+        self.journal.append("record_ids_created")
+        return [key for key, row in self.rows.items() if start <= row.created_at < end]
+
+    def stored_records(self, record_ids: Collection[str]) -> dict[str, Record]:
+        return {key: self.rows[key] for key in record_ids if key in self.rows}
+
+    def repair_records(self, *, newer: Sequence[Record], same_revision: Sequence[Record]) -> None:
+        self.repairs.append([item.record_id for item in [*newer, *same_revision]])
+        for item in [*newer, *same_revision]:
+            held = self.rows.get(item.record_id)
+            if held is None or held.revision <= item.revision:
+                self.rows[item.record_id] = item
 
 
-def test_compare_page_takes_the_highest_revision_a_page_lists_and_splits_the_repairs():
-    newer = make_record("r-2", revision=5)
-    page = [PLATFORM, make_record("r-2", revision=4), newer, make_record("r-3"), make_record("r-4")]
-    stored = {
-        "r-1": replace(PLATFORM, payout_amount=Decimal(1)),  # different at the same revision
-        "r-2": make_record("r-2", revision=4),  # behind the page's highest revision, 5
-        "r-3": make_record("r-3", revision=2),  # ahead
-    }
-    findings = compare_page(page, stored)
-    assert sorted(findings.differences) == [
-        (Difference.AHEAD, "r-3"),
-        (Difference.BEHIND, "r-2"),
-        (Difference.DIFFERENT, "r-1"),
-        (Difference.MISSING, "r-4"),
-    ]
-    assert {record.record_id: record.revision for record in findings.newer} == {"r-2": 5, "r-4": 1}
-    assert findings.same_revision == (PLATFORM,)
+def platform_and_store() -> tuple[FakePlatform, VerifyFake]:
+    """The platform lists a (revision 2), b and c; the warehouse holds a at revision 1, c as
+    listed, and d, which the platform does not list."""
+    a2 = record("a", 2, created=at(1), updated=at(3))
+    b1 = record("b", 1, created=at(2), updated=at(2))
+    c1 = record("c", 1, created=at(4), updated=at(4))
+    d1 = record("d", 1, created=at(5), updated=at(5))
+    platform = FakePlatform(records=[a2, b1, c1])
+    store = VerifyFake(rows={"a": record("a", 1, created=at(1), updated=at(1)), "c": c1, "d": d1})
+    return platform, store
 
 
-def test_warehouse_only_lists_rows_the_platform_did_not():
-    assert warehouse_only(["a", "b"], ["c", "a", "d"]) == ["c", "d"]
+def run(platform: FakePlatform, store: VerifyStore, *, repair: bool):
+    return verify_range(
+        platform, store, START, END, page_size=2, repair=repair, stopper=InstantStopper()
+    )
 
 
-def test_a_day_keeps_every_count_but_only_the_first_ids():
-    tally = DayTally(date(2026, 3, 1))
-    for n in range(8):
-        tally.note(Difference.MISSING, f"r-{n}")
-    tally.note(Difference.AHEAD, "r-x")
-    assert tally.counts[Difference.MISSING] == 8
-    assert tally.examples[Difference.MISSING] == [f"r-{n}" for n in range(5)]
-    assert tally.faults == 8  # rows ahead are newer changes, not a fault
+def test_each_kind_of_difference_is_counted_for_its_day() -> None:
+    platform, store = platform_and_store()
+    result = run(platform, store, repair=False)
+    [day] = result.days
+    assert (day.platform_rows, day.warehouse_rows) == (3, 3)
+    assert day.examples[Difference.MISSING] == ["b"]
+    assert day.examples[Difference.BEHIND] == ["a"]
+    assert day.examples[Difference.WAREHOUSE_ONLY] == ["d"]
+    assert result.faults == 2
+    assert store.repairs == []  # no --repair: nothing written
+
+
+def test_the_warehouse_is_listed_before_the_platform_is_read_at_the_lowest_priority() -> None:
+    platform, store = platform_and_store()
+    journal: list[str] = []
+    platform.journal = journal
+    store.journal = journal
+    run(platform, store, repair=False)
+    assert journal[0] == "record_ids_created"  # a row the tail stores later is never "only"
+    assert {call.priority for call in platform.calls} == {Priority.BACKGROUND}
+
+
+def test_a_repair_writes_the_platforms_records_and_counts_what_it_fixed() -> None:
+    platform, store = platform_and_store()
+    result = run(platform, store, repair=True)
+    assert sorted(item for page in store.repairs for item in page) == ["a", "b"]
+    assert result.repaired == 2
+    assert store.rows["a"].revision == 2
+    assert "d" in store.rows  # a row only the warehouse has is never deleted
+    again = run(FakePlatform(records=platform.records), store, repair=False)
+    assert again.faults == 0
+
+
+def test_a_window_whose_cursor_expires_is_read_again_whole() -> None:
+    platform, store = platform_and_store()
+    platform.fail("records_next", "0:2", expired("records"))
+    result = run(platform, store, repair=False)
+    assert len(platform.calls_to("records_first")) == 2
+    assert result.total(Difference.MISSING) == 1  # counted once, not once per reading
+    assert result.platform_rows == 3

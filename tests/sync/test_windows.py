@@ -346,7 +346,7 @@ def test_a_chain_s_work_counts_its_wait_for_the_writer_not_only_its_commit() -> 
     store = FakeStore()
     ctx = make_context(FakePlatform(records=DENSE[:3]), store, page_size=5)
     window = Window(START, END)
-    store.ensure_job(MERCHANT, "job", [window])
+    store.ensure_job("job", [window])
     snapshot = PendingWindows(store.windows("job"), workers=1)
     item = snapshot.take()
     assert item is not None
@@ -410,11 +410,11 @@ def test_more_windows_than_workers_get_more_workers_before_any_cut() -> None:
 def test_a_snapshot_grows_to_at_most_its_share_of_a_shared_host(
     most_chains: int | None, expected: int
 ) -> None:
-    """A daemon of many merchants gives each its share (merchant_syncs.fair_concurrency):
+    """A daemon of many merchants gives each its share (runtime.fair_concurrency):
     a merchant's growth must not take the threads the others' chains need."""
     store = FakeStore()
     windows = [Window(START + n * HOUR, START + (n + 1) * HOUR) for n in range(20)]
-    store.ensure_job(MERCHANT, "job", windows)
+    store.ensure_job("job", windows)
     ctx = make_engine(
         FakePlatform(), store, snapshot_concurrency=4, snapshot_most_chains=most_chains
     )._context
@@ -494,7 +494,7 @@ def test_a_chain_carries_its_rest_into_the_unread_window_after_it_saving_a_parti
     platform = FastPlatform(records=THREE)
     ctx = make_context(platform, store, page_size=6)
     first, second, third = split_range(START, THREE_END, 3)
-    store.ensure_job(MERCHANT, "job", [first, second, third])
+    store.ensure_job("job", [first, second, third])
     snapshot = PendingWindows(store.windows("job"), workers=1)
     item = snapshot.take()
     assert item is not None

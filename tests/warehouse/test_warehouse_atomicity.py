@@ -14,9 +14,10 @@ import pytest
 from dbfixtures import SERVER_PARAMS, server_url
 from sqlalchemy import create_engine, event, text
 from warehouse.warehouse_samples import MERCHANT, T0, make_record, windows
+from warehouse_reads import fetch_revisions
 
 from recordsync.core.errors import WarehouseUnavailableError
-from recordsync.core.state import REBUILD_JOB, Phase
+from recordsync.core.state import REBUILD_JOB, Phase, TailPage
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.connection import WRITE_OPTION
 
@@ -79,12 +80,14 @@ def commit_window(store: Warehouse, index: int = 0, *, done: bool = False):
 def commit_tail(store: Warehouse):
     return store.commit_tail_page(
         MERCHANT,
-        records=[make_record("a", 4)],
-        rejected=[],
-        next_cursor="tail-1",
-        last_sequence="99",
-        projection_as_of=T0,
-        position="tail-0",
+        TailPage(
+            records=[make_record("a", 4)],
+            rejected=[],
+            next_cursor="tail-1",
+            last_sequence="99",
+            projection_as_of=T0,
+            position="tail-0",
+        ),
     )
 
 
@@ -92,7 +95,7 @@ def snapshot(store: Warehouse):
     """Everything a commit may touch, to compare before and after a failed one."""
     return (
         store.fetch_records(MERCHANT),
-        store.fetch_revisions(MERCHANT),
+        fetch_revisions(store, MERCHANT),
         store.load_state(MERCHANT),
         store.load_windows(MERCHANT, REBUILD_JOB),
     )

@@ -25,7 +25,7 @@ from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.models import Record
 from recordsync.core.state import REBUILD_JOB, Window
 from recordsync.warehouse import Warehouse
-from recordsync.warehouse.bi_indexes import BI_INDEX_NAMES, build_statements, drop_statements
+from recordsync.warehouse.bi.indexes import BI_INDEX_NAMES, build_statements, drop_statements
 from recordsync.warehouse.schema import records
 
 JOB = "backfill:test"

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import func, select
+from warehouse_reads import fetch_games
 
 from recordsync.core.errors import LeaseSupersededError
 from recordsync.core.models import Game, Localization
@@ -62,7 +63,7 @@ def test_a_pass_stores_every_field_and_non_ascii_localized_names(clocked):
     store, _ = clocked
     result = store.commit_catalogue(MERCHANT, [game(1), game(2)])
     assert (result.listed, result.added, result.changed, result.unlisted) == (2, 2, 0, 0)
-    row = store.fetch_games(MERCHANT)[game(1).game_id]
+    row = fetch_games(store, MERCHANT)[game(1).game_id]
     assert row["name"] == "Dragon Fortune 1"
     assert (row["provider_code"], row["provider_name"]) == ("PGS", "Pocket Games Studio")
     assert (row["category"], row["category_name"], row["status"]) == ("SLOT", "Slots", "AVAILABLE")
@@ -83,7 +84,7 @@ def test_a_game_that_disappears_keeps_its_row_marked_not_seen_since(clocked):
     clock.now = T0 + timedelta(hours=1)
     result = store.commit_catalogue(MERCHANT, [game(1), game(3)])
     assert (result.listed, result.added, result.changed, result.unlisted) == (2, 0, 0, 1)
-    rows = store.fetch_games(MERCHANT)
+    rows = fetch_games(store, MERCHANT)
     gone = rows[game(2).game_id]
     assert gone["listed"] is False
     assert gone["last_seen_at"] == T0, "not seen since the pass before"
@@ -94,7 +95,7 @@ def test_a_game_that_disappears_keeps_its_row_marked_not_seen_since(clocked):
     # Listed again later: back in the catalogue.
     clock.now = T0 + timedelta(hours=2)
     store.commit_catalogue(MERCHANT, [game(1), game(2), game(3)])
-    back = store.fetch_games(MERCHANT)[game(2).game_id]
+    back = fetch_games(store, MERCHANT)[game(2).game_id]
     assert (back["listed"], back["last_seen_at"]) == (True, clock.now)
 
 
@@ -112,7 +113,7 @@ def test_a_changed_game_moves_changed_at_and_replaces_its_names(clocked):
     )
     result = store.commit_catalogue(MERCHANT, [renamed])
     assert result.changed == 1
-    row = store.fetch_games(MERCHANT)[renamed.game_id]
+    row = fetch_games(store, MERCHANT)[renamed.game_id]
     assert (row["name"], row["status"], row["launch_supported"]) == (
         "Dragon Fortune Deluxe",
         "MAINTENANCE",
@@ -129,7 +130,7 @@ def test_a_game_that_could_not_be_read_counts_as_seen_not_gone(clocked):
     clock.now = T0 + timedelta(hours=1)
     result = store.commit_catalogue(MERCHANT, [game(1)], kept_ids=[game(2).game_id])
     assert result.unlisted == 0
-    row = store.fetch_games(MERCHANT)[game(2).game_id]
+    row = fetch_games(store, MERCHANT)[game(2).game_id]
     assert (row["listed"], row["last_seen_at"], row["name"]) == (
         True,
         clock.now,
@@ -143,7 +144,7 @@ def test_merchants_keep_their_own_catalogues(clocked):
     store.commit_catalogue(MERCHANT, [game(1)])
     store.commit_catalogue("other", [game(1, name="Другая игра")])
     store.commit_catalogue(MERCHANT, [])
-    assert store.fetch_games("other")[game(1).game_id]["listed"] is True
+    assert fetch_games(store, "other")[game(1).game_id]["listed"] is True
     assert store.game_names("other")[game(1).game_id].name == "Другая игра"
     assert store.game_names(MERCHANT)[game(1).game_id].listed is False
 
@@ -189,10 +190,10 @@ def test_a_superseded_holder_cannot_commit_a_pass(warehouse):
         assert old is not None
         assert new is not None
         with pytest.raises(LeaseSupersededError):
-            warehouse.fenced(MERCHANT, old).commit_catalogue(MERCHANT, [game(1)])
-        assert warehouse.fetch_games(MERCHANT) == {}
-        warehouse.fenced(MERCHANT, new).commit_catalogue(MERCHANT, [game(1)])
-        assert list(warehouse.fetch_games(MERCHANT)) == [game(1).game_id]
+            warehouse.fenced(MERCHANT, old).commit_catalogue([game(1)])
+        assert fetch_games(warehouse, MERCHANT) == {}
+        warehouse.fenced(MERCHANT, new).commit_catalogue([game(1)])
+        assert list(fetch_games(warehouse, MERCHANT)) == [game(1).game_id]
     finally:
         first.close()
         second.close()
@@ -221,7 +222,7 @@ def test_a_game_the_columns_cannot_hold_is_left_out_and_the_pass_commits(
     result = store.commit_catalogue(MERCHANT, [game(1), game(2, **hostile), game(3)])
     assert result.unstorable == 1
     assert reason in (result.first_unstorable or "")
-    stored = store.fetch_games(MERCHANT)
+    stored = fetch_games(store, MERCHANT)
     assert set(stored) >= {game(1).game_id, game(3).game_id}
     if "game_id" not in hostile:  # the entry is kept as stored: seen, not gone
         assert stored[game(2).game_id]["listed"]

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import exc
 
 from recordsync.core.errors import WarehouseUnavailableError
-from recordsync.warehouse.conflicts import ATTEMPTS, lost_lock_conflict, retry_lost_conflicts
+from recordsync.warehouse.pages.conflicts import ATTEMPTS, lost_lock_conflict, retry_lost_conflicts
 
 
 def _unavailable(driver_error: BaseException) -> WarehouseUnavailableError:

@@ -10,8 +10,8 @@ import pytest
 from msgspec.structs import replace
 from warehouse.warehouse_samples import make_change, make_record
 
-from recordsync.warehouse.copy_csv import snapshot_csv
-from recordsync.warehouse.staging import STAGE_COLUMNS, StagedRevision, stage_page
+from recordsync.warehouse.pages.postgres.copy_csv import snapshot_csv
+from recordsync.warehouse.pages.staging import STAGE_COLUMNS, StagedRevision, stage_page
 
 PLAIN = (
     b'"a",1,"player-1","game-1","USD","round-a",null,"10.00","0","0","-10.00","OPEN",'

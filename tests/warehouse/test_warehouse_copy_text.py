@@ -9,8 +9,8 @@ from decimal import Decimal
 import pytest
 from warehouse.warehouse_samples import make_change, make_record
 
-from recordsync.warehouse.copy_text import copy_text
-from recordsync.warehouse.staging import STAGE_COLUMNS, stage_page
+from recordsync.warehouse.pages.postgres.copy_text import copy_text
+from recordsync.warehouse.pages.staging import STAGE_COLUMNS, stage_page
 
 PLAIN = (
     "a\t1\tplayer-1\tgame-1\tUSD\tround-a\t\\N\t10.00\t0\t0\t-10.00\tOPEN\t"

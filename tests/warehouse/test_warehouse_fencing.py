@@ -24,34 +24,37 @@ from warehouse.warehouse_samples import (
     start_rebuild_of_window,
     windows,
 )
+from warehouse_reads import fetch_revisions
 
 from recordsync.core.errors import LeaseSupersededError
 from recordsync.core.models import RejectedItem
-from recordsync.core.state import REBUILD_JOB, Window, WindowPage
-from recordsync.warehouse import FencedWarehouse, Warehouse
+from recordsync.core.state import REBUILD_JOB, TailPage, Window, WindowPage
+from recordsync.warehouse import MerchantStore, Warehouse
 
 BACKFILL_JOB = "backfill:2024-02-01/2024-02-03"
 BAD_ITEM = RejectedItem(position=0, raw=b'{"record_id": 1}', reason="bad", record_id=None)
 
 
-def commit_window_page(store: FencedWarehouse) -> None:
-    store.commit_window_page(
-        MERCHANT,
-        REBUILD_JOB,
-        WINDOW,
-        records=[make_record("rec-w", revision=3)],
-        rejected=[BAD_ITEM],
-        next_cursor="window-cursor-2",
-        cursor_issued_at=T0,
-        done=False,
-        position="window-cursor-1",
+def commit_window_page(store: MerchantStore) -> None:
+    store.commit_window_pages(
+        [
+            WindowPage(
+                REBUILD_JOB,
+                WINDOW,
+                records=[make_record("rec-w", revision=3)],
+                rejected=[BAD_ITEM],
+                next_cursor="window-cursor-2",
+                cursor_issued_at=T0,
+                done=False,
+                position="window-cursor-1",
+            )
+        ]
     )
 
 
-def commit_window_pages(store: FencedWarehouse) -> None:
+def commit_window_pages(store: MerchantStore) -> None:
     """A group commit of two pages of the window (the sync's group commits)."""
     store.commit_window_pages(
-        MERCHANT,
         [
             WindowPage(
                 REBUILD_JOB,
@@ -68,45 +71,45 @@ def commit_window_pages(store: FencedWarehouse) -> None:
     )
 
 
-def commit_tail_page(store: FencedWarehouse) -> None:
+def commit_tail_page(store: MerchantStore) -> None:
     record = make_record("rec-t", revision=4)
     store.commit_tail_page(
-        MERCHANT,
-        records=[record],
-        rejected=[BAD_ITEM],
-        next_cursor="change-cursor-2",
-        last_sequence="42",
-        projection_as_of=T0,
-        position="change-cursor-1",
-        changes=[make_change(record, 42)],
+        TailPage(
+            records=[record],
+            rejected=[BAD_ITEM],
+            next_cursor="change-cursor-2",
+            last_sequence="42",
+            projection_as_of=T0,
+            position="change-cursor-1",
+            changes=[make_change(record, 42)],
+        )
     )
 
 
-def restart_window(store: FencedWarehouse) -> None:
-    store.restart_window(MERCHANT, REBUILD_JOB, WINDOW)
+def restart_window(store: MerchantStore) -> None:
+    store.restart_window(REBUILD_JOB, WINDOW)
 
 
-def split_window(store: FencedWarehouse) -> None:
+def split_window(store: MerchantStore) -> None:
     middle = WINDOW.start + (WINDOW.end - WINDOW.start) / 2
-    store.split_window(MERCHANT, REBUILD_JOB, WINDOW, [Window(middle, WINDOW.end)])
+    store.split_window(REBUILD_JOB, WINDOW, [Window(middle, WINDOW.end)])
 
 
 # The unread window after ``WINDOW`` in the rebuild of ``superseded``.
 FOLLOWING = Window(WINDOW.end, WINDOW.end + timedelta(hours=1))
 
 
-def carry_window(store: FencedWarehouse) -> None:
+def carry_window(store: MerchantStore) -> None:
     middle = WINDOW.start + (WINDOW.end - WINDOW.start) / 2
-    store.carry_window(MERCHANT, REBUILD_JOB, WINDOW, FOLLOWING, Window(middle, FOLLOWING.end))
+    store.carry_window(REBUILD_JOB, WINDOW, FOLLOWING, Window(middle, FOLLOWING.end))
 
 
-def ensure_job(store: FencedWarehouse) -> None:
-    store.ensure_job(MERCHANT, BACKFILL_JOB, windows(2, T0 - 30 * timedelta(days=1)))
+def ensure_job(store: MerchantStore) -> None:
+    store.ensure_job(BACKFILL_JOB, windows(2, T0 - 30 * timedelta(days=1)))
 
 
-def start_rebuild(store: FencedWarehouse) -> None:
+def start_rebuild(store: MerchantStore) -> None:
     store.start_rebuild(
-        MERCHANT,
         change_cursor="change-cursor-new",
         anchor_at=T0 + timedelta(hours=1),
         history_from=WINDOW.start,
@@ -115,7 +118,7 @@ def start_rebuild(store: FencedWarehouse) -> None:
     )
 
 
-WRITES: list[Callable[[FencedWarehouse], None]] = [
+WRITES: list[Callable[[MerchantStore], None]] = [
     commit_window_page,
     commit_window_pages,
     commit_tail_page,
@@ -135,7 +138,7 @@ def everything_stored(store: Warehouse) -> dict[str, object]:
         "rebuild windows": store.load_windows(MERCHANT, REBUILD_JOB),
         "backfill windows": store.load_windows(MERCHANT, BACKFILL_JOB),
         "records": store.fetch_records(MERCHANT),
-        "revisions": store.fetch_revisions(MERCHANT),
+        "revisions": fetch_revisions(store, MERCHANT),
         "quarantine": store.quarantined(MERCHANT),
     }
 
@@ -215,12 +218,16 @@ def test_an_unfenced_write_passes_whatever_the_epoch(superseded):
     assert superseded.store.load_windows(MERCHANT, REBUILD_JOB)[0].cursor is None
 
 
-def test_a_fenced_store_refuses_another_merchant(warehouse):
-    store = warehouse.fenced(MERCHANT, 1)
-    with pytest.raises(ValueError, match="merchant-2"):
-        store.load_state("merchant-2")
-    with pytest.raises(ValueError, match="merchant-2"):
-        store.stored_revisions("merchant-2", ["rec-1"])
+def test_a_merchant_store_reads_and_writes_its_own_merchant_only(superseded):
+    """The store names its merchant once, so no call can name another (they named it on
+    every call, checked each time, before)."""
+    own = superseded.store.fenced(MERCHANT, superseded.new)
+    other = superseded.store.for_merchant("merchant-2")
+    assert own.load_state() is not None
+    assert other.load_state() is None
+    commit_tail_page(own)
+    assert own.stored_revisions(["rec-t"]) == {"rec-t": 4}
+    assert other.stored_revisions(["rec-t"]) == {}
 
 
 SHARED_LOCK = {

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from dbfixtures import MARIADB_URL_ENV, POSTGRES_URL_ENV, REQUIRE_SERVICES_ENV, fresh_database
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine, inspect, text
+
+from recordsync.warehouse import Warehouse
 
 NOWHERE = {
     "postgres": (POSTGRES_URL_ENV, "postgresql+psycopg://postgres@127.0.0.1:1/test"),
@@ -43,3 +47,53 @@ def test_each_test_gets_a_new_empty_database(warehouse_url, request):
     finally:
         engine.dispose()
     assert request.node.callspec.id in {"sqlite", "postgres", "mariadb"}
+
+
+def test_a_test_asking_for_the_warehouse_gets_it_migrated_from_the_template(
+    warehouse_url, warehouse
+):
+    """Copied from the worker's migrated template (SQLite, PostgreSQL) or migrated (MariaDB):
+    either way at the schema's head, with every table, and a database of its own."""
+    warehouse.check_schema()  # raises unless the schema is this version's
+    engine = create_engine(warehouse_url)
+    try:
+        tables = set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+    assert {"records", "record_revisions", "sync_state"} <= tables
+    assert warehouse.load_state("nobody") is None
+
+
+def _mariadb_schema(url: str) -> dict[str, str]:
+    """Every table's and view's definition, its database's name taken out."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            database = conn.execute(text("SELECT DATABASE()")).scalar_one()
+            found = {}
+            for name, kind in conn.execute(text("SHOW FULL TABLES")).all():
+                what = "VIEW" if kind == "VIEW" else "TABLE"
+                definition = conn.execute(text(f"SHOW CREATE {what} `{name}`")).one()[1]
+                found[name] = re.sub(r" AUTO_INCREMENT=\d+", "", definition).replace(
+                    f"`{database}`.", ""
+                )
+            found["rows of the version table"] = str(
+                conn.execute(text("SELECT * FROM recordsync_alembic_version")).all()
+            )
+            return found
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.mariadb
+def test_a_mariadb_copy_of_the_template_is_the_migrated_schema_exactly(tmp_path):
+    with (
+        fresh_database("mariadb", tmp_path / "a") as migrated_here,
+        fresh_database("mariadb", tmp_path / "b", migrated=True) as copied,
+    ):
+        store = Warehouse.connect(migrated_here)
+        try:
+            store.migrate()
+        finally:
+            store.close()
+        assert _mariadb_schema(copied) == _mariadb_schema(migrated_here)

@@ -15,9 +15,10 @@ from warehouse.warehouse_samples import MERCHANT, T0
 
 from recordsync.core.models import RejectedItem
 from recordsync.core.round_events import RoundEvent
+from recordsync.core.state import TailPage
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.migrate import _config
-from recordsync.warehouse.quarantine import item_key
+from recordsync.warehouse.pages.quarantine import item_key
 from recordsync.warehouse.schema import quarantined_records
 
 OTHER = "merchant-2"
@@ -61,12 +62,14 @@ def start(store: Warehouse, merchant: str = MERCHANT) -> None:
 def tail_page(store: Warehouse, rejected, *, position: str, merchant: str = MERCHANT):
     return store.commit_tail_page(
         merchant,
-        records=[],
-        rejected=rejected,
-        next_cursor=f"after-{position}",
-        last_sequence="1",
-        projection_as_of=T0,
-        position=position,
+        TailPage(
+            records=[],
+            rejected=rejected,
+            next_cursor=f"after-{position}",
+            last_sequence="1",
+            projection_as_of=T0,
+            position=position,
+        ),
     )
 
 

@@ -31,11 +31,13 @@ from warehouse.warehouse_samples import (
     start_rebuild_of_window,
     stored_view,
 )
+from warehouse_reads import fetch_revisions
 
 from recordsync.core.models import Record, RecordChange
+from recordsync.core.state import TailPage
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.connection import create_warehouse_engine
-from recordsync.warehouse.mariadb_pages import MAX_STATEMENT_CHARS, _quote_for
+from recordsync.warehouse.pages.mariadb import MAX_STATEMENT_CHARS, _quote_for
 from recordsync.warehouse.types import mysql_time_text
 
 HOSTILE = [
@@ -124,7 +126,7 @@ def test_hostile_strings_round_trip_through_both_tables(store: Warehouse) -> Non
     assert {key: row_view(row) for key, row in stored.items()} == {
         record.record_id: stored_view(record) for record in records
     }
-    history = store.fetch_revisions(MERCHANT)
+    history = fetch_revisions(store, MERCHANT)
     assert [(row["record_id"], row["player_id"], row["sequence"]) for row in history] == sorted(
         (record.record_id, record.player_id, None) for record in records
     )
@@ -140,17 +142,19 @@ def test_hostile_sequences_fill_the_history_exactly(store: Warehouse) -> None:
     newer = [replace(record, revision=record.revision + 100) for record in records]
     store.commit_tail_page(
         MERCHANT,
-        records=newer,
-        rejected=[],
-        next_cursor="tail-next",
-        last_sequence="99",
-        projection_as_of=T0,
-        position="tail-0",
-        changes=changes_for(records, sequences) + changes_for(newer, sequences),
+        TailPage(
+            records=newer,
+            rejected=[],
+            next_cursor="tail-next",
+            last_sequence="99",
+            projection_as_of=T0,
+            position="tail-0",
+            changes=changes_for(records, sequences) + changes_for(newer, sequences),
+        ),
     )
     filled = {
         (row["record_id"], row["revision"]): row["sequence"]
-        for row in store.fetch_revisions(MERCHANT)
+        for row in fetch_revisions(store, MERCHANT)
     }
     assert filled == {
         **{(r.record_id, r.revision): s for r, s in zip(records, sequences, strict=True)},
@@ -179,7 +183,7 @@ def test_a_page_longer_than_one_statement_is_split_and_stored_whole(store: Wareh
     finally:
         event.remove(store.engine, "before_cursor_execute", count)
     assert set(store.fetch_records(MERCHANT)) == {record.record_id for record in records}
-    assert len(store.fetch_revisions(MERCHANT)) == len(records)
+    assert len(fetch_revisions(store, MERCHANT)) == len(records)
     if store.engine.dialect.name in {"mysql", "mariadb"}:
         assert len(statements) > 1
 

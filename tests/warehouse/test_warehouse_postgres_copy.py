@@ -19,10 +19,10 @@ from warehouse.warehouse_samples import make_record
 
 from recordsync.core.models import Record
 from recordsync.warehouse import Warehouse
-from recordsync.warehouse.copy_csv import snapshot_csv
-from recordsync.warehouse.copy_text import copy_text
-from recordsync.warehouse.postgres_copy import StageCopy
-from recordsync.warehouse.staging import STAGE_COLUMNS, StagedRevision, stage
+from recordsync.warehouse.pages.postgres.copy import StageCopy
+from recordsync.warehouse.pages.postgres.copy_csv import snapshot_csv
+from recordsync.warehouse.pages.postgres.copy_text import copy_text
+from recordsync.warehouse.pages.staging import STAGE_COLUMNS, StagedRevision, stage
 
 pytestmark = pytest.mark.postgres
 

@@ -15,11 +15,12 @@ from warehouse.warehouse_samples import (
     make_record,
     start_rebuild_of_window,
 )
+from warehouse_reads import fetch_revisions
 
 from recordsync.core.models import Record, RecordChange
-from recordsync.core.state import REBUILD_JOB
+from recordsync.core.state import REBUILD_JOB, TailPage
 from recordsync.warehouse import Warehouse
-from recordsync.warehouse.revisions import SeenRevision, seen_revisions
+from recordsync.warehouse.pages.revisions import SeenRevision, seen_revisions
 
 
 def snapshot_page(store: Warehouse, *records: Record) -> None:
@@ -39,20 +40,22 @@ def snapshot_page(store: Warehouse, *records: Record) -> None:
 def tail_page(store: Warehouse, *changes: RecordChange, with_changes: bool = True) -> None:
     store.commit_tail_page(
         MERCHANT,
-        records=[item.record for item in changes],
-        rejected=[],
-        next_cursor="tail-next",
-        last_sequence=max((item.sequence for item in changes), key=int, default=None),
-        projection_as_of=T0,
-        position="tail-0",
-        changes=list(changes) if with_changes else (),
+        TailPage(
+            records=[item.record for item in changes],
+            rejected=[],
+            next_cursor="tail-next",
+            last_sequence=max((item.sequence for item in changes), key=int, default=None),
+            projection_as_of=T0,
+            position="tail-0",
+            changes=list(changes) if with_changes else (),
+        ),
     )
 
 
 def history(store: Warehouse) -> list[tuple[str, int, str | None]]:
     return [
         (row["record_id"], row["revision"], row["sequence"])
-        for row in store.fetch_revisions(MERCHANT)
+        for row in fetch_revisions(store, MERCHANT)
     ]
 
 
@@ -90,7 +93,7 @@ def test_a_sequence_too_long_for_its_column_is_dropped_not_fatal():
 def test_a_snapshot_page_appends_its_revisions_without_sequence(rebuilding):
     record = make_record("a", 2, payout_amount=Decimal("-0.0001"))
     snapshot_page(rebuilding, record, make_record("b", 1))
-    rows = rebuilding.fetch_revisions(MERCHANT)
+    rows = fetch_revisions(rebuilding, MERCHANT)
     assert [(r["record_id"], r["revision"], r["sequence"], r["changed_at"]) for r in rows] == [
         ("a", 2, None, None),
         ("b", 1, None, None),
@@ -103,7 +106,7 @@ def test_a_change_page_appends_every_revision_even_those_the_upsert_collapses(re
     revisions = [make_record("a", n, payout_amount=Decimal(n)) for n in (1, 2, 3)]
     tail_page(rebuilding, *(make_change(r, 100 + r.revision) for r in revisions))
     assert history(rebuilding) == [("a", 1, "101"), ("a", 2, "102"), ("a", 3, "103")]
-    rows = rebuilding.fetch_revisions(MERCHANT, "a")
+    rows = fetch_revisions(rebuilding, MERCHANT, "a")
     assert [row["payout_amount"] for row in rows] == [Decimal(1), Decimal(2), Decimal(3)]
     assert rows[0]["changed_at"] == revisions[0].updated_at + timedelta(milliseconds=5)
     assert rebuilding.fetch_records(MERCHANT)["a"]["revision"] == 3
@@ -112,18 +115,18 @@ def test_a_change_page_appends_every_revision_even_those_the_upsert_collapses(re
 def test_the_same_page_twice_appends_nothing_and_rewrites_nothing(rebuilding):
     page = [make_change(make_record("a", 1), 7), make_change(make_record("a", 2), 8)]
     tail_page(rebuilding, *page)
-    first = rebuilding.fetch_revisions(MERCHANT)
+    first = fetch_revisions(rebuilding, MERCHANT)
     tail_page(rebuilding, *page)
     snapshot_page(rebuilding, make_record("a", 2, status="CHANGED?"))
-    assert rebuilding.fetch_revisions(MERCHANT) == first
+    assert fetch_revisions(rebuilding, MERCHANT) == first
 
 
 def test_a_revision_seen_in_a_snapshot_gets_its_sequence_from_the_change_stream(rebuilding):
     snapshot_page(rebuilding, make_record("a", 2))
-    synced = rebuilding.fetch_revisions(MERCHANT)[0]["synced_at"]
+    synced = fetch_revisions(rebuilding, MERCHANT)[0]["synced_at"]
     stream = make_change(make_record("a", 2), 42)
     tail_page(rebuilding, stream)
-    (row,) = rebuilding.fetch_revisions(MERCHANT)
+    (row,) = fetch_revisions(rebuilding, MERCHANT)
     assert (row["sequence"], row["changed_at"]) == ("42", stream.changed_at)
     assert row["synced_at"] == synced
 
@@ -163,16 +166,18 @@ def test_revisions_are_kept_per_merchant(rebuilding):
     )
     rebuilding.commit_tail_page(
         "merchant-2",
-        records=[make_record("a", 1)],
-        rejected=[],
-        next_cursor="c2",
-        last_sequence="1",
-        projection_as_of=None,
-        position="c",
-        changes=[make_change(make_record("a", 1), 1)],
+        TailPage(
+            records=[make_record("a", 1)],
+            rejected=[],
+            next_cursor="c2",
+            last_sequence="1",
+            projection_as_of=None,
+            position="c",
+            changes=[make_change(make_record("a", 1), 1)],
+        ),
     )
     assert history(rebuilding) == [("a", 1, None)]
-    assert [row["sequence"] for row in rebuilding.fetch_revisions("merchant-2")] == ["1"]
+    assert [row["sequence"] for row in fetch_revisions(rebuilding, "merchant-2")] == ["1"]
 
 
 def test_keep_revisions_off_writes_no_history_and_never_touches_the_table(warehouse_url):
@@ -190,7 +195,7 @@ def test_keep_revisions_off_writes_no_history_and_never_touches_the_table(wareho
         snapshot_page(store, make_record("a", 1))
         tail_page(store, make_change(make_record("a", 2), 5))
         assert store.fetch_records(MERCHANT)["a"]["revision"] == 2
-        assert store.fetch_revisions(MERCHANT) == []
+        assert fetch_revisions(store, MERCHANT) == []
     finally:
         store.close()
     writes = [s for s in statements if "record_revisions" in s and not s.startswith("SELECT")]

@@ -13,6 +13,7 @@ from sqlalchemy import select
 from warehouse.warehouse_samples import MERCHANT, make_record
 
 from recordsync.core.round_events import RoundEvent
+from recordsync.core.state import TailPage
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse import round_events as round_events_feed
 from recordsync.warehouse.schema import round_events
@@ -120,12 +121,14 @@ def commit_record(store, record):
     )
     store.commit_tail_page(
         MERCHANT,
-        records=[record],
-        rejected=[],
-        next_cursor="c1",
-        last_sequence="1",
-        projection_as_of=T0,
-        position="c0",
+        TailPage(
+            records=[record],
+            rejected=[],
+            next_cursor="c1",
+            last_sequence="1",
+            projection_as_of=T0,
+            position="c0",
+        ),
     )
 
 

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 from warehouse.warehouse_samples import make_record
 
-from recordsync.warehouse import sqlite_pages
-from recordsync.warehouse.staging import stage_page
+from recordsync.warehouse.pages import sqlite as sqlite_pages
+from recordsync.warehouse.pages.staging import stage_page
 
 SYNCED = datetime(2026, 1, 2, tzinfo=UTC)
 

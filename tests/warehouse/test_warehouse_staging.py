@@ -5,7 +5,7 @@ from __future__ import annotations
 from msgspec.structs import replace
 from warehouse.warehouse_samples import make_change, make_record
 
-from recordsync.warehouse.staging import StagedRevision, stage_page
+from recordsync.warehouse.pages.staging import StagedRevision, stage_page
 
 
 def test_a_snapshot_page_stages_each_row_for_both_tables() -> None:

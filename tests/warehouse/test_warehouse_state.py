@@ -8,7 +8,7 @@ import orjson
 import pytest
 from warehouse.warehouse_samples import DAY, MERCHANT, T0, make_record, windows
 
-from recordsync.core.state import REBUILD_JOB, Phase, Window, backfill_job
+from recordsync.core.state import REBUILD_JOB, Phase, TailPage, Window, backfill_job
 from recordsync.platform.parsing import parse_records_page
 from recordsync.warehouse import JobStatus, Warehouse, WriteResult
 
@@ -47,7 +47,7 @@ def tail_page(store: Warehouse, **kw):
         "projection_as_of": T0 + DAY,
         "position": "tail-1",
     }
-    return store.commit_tail_page(MERCHANT, **(arguments | kw))
+    return store.commit_tail_page(MERCHANT, TailPage(**(arguments | kw)))
 
 
 def test_start_rebuild_creates_the_state_and_the_windows_in_order(warehouse):

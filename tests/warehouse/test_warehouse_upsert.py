@@ -21,9 +21,9 @@ from warehouse.warehouse_samples import (
 )
 
 from recordsync.core.models import Record
-from recordsync.core.state import REBUILD_JOB
+from recordsync.core.state import REBUILD_JOB, TailPage
 from recordsync.warehouse import Warehouse, WriteResult
-from recordsync.warehouse.upsert import all_fit, collapse, fits, split_unstorable, unstorable
+from recordsync.warehouse.pages.upsert import all_fit, collapse, fits, split_unstorable, unstorable
 
 
 def write(store: Warehouse, *records: Record) -> WriteResult:
@@ -171,12 +171,14 @@ def test_the_same_record_id_of_two_merchants_is_two_rows(rebuilding):
     write(rebuilding, make_record(revision=2))
     rebuilding.commit_tail_page(
         "merchant-2",
-        records=[make_record(revision=1)],
-        rejected=[],
-        next_cursor="c2",
-        last_sequence="1",
-        projection_as_of=None,
-        position="c",
+        TailPage(
+            records=[make_record(revision=1)],
+            rejected=[],
+            next_cursor="c2",
+            last_sequence="1",
+            projection_as_of=None,
+            position="c",
+        ),
     )
     assert stored(rebuilding)["revision"] == 2
     assert rebuilding.fetch_records("merchant-2")["rec-1"]["revision"] == 1

@@ -41,7 +41,7 @@ from recordsync.core.round_events import RoundEvent, RoundEventReceipt
 from recordsync.core.secret import Secret
 from recordsync.metrics import EventOutcome, RoundEventMetrics
 from recordsync.service.round_events.connections import DEFAULT_LIMITS, EventsLimits, guarded_h11
-from recordsync.service.round_events.verify import (
+from recordsync.service.round_events.signature import (
     DEPENDENCY_UNAVAILABLE,
     MAX_BODY_BYTES,
     PAYLOAD_TOO_LARGE,

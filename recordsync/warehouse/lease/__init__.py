@@ -15,7 +15,7 @@ A merchant's lease is three things, each in a module here:
 ``replicas`` says who is alive (heartbeats by the database's clock); ``support`` refuses the
 servers and files where these guarantees cannot hold.  Who SHOULD hold what (balancing,
 takeovers of overdue merchants) is policy, in ``recordsync.fleet``; the fenced store the sync
-writes through is ``recordsync.warehouse.fenced``.  Nothing here imports either.
+writes through is ``recordsync.warehouse.merchant_store``.  Nothing here imports either.
 """
 
 from recordsync.warehouse.lease.session import FleetSession

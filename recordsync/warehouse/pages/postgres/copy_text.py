@@ -26,7 +26,7 @@ from typing import Final
 
 import msgspec
 
-from recordsync.warehouse.staging import STAGE_COLUMNS, StagedRevision
+from recordsync.warehouse.pages.staging import STAGE_COLUMNS, StagedRevision
 
 NULL: Final = "\\N"
 _TABS_PER_ROW: Final = len(STAGE_COLUMNS) - 1

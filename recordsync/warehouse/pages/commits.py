@@ -22,14 +22,14 @@ import msgspec
 from sqlalchemy import Connection, update
 
 from recordsync.core.models import Record, RecordChange, RejectedItem
-from recordsync.core.state import Window
+from recordsync.core.state import TailPage, Window
 from recordsync.warehouse import sync_state
-from recordsync.warehouse.page_writer import PageWriter
-from recordsync.warehouse.quarantine import item_key, quarantine
+from recordsync.warehouse.pages.quarantine import item_key, quarantine
+from recordsync.warehouse.pages.staging import StagedRevision, stage_page
+from recordsync.warehouse.pages.upsert import collapse, split_unstorable
+from recordsync.warehouse.pages.writer import PageWriter
 from recordsync.warehouse.schema import records
-from recordsync.warehouse.staging import StagedRevision, stage_page
 from recordsync.warehouse.types import money_units
-from recordsync.warehouse.upsert import collapse, split_unstorable
 from recordsync.warehouse.values import WriteResult
 
 TAIL_SOURCE: Final = "tail"
@@ -104,22 +104,20 @@ def commit_tail_page(
     writer: PageWriter,
     merchant_id: str,
     plan: PagePlan,
+    page: TailPage,
     *,
-    next_cursor: str,
-    last_sequence: str | None,
-    projection_as_of: datetime | None,
     now: datetime,
     sent: bool = False,
 ) -> WriteResult:
-    """``plan`` stored (``sent``: its rows went to the server before) and the change cursor
-    moved."""
+    """``plan`` (``page``'s rows) stored (``sent``: they went to the server before) and the
+    change cursor moved."""
     result = _write_plan(conn, writer, merchant_id, plan, now, sent=sent)
     sync_state.advance_tail(
         conn,
         merchant_id,
-        change_cursor=next_cursor,
-        last_sequence=last_sequence,
-        projection_as_of=projection_as_of,
+        change_cursor=page.next_cursor,
+        last_sequence=page.last_sequence,
+        projection_as_of=page.projection_as_of,
         now=now,
     )
     return result

@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, exc
 
-from recordsync.warehouse.staging import STAGE_COLUMNS, STAGE_TABLE
+from recordsync.warehouse.pages.staging import STAGE_COLUMNS, STAGE_TABLE
 
 
 class StageCopy:

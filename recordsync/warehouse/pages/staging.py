@@ -27,7 +27,7 @@ from typing import Final, NamedTuple
 from sqlalchemy import Boolean, Column, MetaData, Table
 
 from recordsync.core.models import Record, RecordChange
-from recordsync.warehouse.revisions import seen_revisions
+from recordsync.warehouse.pages.revisions import seen_revisions
 from recordsync.warehouse.schema import record_revisions
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, insert, select
 
-from recordsync.warehouse import request_rows
 from recordsync.warehouse.database_clock import database_now
+from recordsync.warehouse.requests import rows as request_rows
 from recordsync.warehouse.schema import backfill_requests
 from recordsync.warehouse.values import BackfillRequest, BackfillState
 

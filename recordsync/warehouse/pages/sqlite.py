@@ -25,8 +25,8 @@ from typing import Any, Final
 
 from sqlalchemy import Connection
 
+from recordsync.warehouse.pages.staging import StagedRevision
 from recordsync.warehouse.schema import record_revisions, records
-from recordsync.warehouse.staging import StagedRevision
 from recordsync.warehouse.types import money_units, sqlite_time_text, sqlite_time_texts
 
 _SHARED: Final = ("merchant_id", "synced_at")  # the same for every row of a page

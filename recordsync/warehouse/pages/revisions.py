@@ -26,11 +26,11 @@ from datetime import datetime
 from typing import Final, NamedTuple
 
 from recordsync.core.models import Record, RecordChange
+from recordsync.warehouse.pages.upsert import fits
 from recordsync.warehouse.schema import record_revisions
 from recordsync.warehouse.types import (
     CURSOR_LENGTH,
 )
-from recordsync.warehouse.upsert import fits
 
 _KEY: Final = ("merchant_id", "record_id", "revision")
 COLUMNS: Final = tuple(column.name for column in record_revisions.columns)

@@ -29,7 +29,7 @@ import msgspec
 from msgspec.structs import astuple
 
 from recordsync.core.models import Record
-from recordsync.warehouse.staging import STAGE_COLUMNS, StagedRevision
+from recordsync.warehouse.pages.staging import STAGE_COLUMNS, StagedRevision
 
 # The stage columns after the record's own, for a snapshot row: sequence, changed_at,
 # is_top, in_history.

@@ -40,8 +40,8 @@ from sqlalchemy import Connection, func
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Dialect
 
+from recordsync.warehouse.pages.staging import StagedRevision
 from recordsync.warehouse.schema import record_revisions, records
-from recordsync.warehouse.staging import StagedRevision
 from recordsync.warehouse.types import money_units, mysql_time_literals, mysql_time_text
 
 _AMOUNTS: Final = ("bet", "refund", "payout", "net")

@@ -56,13 +56,13 @@ from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.elements import ColumnElement
 
 from recordsync.core.database_url import MYSQL_FAMILY
-from recordsync.warehouse.copy_csv import snapshot_csv
-from recordsync.warehouse.copy_text import copy_text
-from recordsync.warehouse.mariadb_pages import MariaDBPageWriter
-from recordsync.warehouse.postgres_copy import StageCopy
+from recordsync.warehouse.pages.mariadb import MariaDBPageWriter
+from recordsync.warehouse.pages.postgres.copy import StageCopy
+from recordsync.warehouse.pages.postgres.copy_csv import snapshot_csv
+from recordsync.warehouse.pages.postgres.copy_text import copy_text
+from recordsync.warehouse.pages.sqlite import SQLitePageWriter
+from recordsync.warehouse.pages.staging import StagedRevision, stage
 from recordsync.warehouse.schema import ID_LENGTH, record_revisions, records
-from recordsync.warehouse.sqlite_pages import SQLitePageWriter
-from recordsync.warehouse.staging import StagedRevision, stage
 from recordsync.warehouse.types import MAX_UNITS, UNITS_PER_MONEY, aware_utc
 
 _RECORD_KEY: Final = ("merchant_id", "record_id")

@@ -1,0 +1,157 @@
+"""One merchant's runtime, built one way for every command: its client with its two budgets,
+the platform's limits read once, and the engine's options.
+
+The daemon (``merchant_syncs``), the one-shot commands (``backfill``, ``verify``, through
+``app.open_app``) and the demo all build a merchant's sync here, so that what a test drives in
+process is what ``recordsync run`` runs.  What differs between them is said by a parameter,
+never by a second copy:
+
+- ``Share``: a daemon shares its worker threads among its merchants, and each merchant's
+  snapshot gets its share of them; a command syncs one merchant alone.
+- ``Purpose.COMMAND``: a one-shot job ends at once on what no retry heals (a wrong secret, a
+  skewed clock, a base URL that redirects, issue 29) and gives up on a platform it cannot
+  reach after ``unreachable_timeout``; the daemon reports the same failures and keeps trying,
+  slowly, since one merchant's wrong secret must never hold the others back (issue 28).
+- ``receives_events``: only a daemon with its notification port open cross-checks rounds.
+
+Every budget starts cold: the holder before us (another replica, or this process's previous
+sync of the merchant) may have spent the last window, and the platform counts both against the
+same merchant.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from recordsync.core.errors import (
+    AuthenticationError,
+    ClockSkewError,
+    UnexpectedRedirectError,
+)
+from recordsync.core.models import DEFAULT_LIMITS, Limits
+from recordsync.core.settings import MerchantSettings, Settings
+from recordsync.core.stopping import Stopper
+from recordsync.platform.budget import RateBudget, default_query_budget
+from recordsync.platform.client import ClientObserver, PlatformClient
+from recordsync.service.secrets import SecretKeeper
+from recordsync.sync.options import DEFAULT_CROSS_CHECK_INTERVAL, SyncOptions
+from recordsync.sync.windows import MAX_CHAINS
+
+log = structlog.get_logger("recordsync")
+
+
+class Purpose(enum.Enum):
+    """What the merchant's sync is for, which decides how a failure at start ends."""
+
+    DAEMON = "daemon"
+    COMMAND = "command"
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """A daemon's worker threads, shared among the merchants it is configured with."""
+
+    worker_threads: int
+    merchants: int
+
+
+def merchant_client(
+    settings: Settings,
+    merchant: MerchantSettings,
+    *,
+    secrets: SecretKeeper,
+    stopper: Stopper,
+    observer: ClientObserver | None = None,
+    cold_since: float | None = None,
+) -> PlatformClient:
+    """The merchant's client: signing with the keeper's current secret, its record budget
+    (cold, the spec's default limit until capabilities say otherwise) and its query budget
+    for the catalogue.  ``cold_since``: see ``RateBudget``."""
+    assert merchant.base_url is not None
+    budget = RateBudget(
+        DEFAULT_LIMITS.record_requests,
+        DEFAULT_LIMITS.record_seconds,
+        margin=settings.rate_margin,
+        sleep=stopper.sleep,
+        cold_start=True,
+        cold_since=cold_since,
+    )
+    return PlatformClient(
+        base_url=merchant.base_url,
+        merchant_id=merchant.merchant_id,
+        secret=secrets.provider(merchant.merchant_id),
+        budget=budget,
+        # The catalogue's own budget (capabilities' query limit), never the record one.
+        query_budget=default_query_budget(margin=settings.rate_margin, sleep=stopper.sleep),
+        timeout=settings.http_timeout,
+        verify=settings.verify,
+        sleep=stopper.sleep,
+        observer=observer,
+    )
+
+
+def read_limits(client: PlatformClient, purpose: Purpose, *, logger: Any = log) -> Limits:
+    """The platform's limits, the budgets resized to them.
+
+    A capabilities answer that fails otherwise leaves the spec's defaults (the client says
+    so: ``capabilities_unavailable``); the records may still be readable (issue 28).  What no
+    retry heals (a wrong secret, a skewed clock, a redirect) ends a command at once; a daemon
+    logs it on ``logger`` (the merchant's bound logger) and goes on with the defaults, and its
+    first step reports the same failure again and keeps trying, slowly, on its own.
+    """
+    try:
+        return client.apply_capabilities()
+    except (AuthenticationError, ClockSkewError, UnexpectedRedirectError) as exc:
+        if purpose is Purpose.COMMAND:
+            raise
+        logger.error(  # noqa: TRY400 - the message is the diagnosis; no traceback
+            "capabilities_failed", error=str(exc), code=exc.code, request_id=exc.request_id
+        )
+        return DEFAULT_LIMITS
+
+
+def sync_options(
+    settings: Settings,
+    merchant: MerchantSettings,
+    limits: Limits,
+    purpose: Purpose,
+    *,
+    share: Share | None = None,
+    receives_events: bool = False,
+    stop_when_caught_up: bool = False,
+) -> SyncOptions:
+    """The engine's options for the merchant: the settings, bounded by the platform's limits
+    and, in a daemon, by the merchant's share of the worker threads."""
+    concurrency, most_chains = settings.snapshot_concurrency, None
+    if share is not None:
+        concurrency = fair_concurrency(concurrency, share.worker_threads, share.merchants)
+        most_chains = fair_concurrency(MAX_CHAINS, share.worker_threads, share.merchants)
+    return SyncOptions(
+        merchant_id=merchant.merchant_id,
+        history_from=merchant.history_from,
+        page_size=min(settings.page_size, limits.max_page_size),
+        poll_interval=settings.poll_interval,
+        snapshot_concurrency=concurrency,
+        snapshot_most_chains=most_chains,
+        drift_interval=settings.drift_check_interval or None,
+        catalogue_interval=settings.catalogue_interval or None,
+        idle_commit_interval=settings.idle_commit_interval,
+        # Round-end notifications are received: cross-check them with the records.
+        event_grace=settings.event_grace if receives_events else None,
+        # A missing round shows within 1.25 graces at most, at most once a minute.
+        cross_check_interval=min(DEFAULT_CROSS_CHECK_INTERVAL, settings.event_grace / 4),
+        stop_when_caught_up=stop_when_caught_up,
+        give_up_unreachable=settings.unreachable_timeout if purpose is Purpose.COMMAND else None,
+    )
+
+
+def fair_concurrency(wanted: int, worker_threads: int, merchants: int) -> int:
+    """Snapshot workers per merchant on a shared host: ``wanted``, but no more than each
+    merchant's share of the worker threads (at least one).  Otherwise the first merchants to
+    start a snapshot take every thread and the others wait for a whole window to end: with
+    10 merchants and 16 threads, 8 snapshotted and 2 waited (bench/fleet.py)."""
+    return max(1, min(wanted, worker_threads // max(merchants, 1)))
