@@ -78,6 +78,10 @@ def kill_lock_session(warehouse_url, merchant_id):
                         "SELECT pg_terminate_backend(pid) FROM pg_locks"
                         " WHERE locktype = 'advisory' AND granted"
                         " AND classid::bigint = :high AND objid::bigint = :low"
+                        # pg_locks is the whole server's: another worker's test may hold the
+                        # same merchant's key in its own database at this moment.
+                        " AND database = (SELECT oid FROM pg_database"
+                        " WHERE datname = current_database())"
                     ),
                     {"high": (key >> 32) & 0xFFFFFFFF, "low": key & 0xFFFFFFFF},
                 ).all()
