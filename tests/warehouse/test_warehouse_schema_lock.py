@@ -38,20 +38,30 @@ def test_an_upgrade_waits_for_the_lock_then_finds_the_schema_current(warehouse_u
         with capture_logs() as logs:
             waiter = threading.Thread(target=second.migrate)
             waiter.start()
-            time.sleep(1.0)
+            # Until it says it waits: its first schema read loads the migration scripts, which
+            # took more than a second on a loaded machine, and a fixed sleep then released the
+            # holder before the waiter had asked for the lock (it found it free, said nothing).
+            deadline = time.monotonic() + 30.0
+            while not _said(logs, "schema_upgrade_waiting") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert _said(logs, "schema_upgrade_waiting")
+            time.sleep(0.6)  # more than a poll: it keeps waiting while the lock is held
             assert waiter.is_alive(), "the second upgrade waits for the lock"
+            assert not _said(logs, "schema_lock_taken")
             release.set()
             waiter.join(30)
             holder.join(30)
-        events = [entry["event"] for entry in logs]
-        assert "schema_upgrade_waiting" in events
-        assert "schema_lock_taken" in events
+        assert _said(logs, "schema_lock_taken")
         with second.engine.connect() as conn:
             assert current_revision(conn) == head_revision()
         assert "records" in inspect(second.engine).get_table_names()
     finally:
         first.close()
         second.close()
+
+
+def _said(logs: list[dict[str, object]], event: str) -> bool:
+    return any(entry["event"] == event for entry in list(logs))
 
 
 def test_a_lock_held_beyond_the_wait_is_a_warehouse_outage_not_a_hang(warehouse_url):
