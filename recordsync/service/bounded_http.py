@@ -47,6 +47,7 @@ class HttpLimits:
     max_connections: int
     workers: int
     max_head_bytes: int
+    backlog: int = 2048  # connections queued by the kernel (see round_events.connections)
 
 
 @dataclass(frozen=True, slots=True)

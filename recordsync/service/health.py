@@ -168,6 +168,9 @@ PROBE_LIMITS: Final = HttpLimits(
     workers=4,
     # A probe's head is a few hundred bytes; 8 KiB is what servers commonly accept.
     max_head_bytes=8 * 1024,
+    # A burst (a flood, a pause of this process) waits in the kernel's queue: a connection
+    # past it is dropped and retried by its client only after 1 s (a probe's timeout).
+    backlog=2048,
 )
 
 
@@ -225,7 +228,7 @@ class HealthServer:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             listener.bind((self._host, self._requested_port))
-            listener.listen(128)
+            listener.listen(self._limits.backlog)
         except OSError as exc:
             listener.close()
             raise ConfigurationError(

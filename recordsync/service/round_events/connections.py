@@ -52,6 +52,12 @@ class EventsLimits:
       and eight times the platform's; a longer one is answered 400 by h11.
     - ``workers`` 8: threads that store notifications (a warehouse insert each, milliseconds);
       more would only queue on the warehouse's connection pool.
+    - ``backlog`` 2048: connections the kernel completes and queues while the event loop is
+      busy (a burst of strangers, a pause).  Past the queue a connection's handshake is
+      dropped and its client tries again only after 1 s: with 128, a flood of 900
+      connections overflowed it and the platform's notification behind them was answered
+      in 1.03 s instead of milliseconds.  The kernel caps it at ``net.core.somaxconn``
+      (4096 since Linux 5.4); queued connections hold no descriptor of ours.
     """
 
     head_timeout: float = 5.0
@@ -60,6 +66,7 @@ class EventsLimits:
     max_connections: int = 256
     max_head_bytes: int = 8 * 1024
     workers: int = 8
+    backlog: int = 2048
 
 
 DEFAULT_LIMITS: Final = EventsLimits()

@@ -320,7 +320,7 @@ class EventsServer:
         except OSError:
             sock.close()
             raise
-        sock.listen(128)
+        sock.listen(self._limits.backlog)
         sock.setblocking(False)  # noqa: FBT003 - the socket API's own flag
         self._socket = sock
         self._thread = threading.Thread(

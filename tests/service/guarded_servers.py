@@ -1,0 +1,63 @@
+"""The two guarded servers of the daemon (notifications, probes) with production limits, for
+the hostile-client tests; run as a script (``python -m service.guarded_servers``), both serve
+in a process of their own, which a test can pause with SIGSTOP.
+
+The script prints ``<events port> <probe port>`` on one line, then serves until its stdin
+closes; its log goes to stderr."""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+
+from prometheus_client import CollectorRegistry
+from service.round_event_requests import MERCHANT, SECRET
+
+from recordsync.core.round_events import RoundEvent, RoundEventReceipt
+from recordsync.core.secret import Secret
+from recordsync.logs import configure_logging
+from recordsync.service.bounded_http import HttpLimits
+from recordsync.service.health import PROBE_LIMITS, HealthServer, Readiness
+from recordsync.service.round_events.connections import DEFAULT_LIMITS, EventsLimits
+from recordsync.service.round_events.receiver import EventsServer, RoundEventReceiver, asgi_app
+
+ACCEPTED_AT = datetime(2026, 11, 28, 8, 0, tzinfo=UTC)
+
+
+def new_receiver() -> RoundEventReceiver:
+    """Accepts MERCHANT's notifications signed with SECRET, storing their ids in memory."""
+    stored: set[str] = set()
+
+    def store(event: RoundEvent) -> RoundEventReceipt:
+        duplicate = event.event_id in stored
+        stored.add(event.event_id)
+        return RoundEventReceipt(ACCEPTED_AT, duplicate=duplicate)
+
+    return RoundEventReceiver(
+        secrets=lambda merchant_id: [Secret(SECRET)] if merchant_id == MERCHANT else None,
+        store=store,
+        wake=lambda _event: None,
+    )
+
+
+def events_server(limits: EventsLimits = DEFAULT_LIMITS) -> EventsServer:
+    app = asgi_app(new_receiver(), body_timeout=limits.body_timeout)
+    return EventsServer(app, host="127.0.0.1", port=0, limits=limits)
+
+
+def health_server(limits: HttpLimits = PROBE_LIMITS) -> HealthServer:
+    ready = Readiness(ready=True, reason="fine")
+    return HealthServer(
+        0, host="127.0.0.1", registry=CollectorRegistry(), readiness=lambda: ready, limits=limits
+    )
+
+
+def main() -> None:
+    configure_logging(stream=sys.stderr, log_format="json")  # stdout: the ports only
+    with events_server() as events, health_server() as health:
+        print(events.port, health.port, flush=True)  # noqa: T201 - read by the test
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()
