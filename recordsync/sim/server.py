@@ -180,6 +180,10 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     block_on_close = False
+    # Replicas started together, snapshots in parallel, a test's burst: their connections wait
+    # in the kernel's queue.  socketserver's default of 5 drops a handshake past it, and its
+    # client sends it again only after 1 s: a delay no platform adds (a 1 s "slow answer").
+    request_queue_size = 1024
 
     def __init__(self, address: tuple[str, int], api: SimulatedApi) -> None:
         self.api = api
