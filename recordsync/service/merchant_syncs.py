@@ -48,13 +48,7 @@ from recordsync.service.observers import ClientMetricsObserver, SyncMetricsObser
 from recordsync.service.requested_work import POLL as REQUEST_POLL
 from recordsync.service.requested_work import RequestedWork
 from recordsync.service.round_events.wakeups import CrossCheckMetricsObserver
-from recordsync.service.runtime import (
-    Purpose,
-    Share,
-    merchant_client,
-    read_limits,
-    sync_options,
-)
+from recordsync.service.runtime import Purpose, Share, merchant_client, merchant_sync
 from recordsync.service.secrets import SecretKeeper
 from recordsync.sync.engine import SyncEngine, SyncOptions
 from recordsync.sync.events import MultiObserver, SyncObserver
@@ -298,15 +292,6 @@ class MerchantSyncs:
         """Build this merchant's engine and sync until stopped (one attempt)."""
         settings = self._settings
         merchant = settings.merchant(run.merchant_id)
-        limits = read_limits(client, Purpose.DAEMON, logger=bound)
-        options = sync_options(
-            settings,
-            merchant,
-            limits,
-            Purpose.DAEMON,
-            share=Share(self._host.worker_threads, len(settings.merchants)),
-            receives_events=bool(settings.events_port),
-        )
         observers: list[SyncObserver] = [
             SyncMetricsObserver(self._metrics.merchant(run.merchant_id)),
             CrossCheckMetricsObserver(self._metrics.round_events, run.merchant_id),
@@ -314,16 +299,20 @@ class MerchantSyncs:
         extra = self._extra_observer(run.merchant_id)
         if extra is not None:
             observers.append(extra)
-        fenced = self._warehouse.fenced(run.merchant_id, run.epoch)
-        run.engine = SyncEngine(
-            client=client,
-            warehouse=fenced,
-            options=options,
+        sync = merchant_sync(
+            settings,
+            merchant,
+            client,
+            self._warehouse.fenced(run.merchant_id, run.epoch),
+            Purpose.DAEMON,
             stopper=run.stopper,
             observer=MultiObserver(*observers),
             host=self._host,
-            catalogue=(client, fenced),
+            share=Share(self._host.worker_threads, len(settings.merchants)),
+            receives_events=bool(settings.events_port),
+            logger=bound,
         )
-        run.client, run.options = client, options
+        run.engine = sync.engine
+        run.client, run.options = client, sync.options
         bound.info("merchant_sync_started")
         run.engine.run()

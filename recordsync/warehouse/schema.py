@@ -204,6 +204,7 @@ replicas = Table(
     Column("merchants", large_text(), nullable=True),
 )
 
+
 def _request_life() -> list[Column[Any]]:
     """The columns of a request's life, shared by the request tables (``requests.book``)."""
     return [
