@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
-from synccheck import assert_equals_truth, differences, settings_for
+from support.synccheck import assert_equals_truth, differences, settings_for
 
 from recordsync.core.errors import ClockSkewError
 from recordsync.core.state import REBUILD_JOB, Phase

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 from structlog.testing import capture_logs
-from synccheck import assert_equals_truth, settings_for
+from support.synccheck import assert_equals_truth, settings_for
 
 from recordsync.core.state import backfill_job
 from recordsync.core.times import floor_ms

@@ -18,7 +18,7 @@ from msgspec.structs import replace
 from prometheus_client import CollectorRegistry
 from sqlalchemy import delete, update
 from structlog.testing import capture_logs
-from synccheck import (
+from support.synccheck import (
     differences,
     environment_for,
     settings_for,

@@ -14,11 +14,11 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
-from dbfixtures import SERVER_PARAMS
-from netfaults import FaultProxy
 from sqlalchemy import create_engine, pool, select, text, update
 from sqlalchemy.engine import make_url
 from structlog.testing import capture_logs
+from support.dbfixtures import SERVER_PARAMS
+from support.netfaults import FaultProxy
 
 from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
 from recordsync.warehouse import Warehouse

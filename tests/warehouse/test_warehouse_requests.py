@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from alembic import command
 from sqlalchemy import insert, select
-from warehouse.warehouse_samples import T0
+from support.warehouse_samples import T0
 
 from recordsync.warehouse import RequestKind, RequestState, Warehouse
 from recordsync.warehouse.migrate import _config
