@@ -2,13 +2,13 @@
 with live traffic, on PostgreSQL and on MariaDB.
 
 Each replica reaches the database through a fault proxy and the simulator through another
-(tests/netfaults.py); the driver (tests/fleetchaos.py) pauses a holder (SIGSTOP, then SIGCONT)
-or cuts it off from the database (a blackhole, no reset), half of them the moment its next
-fenced write has sent its fence check (inside a write).  Figures per server: the takeovers
-(min, median, max; target <= 15 s), how many landed inside a write, two holders of a merchant
-at any sample of every replica's /metrics (target 0), requests of a replica for merchants it
-lost (target 0), crashes (0), the longest rebalance after a resume (target <= 60 s), and every
-merchant equal to the truth with no rate-limit violation at the end.
+(tests/support/netfaults.py); the driver (tests/support/fleetchaos.py) pauses a holder (SIGSTOP,
+then SIGCONT) or cuts it off from the database (a blackhole, no reset), half of them the moment
+its next fenced write has sent its fence check (inside a write). Figures per server: the
+takeovers (min, median, max; target <= 15 s), how many landed inside a write, two holders of a
+merchant at any sample of every replica's /metrics (target 0), requests of a replica for
+merchants it lost (target 0), crashes (0), the longest rebalance after a resume (target <= 60
+s), and every merchant equal to the truth with no rate-limit violation at the end.
 
     .venv/bin/python bench/chaos.py [--size tiny|full] [--check] [--servers postgres,mariadb]
 """
@@ -24,7 +24,7 @@ import harness
 
 sys.path.insert(0, str(harness.ROOT / "tests"))
 
-from fleetchaos import Chaos, summary
+from support.fleetchaos import Chaos, summary
 
 from recordsync.sim import SimConfig, running_simulator
 

@@ -38,7 +38,7 @@ from recordsync.sim import DEMO_MERCHANT_ID, DEMO_SECRET, Simulator  # noqa: E40
 
 SIZES: Final = ("tiny", "full")
 BACKENDS: Final = ("sqlite", "postgres", "mariadb")
-# The same servers and variables as the test suite (tests/dbfixtures.py).
+# The same servers and variables as the test suite (tests/support/dbfixtures.py).
 SERVER_URLS: Final = {
     "postgres": (
         "RECORDSYNC_TEST_POSTGRES_URL",

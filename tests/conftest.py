@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 import structlog
-from dbfixtures import warehouse, warehouse_url
 from hypothesis import settings
-from private_servers import private_server
+from support.dbfixtures import warehouse, warehouse_url
+from support.private_servers import private_server
 
 from recordsync import logs
 

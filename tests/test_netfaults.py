@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from netfaults import FaultProxy
+from support.netfaults import FaultProxy
 
 
 @pytest.fixture

@@ -1,15 +1,15 @@
-"""A test's own database server (tests/private_servers.py) never outlives the test, and its
+"""A test's own database server (tests/support/private_servers.py) never outlives the test, and its
 absence is a skip with a reason, or a failure where the services are required."""
 
 from __future__ import annotations
 
 import socket
 
-import private_servers
 import pytest
-from dbfixtures import REQUIRE_SERVICES_ENV, SERVER_PARAMS
-from private_servers import PrivateServer, running_private_server
 from sqlalchemy.engine import make_url
+from support import private_servers
+from support.dbfixtures import REQUIRE_SERVICES_ENV, SERVER_PARAMS
+from support.private_servers import PrivateServer, running_private_server
 
 
 def _answers(server: PrivateServer) -> bool:

@@ -22,7 +22,7 @@ from recordsync.core.errors import ConfigurationError
 from recordsync.core.settings import MerchantSettings, Settings
 from recordsync.core.stopping import Stopper
 from recordsync.platform.client import ClientObserver, PlatformClient
-from recordsync.service.runtime import Purpose, merchant_client, read_limits, sync_options
+from recordsync.service.runtime import Purpose, merchant_client, merchant_sync
 from recordsync.service.secrets import SecretKeeper
 from recordsync.sync.engine import SyncEngine, SyncOptions
 from recordsync.sync.events import SyncObserver
@@ -95,20 +95,21 @@ def open_app(
         StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=False).run(
             warehouse.migrate, what="migrate"
         )
-        limits = read_limits(client, Purpose.COMMAND)
-        options = sync_options(
-            settings, merchant, limits, Purpose.COMMAND, stop_when_caught_up=stop_when_caught_up
-        )
-        engine = SyncEngine(
-            client=client,
-            warehouse=warehouse.for_merchant(merchant.merchant_id),
-            options=options,
+        store = warehouse.for_merchant(merchant.merchant_id)
+        sync = merchant_sync(
+            settings,
+            merchant,
+            client,
+            store,
+            Purpose.COMMAND,
             stopper=stopper,
             observer=observer,
-            catalogue=(client, warehouse.for_merchant(merchant.merchant_id)),
+            stop_when_caught_up=stop_when_caught_up,
         )
         _settle_heap()
-        yield App(settings, merchant, client, warehouse, engine, stopper, options, observer)
+        yield App(
+            settings, merchant, client, warehouse, sync.engine, stopper, sync.options, observer
+        )
     finally:
         client.close()
         warehouse.close()

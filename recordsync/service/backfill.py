@@ -1,14 +1,14 @@
 """``recordsync backfill``: a one-shot snapshot of a creation range, resumable, beside the tail.
 
-A merchant's rate limit is spent by one process at a time.  So the backfill first tries to
-take the merchant's lease: when no daemon holds the merchant, it runs here, fenced by its own
-epoch, and a daemon starting meanwhile waits for it.  When a daemon holds it, the job is
-handed to that holder through the warehouse (a ``backfill_requests`` row the holder runs
-inside its own budget, beside its tail) and this command follows the job's windows until the
-holder says it is done; a new holder resumes it should the holder change.  Should the
-merchant be left with no holder at all (the daemons stopped, a rollout scaled to zero), the
-command takes the lease back while it follows and runs the rest of the job here: following
-never waits on nobody.
+A merchant's rate limit is spent by one process at a time. So the backfill first tries to take
+the merchant's lease: when no daemon holds the merchant, it runs here, fenced by its own epoch,
+and a daemon starting meanwhile waits for it. When a daemon holds it, the job is handed to that
+holder through the warehouse (a ``sync_requests`` row the holder runs inside its own budget,
+beside its tail; ``service.handover``) and this command follows the job's windows until the
+holder says it is done; a new holder resumes it should the holder change. Should the merchant be
+left with no holder at all (the daemons stopped, a rollout scaled to zero), the command takes
+the lease back while it follows and runs the rest of the job here: following never waits on
+nobody.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import contextlib
 import os
 import secrets as random_tokens
 import sys
-from collections.abc import Callable
 from contextlib import nullcontext
 from datetime import datetime
 
@@ -29,22 +28,21 @@ from recordsync.core.errors import (
     ShutdownRequestedError,
 )
 from recordsync.core.settings import Settings
-from recordsync.core.state import backfill_job
+from recordsync.core.state import WindowProgress, backfill_job
 from recordsync.core.stopping import Stopper
 from recordsync.logs import process_context
 from recordsync.service.app import App, open_app
+from recordsync.service.handover import DoneThere, hold_or_hand_over
 from recordsync.service.progress import RichProgress
 from recordsync.service.signals import Received, stop_on_signals
 from recordsync.sync.engine import BackfillResult
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.plan import plan_windows
 from recordsync.sync.resilience import StepRunner
-from recordsync.warehouse import BackfillState
+from recordsync.warehouse import HolderRequest, RequestKind
+from recordsync.warehouse.timeouts import LEASE_SECONDS
 
 log = structlog.get_logger("recordsync")
-
-LEASE_SECONDS = 10
-FOLLOW_EVERY = 1.0
 
 
 def run_backfill(
@@ -71,27 +69,32 @@ def run_backfill(
             me = f"backfill-{os.getpid()}-{random_tokens.token_hex(2)}"
             session = app.warehouse.fleet_session(me, lease_seconds=LEASE_SECONDS)
             try:
-                epoch = session.try_hold(merchant.merchant_id)
-                request_id = None
-                if epoch is None:
-                    taken = _follow_the_holder(
-                        app,
+                follower = _Follower(app, start, end, progress, handed_over)
+                outcome = hold_or_hand_over(
+                    RequestKind.BACKFILL,
+                    try_hold=lambda: session.try_hold(merchant.merchant_id),
+                    ask=lambda: app.warehouse.requests.ask(
+                        merchant.merchant_id,
+                        RequestKind.BACKFILL,
                         start,
                         end,
-                        stopper,
-                        progress,
-                        try_hold=lambda: session.try_hold(merchant.merchant_id),
-                        handed_over=handed_over,
-                    )
-                    if taken is None:
-                        return 0
-                    handed_over.clear()
-                    request_id, epoch = taken
+                        key=follower.job,
+                    ),
+                    requests=app.warehouse.requests,
+                    stopper=stopper,
+                    handed_over=follower.handed_over,
+                    progress=follower,
+                )
+                if isinstance(outcome, DoneThere):
+                    follower.finished(outcome.request)
+                    return 0
+                handed_over.clear()
                 # Its lease is kept alive by the session's keeper for the whole run; nothing is
                 # sent once it is not confirmed (issue 30).
                 app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
+                taken_back = None if outcome.taken_back is None else outcome.taken_back.id
                 result = _run_here(
-                    app, stopper, start, end, epoch=epoch, request_id=request_id, me=me
+                    app, stopper, start, end, epoch=outcome.epoch, request_id=taken_back, me=me
                 )
             finally:
                 session.close()
@@ -137,76 +140,67 @@ def _run_here(
     if request_id is None:
         return app.engine_for(stopper, epoch=epoch).backfill(start, end)
     with contextlib.suppress(LookupError):  # a holder finished it just before it left
-        app.warehouse.start_backfill_request(request_id, me)
+        app.warehouse.requests.start(request_id, me)
     try:
         result = app.engine_for(stopper, epoch=epoch).backfill(start, end)
     except RecordSyncError as exc:
         with contextlib.suppress(LookupError, RecordSyncError):
-            app.warehouse.finish_backfill_request(request_id, failed=str(exc))
+            app.warehouse.requests.finish(request_id, failed=str(exc))
         raise
     if not stopper.stopped:
         with contextlib.suppress(LookupError):
-            app.warehouse.finish_backfill_request(request_id)
+            app.warehouse.requests.finish(request_id)
     return result
 
 
-def _follow_the_holder(
-    app: App,
-    start: datetime,
-    end: datetime,
-    stopper: Stopper,
-    progress: SyncObserver | None,
-    *,
-    try_hold: Callable[[], int | None],
-    handed_over: list[int],
-) -> tuple[int, int] | None:
-    """Hand the job to the daemon that holds the merchant and follow it to its end: None once
-    the holder finished it, or (the request, an epoch) once nobody held the merchant any more
-    and this command took its lease back (``backfill_taken_back``)."""
-    merchant_id = app.merchant.merchant_id
-    job = backfill_job(start, end)
-    runner = StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=True)
-    request_id = runner.run(
-        lambda: app.warehouse.request_backfill(merchant_id, start, end, job),
-        what="request backfill",
-    )
-    total = len(plan_windows(start, end))
-    handed_over.append(request_id)
-    log.info("backfill_handed_over", request_id=request_id, job=job, windows=total)
-    if progress is not None:
-        progress.windows_planned(job, total, 0)
-    done_before = 0
-    while True:
-        request = runner.run(lambda: app.warehouse.backfill_request(request_id), what="follow")
-        windows = runner.run(
-            lambda: app.warehouse.load_windows(merchant_id, job), what="follow backfill"
+class _Follower:
+    """What the command shows while the holder runs its job: the job's windows as they are
+    done (a progress bar on a terminal), then the holder's totals."""
+
+    def __init__(
+        self,
+        app: App,
+        start: datetime,
+        end: datetime,
+        progress: SyncObserver | None,
+        handed: list[int],
+    ) -> None:
+        self._app = app
+        self._handed = handed  # the request handed over, for what an interruption says
+        self._progress = progress
+        self.job = backfill_job(start, end)
+        self._total = len(plan_windows(start, end))
+        self._done_before = 0
+        self._windows: list[WindowProgress] = []
+        self._runner = StepRunner(stopper=app.stopper, observer=SyncObserver(), fatal_is_final=True)
+
+    def handed_over(self, request_id: int) -> None:
+        self._handed.append(request_id)
+        log.info("backfill_handed_over", request_id=request_id, job=self.job, windows=self._total)
+        if self._progress is not None:
+            self._progress.windows_planned(self.job, self._total, 0)
+
+    def __call__(self, _request: HolderRequest) -> None:
+        merchant_id = self._app.merchant.merchant_id
+        self._windows = windows = self._runner.run(
+            lambda: self._app.warehouse.load_windows(merchant_id, self.job),
+            what="follow backfill",
         )
         done = sum(1 for window in windows if window.done)
-        if progress is not None and windows and len(windows) != total:
+        if self._progress is not None and windows and len(windows) != self._total:
             # The holder planned its own windows, or cut some for more chains as it read.
-            total = len(windows)
-            progress.windows_planned(job, total, done)
-        elif progress is not None:
-            for window in windows[done_before:done]:
-                progress.window_page(job, window.window, 0, done=True)
-        done_before = max(done_before, done)
-        if request is None or request.state is BackfillState.FAILED:
-            reason = "the request disappeared" if request is None else request.error
-            raise RecordSyncError(f"backfill {job} failed at its holder: {reason}")
-        if request.state is BackfillState.DONE:
-            records = sum(window.records for window in windows)
-            log.info(
-                "backfill_finished",
-                job=job,
-                windows=len(windows),
-                records=records,
-                holder=request.holder,
-            )
-            return None
-        # A holder runs the request under the merchant's lock: the lock free means nobody runs
-        # it, and nobody will until a daemon takes the merchant; this command does it now.
-        epoch = runner.run(try_hold, what="take the lease")
-        if epoch is not None:
-            log.info("backfill_taken_back", request_id=request_id, windows_done=done)
-            return request_id, epoch
-        stopper.sleep(FOLLOW_EVERY)
+            self._total = len(windows)
+            self._progress.windows_planned(self.job, self._total, done)
+        elif self._progress is not None:
+            for window in windows[self._done_before : done]:
+                self._progress.window_page(self.job, window.window, 0, done=True)
+        self._done_before = max(self._done_before, done)
+
+    def finished(self, request: HolderRequest) -> None:
+        log.info(
+            "backfill_finished",
+            job=self.job,
+            windows=len(self._windows),
+            records=sum(window.records for window in self._windows),
+            holder=request.holder,
+        )

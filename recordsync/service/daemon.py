@@ -36,13 +36,13 @@ from recordsync.sync.events import SyncObserver
 from recordsync.sync.jobs import JobHost
 from recordsync.sync.resilience import StepRunner
 from recordsync.warehouse import Warehouse
+from recordsync.warehouse.timeouts import LEASE_SECONDS
 
 log = structlog.get_logger("recordsync")
 
 # Seconds a silent replica keeps its merchants' locks before the database frees them (a
 # paused or partitioned process); a dead one loses them at once.  Failover: this, or the
 # staleness of its heartbeat (fleet.member), plus a tick.
-LEASE_SECONDS = 10
 
 
 def replica_id() -> str:

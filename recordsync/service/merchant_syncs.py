@@ -24,7 +24,6 @@ hand-over ends the wait at once; the process and the other merchants never notic
 
 from __future__ import annotations
 
-import contextlib
 import random
 import threading
 import time
@@ -34,13 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import orjson
 import structlog
 
 from recordsync.core.errors import (
     LeaseSupersededError,
     LeaseUnconfirmedError,
-    RecordSyncError,
     ShutdownRequestedError,
 )
 from recordsync.core.settings import Settings
@@ -48,26 +45,18 @@ from recordsync.core.stopping import Stopper
 from recordsync.metrics import Metrics
 from recordsync.platform.client import PlatformClient
 from recordsync.service.observers import ClientMetricsObserver, SyncMetricsObserver
+from recordsync.service.requested_work import POLL as REQUEST_POLL
+from recordsync.service.requested_work import RequestedWork
 from recordsync.service.round_events.wakeups import CrossCheckMetricsObserver
-from recordsync.service.runtime import (
-    Purpose,
-    Share,
-    merchant_client,
-    read_limits,
-    sync_options,
-)
+from recordsync.service.runtime import Purpose, Share, merchant_client, merchant_sync
 from recordsync.service.secrets import SecretKeeper
-from recordsync.service.verify import verify_document
 from recordsync.sync.engine import SyncEngine, SyncOptions
 from recordsync.sync.events import MultiObserver, SyncObserver
 from recordsync.sync.jobs import JobHost
-from recordsync.sync.resilience import StepRunner
-from recordsync.sync.verify import verify_range
-from recordsync.warehouse import BackfillRequest, VerifyRequest, Warehouse
+from recordsync.warehouse import Warehouse
 
 log = structlog.get_logger("recordsync")
 
-BACKFILL_POLL = 2.0  # seconds between looks for backfills handed over to this holder
 _WHERE_FRAMES: Final = 3  # innermost frames named when a merchant's sync fails
 
 
@@ -110,11 +99,11 @@ class _Run:
     started_at: float
     thread: threading.Thread | None = None
     engine: SyncEngine | None = field(default=None)
-    # What a requested backfill reuses: the same client (so the same budget) and options.
+    # What a request handed to this holder reuses: the same client (so the same budget) and
+    # options (``requested_work``).
     client: PlatformClient | None = None
     options: SyncOptions | None = None
-    backfills: set[int] = field(default_factory=set)  # request ids running here
-    verifies: set[int] = field(default_factory=set)  # verify request ids running here
+    requests: set[int] = field(default_factory=set)  # request ids running here
 
 
 class MerchantSyncs:
@@ -130,7 +119,7 @@ class MerchantSyncs:
         replica_id: str = "",
         extra_observer: Callable[[str], SyncObserver | None] = lambda _merchant: None,
         clock: Callable[[], float] = time.time,
-        backfill_poll: float = BACKFILL_POLL,
+        request_poll: float = REQUEST_POLL,
         restart: RestartPolicy | None = None,
         rng: random.Random | None = None,
         monotonic: Callable[[], float] = time.monotonic,
@@ -149,12 +138,21 @@ class MerchantSyncs:
         self._runs: dict[str, _Run] = {}
         self._lock = threading.Lock()
         self._replica_id = replica_id
-        self._backfill_poll = backfill_poll
         self._restart = restart or RestartPolicy()
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
         self._monotonic = monotonic
         self._lease = lease
-        self._watcher: threading.Thread | None = None
+        self._requested = RequestedWork(
+            warehouse=warehouse,
+            replica_id=replica_id,
+            metrics=metrics,
+            host=host,
+            stopper=stopper,
+            held=self._built,
+            backoff=lambda failures: self._restart.delay(failures, self._rng),
+            poll=request_poll,
+            failure_site=failure_site,
+        )
 
     # -- fleet.Syncs ----------------------------------------------------------------------------
 
@@ -167,7 +165,7 @@ class MerchantSyncs:
             self._runs[merchant_id] = run
         self._metrics.set_lease_held(merchant_id, held=True)
         run.thread.start()
-        self._watch_once()
+        self._requested.watch()
 
     def stop(self, merchant_id: str) -> None:
         with self._lock:
@@ -185,6 +183,12 @@ class MerchantSyncs:
                 for merchant_id, run in self._runs.items()
                 if run.thread is not None and run.thread.is_alive()
             )
+
+    def _built(self) -> dict[str, _Run]:
+        """The merchants whose sync runs here (its client built or not: ``requested_work``
+        waits for ``options``)."""
+        with self._lock:
+            return dict(self._runs)
 
     # -- for readiness and the tail's wake-up ------------------------------------------------
 
@@ -263,7 +267,7 @@ class MerchantSyncs:
         except ShutdownRequestedError:
             pass  # stopped (a hand-over or the process's stop) while starting or waiting
         finally:
-            run.stopper.stop()  # ends the backfills requested for this merchant
+            run.stopper.stop()  # ends the requests running for this merchant
             client.close()
             bound.info("merchant_sync_stopped")
 
@@ -288,15 +292,6 @@ class MerchantSyncs:
         """Build this merchant's engine and sync until stopped (one attempt)."""
         settings = self._settings
         merchant = settings.merchant(run.merchant_id)
-        limits = read_limits(client, Purpose.DAEMON, logger=bound)
-        options = sync_options(
-            settings,
-            merchant,
-            limits,
-            Purpose.DAEMON,
-            share=Share(self._host.worker_threads, len(settings.merchants)),
-            receives_events=bool(settings.events_port),
-        )
         observers: list[SyncObserver] = [
             SyncMetricsObserver(self._metrics.merchant(run.merchant_id)),
             CrossCheckMetricsObserver(self._metrics.round_events, run.merchant_id),
@@ -304,184 +299,20 @@ class MerchantSyncs:
         extra = self._extra_observer(run.merchant_id)
         if extra is not None:
             observers.append(extra)
-        fenced = self._warehouse.fenced(run.merchant_id, run.epoch)
-        run.engine = SyncEngine(
-            client=client,
-            warehouse=fenced,
-            options=options,
+        sync = merchant_sync(
+            settings,
+            merchant,
+            client,
+            self._warehouse.fenced(run.merchant_id, run.epoch),
+            Purpose.DAEMON,
             stopper=run.stopper,
             observer=MultiObserver(*observers),
             host=self._host,
-            catalogue=(client, fenced),
+            share=Share(self._host.worker_threads, len(settings.merchants)),
+            receives_events=bool(settings.events_port),
+            logger=bound,
         )
-        run.client, run.options = client, options
+        run.engine = sync.engine
+        run.client, run.options = client, sync.options
         bound.info("merchant_sync_started")
         run.engine.run()
-
-    # -- backfills handed over by `recordsync backfill` -----------------------------------------
-
-    def _watch_once(self) -> None:
-        """Start the one backfill watcher of this process, unless it runs already."""
-        with self._lock:
-            if self._watcher is not None:
-                return
-            self._watcher = threading.Thread(
-                target=self._watch_backfills, name="backfill-requests", daemon=True
-            )
-        self._watcher.start()
-
-    def _watch_backfills(self) -> None:
-        """Run the backfills and verifies requested for the merchants held here, each inside its
-        budget beside its tail.  One thread and one query a kind for every merchant held,
-        however many.
-
-        A bug while looking is logged (its class and frames, never its message) and looked
-        again after the restart policy's backoff; it never ends the watcher."""
-        runner = StepRunner(stopper=self._stopper, observer=SyncObserver(), fatal_is_final=False)
-        failures = 0
-        try:
-            while not self._stopper.stopped:
-                try:
-                    self._start_requested_jobs(runner)
-                except ShutdownRequestedError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - a bug: look again later
-                    failures += 1
-                    delay = self._restart.delay(failures, self._rng)
-                    log.error(  # noqa: TRY400 - class and frames, never the message
-                        "backfill_watch_failed",
-                        kind=type(exc).__name__,
-                        where=failure_site(exc),
-                        failures=failures,
-                        retry_in_seconds=round(delay, 1),
-                    )
-                else:
-                    failures, delay = 0, self._backfill_poll
-                self._stopper.sleep(delay)
-        except ShutdownRequestedError:
-            return
-
-    def _start_requested_jobs(self, runner: StepRunner) -> None:
-        with self._lock:
-            ready = {
-                merchant_id: run
-                for merchant_id, run in self._runs.items()
-                if run.options is not None and not run.stopper.stopped
-            }
-        held = tuple(ready)
-        if not held:
-            return
-        backfills = runner.run(
-            lambda: self._warehouse.pending_backfills(*held),
-            what="read backfill requests",
-        )
-        for request in backfills:
-            run = ready[request.merchant_id]
-            if request.id not in run.backfills:
-                run.backfills.add(request.id)
-                self._start_job(self._backfill, run, request, f"backfill-{request.id}")
-        verifies = runner.run(
-            lambda: self._warehouse.pending_verifies(*held),
-            what="read verify requests",
-        )
-        for verify in verifies:
-            run = ready[verify.merchant_id]
-            if verify.id not in run.verifies:
-                run.verifies.add(verify.id)
-                self._start_job(self._verify, run, verify, f"verify-{verify.id}")
-
-    @staticmethod
-    def _start_job(
-        target: Callable[[_Run, Any], None], run: _Run, request: object, name: str
-    ) -> None:
-        threading.Thread(target=target, args=(run, request), name=name, daemon=True).start()
-
-    def _backfill(self, run: _Run, request: BackfillRequest) -> None:
-        assert run.client is not None
-        assert run.options is not None
-        bound = log.bind(merchant_id=run.merchant_id, request_id=request.id, job=request.job)
-        runner = StepRunner(stopper=run.stopper, observer=SyncObserver(), fatal_is_final=False)
-        engine = SyncEngine(
-            client=run.client,
-            warehouse=self._warehouse.fenced(run.merchant_id, run.epoch),
-            options=run.options,
-            stopper=Stopper(parent=run.stopper),
-            observer=SyncMetricsObserver(self._metrics.merchant(run.merchant_id)),
-            host=self._host,
-        )
-        try:
-            runner.run(
-                lambda: self._warehouse.start_backfill_request(request.id, self._replica_id),
-                what="start backfill request",
-            )
-            bound.info("requested_backfill_started")
-            result = engine.backfill(request.created_from, request.created_to)
-            if run.stopper.stopped:
-                return  # handed over or stopping: the next holder resumes the request
-            runner.run(
-                lambda: self._warehouse.finish_backfill_request(request.id),
-                what="finish backfill request",
-            )
-            bound.info("requested_backfill_finished", records=result.records)
-        except (ShutdownRequestedError, LeaseSupersededError, LeaseUnconfirmedError):
-            return  # left running: the next holder resumes it
-        except RecordSyncError as exc:
-            bound.error("requested_backfill_failed", error=str(exc))
-            with contextlib.suppress(RecordSyncError):
-                self._warehouse.finish_backfill_request(request.id, failed=str(exc))
-        except Exception as exc:  # noqa: BLE001 - a bug: this request fails, nothing else
-            kind = type(exc).__name__
-            self._metrics.merchant(run.merchant_id).sync_failed(kind)
-            bound.error("requested_backfill_failed", kind=kind, where=failure_site(exc))
-            with contextlib.suppress(RecordSyncError):
-                self._warehouse.finish_backfill_request(
-                    request.id, failed=f"{kind} in the holder (a bug: see its log)"
-                )
-
-    def _verify(self, run: _Run, request: VerifyRequest) -> None:
-        """A ``recordsync verify`` handed over: the same ``verify_range`` as the command's, on
-        this merchant's client (its budget, at the lowest priority), repairs fenced by this
-        holder's epoch; the findings go back in the request row."""
-        assert run.client is not None
-        assert run.options is not None
-        bound = log.bind(merchant_id=run.merchant_id, verify_request_id=request.id)
-        runner = StepRunner(stopper=run.stopper, observer=SyncObserver(), fatal_is_final=False)
-        try:
-            runner.run(
-                lambda: self._warehouse.start_verify_request(request.id, self._replica_id),
-                what="start verify request",
-            )
-            bound.info("requested_verify_started", repair=request.repair)
-            result = verify_range(
-                run.client,
-                self._warehouse.fenced(run.merchant_id, run.epoch),
-                request.created_from,
-                request.created_to,
-                page_size=run.options.page_size,
-                repair=request.repair,
-                stopper=Stopper(parent=run.stopper),
-            )
-            document = verify_document(
-                result, run.merchant_id, request.created_from, request.created_to
-            )
-            runner.run(
-                lambda: self._warehouse.finish_verify_request(
-                    request.id, result=orjson.dumps(document).decode()
-                ),
-                what="finish verify request",
-            )
-            bound.info("requested_verify_finished", clean=result.clean, repaired=result.repaired)
-        except (ShutdownRequestedError, LeaseSupersededError, LeaseUnconfirmedError):
-            return  # left running: the next holder runs it again
-        except RecordSyncError as exc:
-            bound.error("requested_verify_failed", error=str(exc))
-            with contextlib.suppress(RecordSyncError, LookupError):
-                self._warehouse.finish_verify_request(request.id, failed=str(exc))
-        except Exception as exc:  # noqa: BLE001 - a bug: this request fails, nothing else
-            kind = type(exc).__name__
-            self._metrics.merchant(run.merchant_id).sync_failed(kind)
-            bound.error("requested_verify_failed", kind=kind, where=failure_site(exc))
-            with contextlib.suppress(RecordSyncError, LookupError):
-                self._warehouse.finish_verify_request(
-                    request.id, failed=f"{kind} in the holder (a bug: see its log)"
-                )

@@ -1,5 +1,6 @@
-"""One merchant's runtime, built one way for every command: its client with its two budgets,
-the platform's limits read once, and the engine's options.
+"""One merchant's runtime, built one way for every command: its client with its two budgets
+(``merchant_client``), then its sync (``merchant_sync``): the platform's limits read once, the
+engine's options, the engine on the merchant's store.
 
 The daemon (``merchant_syncs``), the one-shot commands (``backfill``, ``verify``, through
 ``app.open_app``) and the demo all build a merchant's sync here, so that what a test drives in
@@ -38,8 +39,12 @@ from recordsync.core.stopping import Stopper
 from recordsync.platform.budget import RateBudget, default_query_budget
 from recordsync.platform.client import ClientObserver, PlatformClient
 from recordsync.service.secrets import SecretKeeper
+from recordsync.sync.engine import SyncEngine
+from recordsync.sync.events import SyncObserver
+from recordsync.sync.jobs import JobHost
 from recordsync.sync.options import DEFAULT_CROSS_CHECK_INTERVAL, SyncOptions
 from recordsync.sync.windows import MAX_CHAINS
+from recordsync.warehouse import MerchantStore
 
 log = structlog.get_logger("recordsync")
 
@@ -147,6 +152,56 @@ def sync_options(
         stop_when_caught_up=stop_when_caught_up,
         give_up_unreachable=settings.unreachable_timeout if purpose is Purpose.COMMAND else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class MerchantSync:
+    """A merchant's sync as built for its purpose: the engine, and the options it runs with
+    (a request handed to the holder reuses them)."""
+
+    engine: SyncEngine
+    options: SyncOptions
+
+
+def merchant_sync(
+    settings: Settings,
+    merchant: MerchantSettings,
+    client: PlatformClient,
+    store: MerchantStore,
+    purpose: Purpose,
+    *,
+    stopper: Stopper,
+    observer: SyncObserver | None = None,
+    host: JobHost | None = None,
+    share: Share | None = None,
+    receives_events: bool = False,
+    stop_when_caught_up: bool = False,
+    logger: Any = log,
+) -> MerchantSync:
+    """The merchant's engine on ``client`` and ``store`` (fenced by the holder's epoch, or
+    not): the platform's limits read once (``read_limits``), the options sized to them and to
+    the share (``sync_options``), the game catalogue a job beside the tail on the same client
+    and store.  The daemon and every command build a merchant's sync here."""
+    limits = read_limits(client, purpose, logger=logger)
+    options = sync_options(
+        settings,
+        merchant,
+        limits,
+        purpose,
+        share=share,
+        receives_events=receives_events,
+        stop_when_caught_up=stop_when_caught_up,
+    )
+    engine = SyncEngine(
+        client=client,
+        warehouse=store,
+        options=options,
+        stopper=stopper,
+        observer=observer,
+        host=host,
+        catalogue=(client, store),
+    )
+    return MerchantSync(engine, options)
 
 
 def fair_concurrency(wanted: int, worker_threads: int, merchants: int) -> int:

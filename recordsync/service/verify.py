@@ -11,11 +11,11 @@ to take the merchant's lease:
 
 - no daemon holds the merchant: verify holds it for the run (a daemon starting meanwhile
   waits), reads inside its own budget, and ``--repair`` writes are fenced by its own epoch;
-- a daemon holds it: the run is handed to that holder through the warehouse (a
-  ``verify_requests`` row), which runs the same ``verify_range`` inside ITS budget at the
+- a daemon holds it: the run is handed to that holder through the warehouse (a ``sync_requests``
+  row, ``service.handover``), which runs the same ``verify_range`` inside ITS budget at the
   lowest priority, beside its tail, with repairs fenced by its own epoch, and stores the
-  findings for this command to print.  One process spends the merchant's limit, and one
-  writer (the lease holder) writes, whichever way it runs.
+  findings for this command to print. One process spends the merchant's limit, and one writer
+  (the lease holder) writes, whichever way it runs.
 
 ``--repair`` writes rows only, never a cursor, through the revision guards
 (``Warehouse.repair_records``): a stored revision never goes down, rows only the warehouse
@@ -30,7 +30,6 @@ import io
 import os
 import secrets as random_tokens
 import sys
-from collections.abc import Callable
 from contextlib import nullcontext
 from datetime import datetime
 from pathlib import Path
@@ -51,20 +50,18 @@ from recordsync.core.settings import Settings
 from recordsync.core.stopping import Stopper
 from recordsync.logs import process_context
 from recordsync.metrics import record_verify_run
-from recordsync.service.app import App, open_app
+from recordsync.service.app import open_app
 from recordsync.service.console import PipeConsole
+from recordsync.service.handover import DoneThere, hold_or_hand_over
 from recordsync.service.progress import RichProgress
 from recordsync.service.signals import stop_on_signals
 from recordsync.sync.comparison import FAULTS, DayTally, Difference, VerifyResult
-from recordsync.sync.events import SyncObserver
-from recordsync.sync.resilience import StepRunner
 from recordsync.sync.verify import verify_range
-from recordsync.warehouse import BackfillState
+from recordsync.warehouse import HolderRequest, RequestKind
+from recordsync.warehouse.timeouts import LEASE_SECONDS
 
 log = structlog.get_logger("recordsync")
 
-LEASE_SECONDS: Final = 10
-FOLLOW_EVERY: Final = 1.0  # seconds between looks at a request handed to the holder
 FORMATS: Final = ("table", "json", "csv")
 COLUMNS: Final = ("day", "platform_rows", "warehouse_rows", *Difference, "repaired")
 
@@ -103,28 +100,36 @@ def run_verify(
             f"verify-{os.getpid()}-{random_tokens.token_hex(2)}", lease_seconds=LEASE_SECONDS
         )
         try:
-            epoch = session.try_hold(merchant.merchant_id)
-            document = None
-            if epoch is None:
-                holder = session.holders().get(merchant.merchant_id)
-                document, epoch = _follow_the_holder(
-                    app,
-                    start,
-                    end,
-                    repair=repair,
-                    stopper=stopper,
-                    holder=holder,
-                    try_hold=lambda: session.try_hold(merchant.merchant_id),
-                )
-            if document is None:
+            outcome = hold_or_hand_over(
+                RequestKind.VERIFY,
+                try_hold=lambda: session.try_hold(merchant.merchant_id),
+                ask=lambda: app.warehouse.requests.ask(
+                    merchant.merchant_id, RequestKind.VERIFY, start, end, repair=repair
+                ),
+                requests=app.warehouse.requests,
+                stopper=stopper,
+                handed_over=lambda request_id: log.info(
+                    "verify_handed_over",
+                    request_id=request_id,
+                    holder=session.holders().get(merchant.merchant_id),
+                ),
+            )
+            if isinstance(outcome, DoneThere):
+                document = _findings(outcome.request)
+            else:
+                if outcome.taken_back is not None:
+                    with contextlib.suppress(LookupError):  # a holder finished it meanwhile
+                        app.warehouse.requests.finish(
+                            outcome.taken_back.id,
+                            failed="run by the requester: no holder ran it to its end",
+                        )
                 # Its lease is kept alive by the session's keeper; nothing is sent once it is
                 # not confirmed (issue 30).
                 app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
                 with progress or nullcontext():
-                    assert epoch is not None  # held here: taken, or taken back
                     result = verify_range(
                         app.client,
-                        app.warehouse.fenced(merchant.merchant_id, epoch),
+                        app.warehouse.fenced(merchant.merchant_id, outcome.epoch),
                         start,
                         end,
                         page_size=app.options.page_size,
@@ -149,47 +154,12 @@ def run_verify(
     return 0 if document["clean"] else 1
 
 
-def _follow_the_holder(
-    app: App,
-    start: datetime,
-    end: datetime,
-    *,
-    repair: bool,
-    stopper: Stopper,
-    holder: str | None,
-    try_hold: Callable[[], int | None],
-) -> tuple[dict[str, Any] | None, int | None]:
-    """Hand the run to the daemon that holds the merchant: its findings once it is done.
-
-    While it is not done, the lease is tried again: a holder runs the request under the
-    merchant's lock, so the lock free means a holder that stopped (before taking the request or
-    in the middle of it) and nobody to run it; then this command runs the verify itself
-    (``(None, epoch)``: the request is marked failed, so no later holder runs it too).
-    """
-    merchant_id = app.merchant.merchant_id
-    runner = StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=True)
-    request_id = runner.run(
-        lambda: app.warehouse.request_verify(merchant_id, start, end, repair=repair),
-        what="request verify",
-    )
-    log.info("verify_handed_over", request_id=request_id, holder=holder)
-    while True:
-        request = runner.run(lambda: app.warehouse.verify_request(request_id), what="follow")
-        if request is None or request.state is BackfillState.FAILED:
-            reason = "the request disappeared" if request is None else request.error
-            raise RecordSyncError(f"verify request {request_id} failed at its holder: {reason}")
-        if request.state is BackfillState.DONE and request.result is not None:
-            document: dict[str, Any] = orjson.loads(request.result)
-            return document, None
-        epoch = runner.run(try_hold, what="take the lease")
-        if epoch is not None:
-            with contextlib.suppress(LookupError):  # a holder finished it meanwhile
-                app.warehouse.finish_verify_request(
-                    request_id, failed="run by the requester: no holder ran it to its end"
-                )
-            log.info("verify_taken_back", request_id=request_id)
-            return None, epoch
-        stopper.sleep(FOLLOW_EVERY)
+def _findings(request: HolderRequest) -> dict[str, Any]:
+    """The findings the holder stored with the request it ran."""
+    if request.result is None:
+        raise RecordSyncError(f"verify request {request.id} ended at its holder without findings")
+    document: dict[str, Any] = orjson.loads(request.result)
+    return document
 
 
 def _report(document: dict[str, Any], metrics_file: Path | None) -> None:

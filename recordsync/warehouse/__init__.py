@@ -1,6 +1,6 @@
 """The warehouse: schema, migrations, the revision-guarded upsert, revision history, sync state,
 quarantine, the BI views, and the fleet: merchant locks, leases with epochs and fenced writes,
-replicas, backfill and verify requests."""
+replicas, and the requests commands hand to a merchant's holder."""
 
 from recordsync.warehouse.connection import create_warehouse_engine
 from recordsync.warehouse.lease import FleetSession
@@ -8,32 +8,32 @@ from recordsync.warehouse.merchant_store import MerchantStore
 from recordsync.warehouse.store import Warehouse
 from recordsync.warehouse.values import (
     Availability,
-    BackfillRequest,
-    BackfillState,
     CatalogueResult,
     DailySummary,
     Freshness,
     GameName,
+    HolderRequest,
     JobStatus,
     QuarantinedRecord,
-    VerifyRequest,
+    RequestKind,
+    RequestState,
     WarehouseStatus,
     WriteResult,
 )
 
 __all__ = [
     "Availability",
-    "BackfillRequest",
-    "BackfillState",
     "CatalogueResult",
     "DailySummary",
     "FleetSession",
     "Freshness",
     "GameName",
+    "HolderRequest",
     "JobStatus",
     "MerchantStore",
     "QuarantinedRecord",
-    "VerifyRequest",
+    "RequestKind",
+    "RequestState",
     "Warehouse",
     "WarehouseStatus",
     "WriteResult",

@@ -31,12 +31,12 @@ from recordsync.core.round_events import ROUND_ENDED, RoundEvent, RoundEventRece
 from recordsync.warehouse.connection import translate_errors
 from recordsync.warehouse.lease.connection import LockConnection
 from recordsync.warehouse.schema import records, round_events
+from recordsync.warehouse.timeouts import LEASE_SECONDS
 
 ROUND_EVENTS_CHANNEL: Final = "recordsync_round_events"
 # A bound on one cross-check's work and on one IN list.
 _SCAN_LIMIT: Final = 10_000
 _IN_BATCH: Final = 500
-_LISTEN_LEASE_SECONDS: Final = 10  # the listening connection's keepalive settings
 _BURST_SECONDS: Final = 0.005  # how long a wake-up waits for the rest of a burst
 
 
@@ -171,9 +171,7 @@ class PostgresFeed:
 
     listens = True
 
-    def __init__(
-        self, url: URL, replica_id: str, *, lease_seconds: int = _LISTEN_LEASE_SECONDS
-    ) -> None:
+    def __init__(self, url: URL, replica_id: str, *, lease_seconds: int = LEASE_SECONDS) -> None:
         self._replica_id = replica_id
         self._conn = LockConnection(url, lease_seconds=lease_seconds, on_connect=_listen)
         self._longest_wait = lease_seconds / 2

@@ -13,16 +13,16 @@ as an integer number of 10**-4 so that SQLite can sum money exactly (see ``types
 The migrations spell the column types out per dialect instead of importing this module, so
 that each stays a fixed record of its revision when this module changes; a test compares the
 migrated schema with these tables on every backend.  The BI views (revision 0003) are read
-through ``recordsync.warehouse.bi.summaries``.  ``merchant_leases``, ``replicas`` and
-``backfill_requests`` (revision 0004) are the fleet's: which holder's writes count, who is
-alive, and backfills handed to a merchant's holder.  ``games`` and ``game_localizations``
+through ``recordsync.warehouse.bi.summaries``.  ``merchant_leases`` and ``replicas``
+(revision 0004) are the fleet's: which holder's writes count, who is alive; ``sync_requests``
+(revision 0012) the work commands hand to a merchant's holder.  ``games`` and ``game_localizations``
 (revision 0006) are the game catalogue, the dimension that names a record's ``game_id``;
 ``endpoint_availability`` (revision 0009) says which optional endpoints a merchant is served.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from sqlalchemy import (
     BigInteger,
@@ -204,8 +204,43 @@ replicas = Table(
     Column("merchants", large_text(), nullable=True),
 )
 
-# A one-shot backfill handed to the merchant's holder, which runs it inside the merchant's
-# rate budget (``backfill_requests``); ``state`` is a ``values.BackfillState``.
+
+def _request_life() -> list[Column[Any]]:
+    """The columns of a request's life, shared by the request tables (``requests.book``)."""
+    return [
+        Column("state", String(PHASE_LENGTH), nullable=False),
+        Column("requested_at", utc_datetime(), nullable=False),
+        Column("started_at", utc_datetime(), nullable=True),
+        Column("finished_at", utc_datetime(), nullable=True),
+        Column("holder", String(ID_LENGTH), nullable=True),
+        Column("error", Text, nullable=True),
+    ]
+
+
+# Work a command hands to the merchant's holder, which runs it inside the merchant's rate
+# budget (revision 0012; ``requests.book``): ``kind`` a ``values.RequestKind``, ``state`` a
+# ``values.RequestState``; ``key`` names work asked for twice that should be followed, not
+# queued again (a backfill's job); ``result`` is what the holder hands back (verify's
+# findings, JSON).
+sync_requests = Table(
+    "sync_requests",
+    metadata,
+    Column("id", big_id(), primary_key=True, autoincrement=True),
+    Column("merchant_id", String(ID_LENGTH), nullable=False),
+    Column("kind", String(PHASE_LENGTH), nullable=False),
+    Column("created_from", utc_datetime(), nullable=False),
+    Column("created_to", utc_datetime(), nullable=False),
+    Column("key", String(ID_LENGTH), nullable=True),
+    Column("repair", Boolean, nullable=False),
+    *_request_life(),
+    Column("result", large_text(), nullable=True),
+    Index("ix_sync_requests_merchant_state", "merchant_id", "state", "id"),
+)
+
+# The two request tables before revision 0012, kept for the previous version's pods during a
+# rolling upgrade (revisions only add).  This version only fails what a previous version's
+# command asks there, so that the command ends with a line instead of following a request no
+# holder runs (``requests.previous``).
 backfill_requests = Table(
     "backfill_requests",
     metadata,
@@ -214,12 +249,7 @@ backfill_requests = Table(
     Column("created_from", utc_datetime(), nullable=False),
     Column("created_to", utc_datetime(), nullable=False),
     Column("job", String(ID_LENGTH), nullable=False),
-    Column("state", String(PHASE_LENGTH), nullable=False),
-    Column("requested_at", utc_datetime(), nullable=False),
-    Column("started_at", utc_datetime(), nullable=True),
-    Column("finished_at", utc_datetime(), nullable=True),
-    Column("holder", String(ID_LENGTH), nullable=True),
-    Column("error", Text, nullable=True),
+    *_request_life(),
     Index("ix_backfill_requests_merchant_state", "merchant_id", "state", "id"),
 )
 
@@ -248,9 +278,7 @@ round_events = Table(
     Index("ix_round_events_merchant_found", "merchant_id", "found_at", "received_at"),
 )
 
-# A ``recordsync verify`` handed to the merchant's holder (``verify_requests``, revision 0007):
-# the holder runs it inside the merchant's rate budget and stores its findings in ``result``
-# (the JSON document ``verify --format json`` prints); ``state`` is a ``values.BackfillState``.
+# Revision 0007's verify requests; kept as ``backfill_requests`` is (see there).
 verify_requests = Table(
     "verify_requests",
     metadata,
@@ -259,12 +287,7 @@ verify_requests = Table(
     Column("created_from", utc_datetime(), nullable=False),
     Column("created_to", utc_datetime(), nullable=False),
     Column("repair", Boolean, nullable=False),
-    Column("state", String(PHASE_LENGTH), nullable=False),
-    Column("requested_at", utc_datetime(), nullable=False),
-    Column("started_at", utc_datetime(), nullable=True),
-    Column("finished_at", utc_datetime(), nullable=True),
-    Column("holder", String(ID_LENGTH), nullable=True),
-    Column("error", Text, nullable=True),
+    *_request_life(),
     Column("result", large_text(), nullable=True),
     Index("ix_verify_requests_merchant_state", "merchant_id", "state", "id"),
 )

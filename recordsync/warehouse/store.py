@@ -69,17 +69,14 @@ from recordsync.warehouse.migrate import upgrade as upgrade_schema
 from recordsync.warehouse.pages import commits as page_commits
 from recordsync.warehouse.pages.conflicts import retry_lost_conflicts
 from recordsync.warehouse.pages.writer import PageWriter, page_writer_for
-from recordsync.warehouse.requests import backfill as backfill_requests
-from recordsync.warehouse.requests import verify as verify_requests
+from recordsync.warehouse.requests.store import RequestStore
 from recordsync.warehouse.values import (
     Availability,
-    BackfillRequest,
     CatalogueResult,
     DailySummary,
     Freshness,
     GameName,
     QuarantinedRecord,
-    VerifyRequest,
     WarehouseStatus,
     WriteResult,
 )
@@ -698,13 +695,13 @@ class Warehouse:
         with translate_errors("read freshness"), self._engine.begin() as conn:
             return summaries.freshness(conn, merchant_id)
 
-    # -- the fleet (lease, backfill_requests) -----------------------------------------
+    # -- the fleet (lease, requests) -------------------------------------------------
 
     def fleet_session(
         self,
         replica_id: str,
         *,
-        lease_seconds: int = 10,
+        lease_seconds: int = timeouts.LEASE_SECONDS,
         sleep: Callable[[float], None] = time.sleep,
         on_lost: Callable[[frozenset[str]], None] | None = None,
         holding: bool = True,
@@ -748,36 +745,10 @@ class Warehouse:
         with translate_errors("read lease epoch"), self._engine.begin() as conn:
             return epochs.current_epoch(conn, merchant_id)
 
-    def request_backfill(self, merchant_id: str, start: datetime, end: datetime, job: str) -> int:
-        """Hand a backfill of ``[start, end)`` as ``job`` to the merchant's holder; its request
-        id (an unfinished request for the same job is followed rather than duplicated)."""
-        with translate_errors("request backfill"), self._writer.begin() as conn:
-            return backfill_requests.request(conn, merchant_id, start, end, job)
-
-    def pending_backfills(self, *merchant_ids: str) -> list[BackfillRequest]:
-        """The merchants' unfinished requests, oldest first: pending ones, and running ones a
-        previous holder did not finish (resume them: their job's windows keep the progress).
-        One query for every merchant named, however many."""
-        if not merchant_ids:
-            return []
-        with translate_errors("read backfill requests"), self._engine.begin() as conn:
-            return backfill_requests.unfinished(conn, merchant_ids)
-
-    def start_backfill_request(self, request_id: int, holder: str) -> None:
-        """Mark an unfinished request running under ``holder``; LookupError when there is none."""
-        with translate_errors("start backfill request"), self._writer.begin() as conn:
-            backfill_requests.start(conn, request_id, holder)
-
-    def finish_backfill_request(self, request_id: int, *, failed: str | None = None) -> None:
-        """Mark an unfinished request done, or failed with the reason (shown to the requester,
-        so never a secret); LookupError when there is none."""
-        with translate_errors("finish backfill request"), self._writer.begin() as conn:
-            backfill_requests.finish(conn, request_id, failed=failed)
-
-    def backfill_request(self, request_id: int) -> BackfillRequest | None:
-        """The request as it stands (the requester polls it)."""
-        with translate_errors("read backfill request"), self._engine.begin() as conn:
-            return backfill_requests.get(conn, request_id)
+    @property
+    def requests(self) -> RequestStore:
+        """The work commands hand to a merchant's holder (``requests.book``)."""
+        return RequestStore(self._engine)
 
     # -- round-end notifications (round_events) -----------------------------------------------
 
@@ -819,39 +790,6 @@ class Warehouse:
         if self._engine.dialect.name == "postgresql":
             return round_events.PostgresFeed(self._engine.url, replica_id)
         return round_events.PollFeed(self._engine, replica_id, interval=poll_interval, sleep=sleep)
-
-    def request_verify(
-        self, merchant_id: str, start: datetime, end: datetime, *, repair: bool
-    ) -> int:
-        """Hand a verify of ``[start, end)`` to the merchant's holder; its request id."""
-        with translate_errors("request verify"), self._writer.begin() as conn:
-            return verify_requests.request(conn, merchant_id, start, end, repair=repair)
-
-    def pending_verifies(self, *merchant_ids: str) -> list[VerifyRequest]:
-        """The merchants' unfinished verify requests, oldest first (running ones a previous
-        holder did not finish included: run them again).  One query for every merchant named."""
-        if not merchant_ids:
-            return []
-        with translate_errors("read verify requests"), self._engine.begin() as conn:
-            return verify_requests.unfinished(conn, merchant_ids)
-
-    def start_verify_request(self, request_id: int, holder: str) -> None:
-        """Mark an unfinished verify request running under ``holder``; LookupError when none."""
-        with translate_errors("start verify request"), self._writer.begin() as conn:
-            verify_requests.start(conn, request_id, holder)
-
-    def finish_verify_request(
-        self, request_id: int, *, result: str | None = None, failed: str | None = None
-    ) -> None:
-        """Mark an unfinished verify request done with its findings (JSON), or failed with the
-        reason (shown to the requester, so never a secret); LookupError when there is none."""
-        with translate_errors("finish verify request"), self._writer.begin() as conn:
-            verify_requests.finish(conn, request_id, result=result, failed=failed)
-
-    def verify_request(self, request_id: int) -> VerifyRequest | None:
-        """The verify request as it stands (the requester polls it)."""
-        with translate_errors("read verify request"), self._engine.begin() as conn:
-            return verify_requests.get(conn, request_id)
 
     # -- for the demo's comparison (and the tests') -------------------------------------------
 

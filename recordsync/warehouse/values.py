@@ -98,67 +98,51 @@ class Freshness:
     seconds_since_commit: int | None
 
 
-class BackfillState(StrEnum):
-    """Where a backfill request stands; stored as its value in ``backfill_requests.state``."""
+class RequestState(StrEnum):
+    """Where a request handed to a merchant's holder stands (``sync_requests.state``)."""
 
     PENDING = "pending"  # asked for; no holder has started it yet
-    RUNNING = "running"  # a holder runs it (a new holder resumes it after a takeover)
+    RUNNING = "running"  # a holder runs it (a new holder takes it up after a takeover)
     DONE = "done"
     FAILED = "failed"  # ``error`` says why
 
 
-@dataclass(frozen=True, slots=True)
-class BackfillRequest:
-    """A backfill of ``[created_from, created_to)`` handed to the merchant's holder.
+class RequestKind(StrEnum):
+    """What a request asks of the holder (``sync_requests.kind``)."""
 
-    The holder runs ``job`` (its windows are the job's ``snapshot_windows``, which keep its
-    progress) within the merchant's rate budget; the requester follows the row until finished.
-    Times are the database's.
+    BACKFILL = "backfill"  # ``recordsync backfill``: resumed from its job's windows
+    VERIFY = "verify"  # ``recordsync verify``: run again from the start; findings in result
+
+
+@dataclass(frozen=True, slots=True)
+class HolderRequest:
+    """Work on ``[created_from, created_to)`` handed to the merchant's holder by a command, so
+    that the merchant's rate budget is spent by one process; the command follows the row
+    until it is finished.  Times are the database's.
+
+    ``key`` names the work where asking twice should follow the first request (a backfill's
+    job, whose windows keep its progress); ``repair`` is verify's ``--repair``; ``result`` is
+    what the holder hands back (verify's findings, the JSON of ``verify --format json``).
     """
 
     id: int
     merchant_id: str
+    kind: RequestKind
     created_from: datetime
     created_to: datetime
-    job: str
-    state: BackfillState
-    requested_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    holder: str | None  # the replica that started it last
-    error: str | None  # why it failed
-
-    @property
-    def finished(self) -> bool:
-        return self.state in {BackfillState.DONE, BackfillState.FAILED}
-
-
-@dataclass(frozen=True, slots=True)
-class VerifyRequest:
-    """A ``recordsync verify`` of ``[created_from, created_to)`` handed to the merchant's holder.
-
-    The holder runs it within the merchant's rate budget (with ``repair``, its writes fenced
-    by the holder's epoch) and stores the findings in ``result``, the JSON document of
-    ``verify --format json``; the requester follows the row until finished.  Times are the
-    database's.
-    """
-
-    id: int
-    merchant_id: str
-    created_from: datetime
-    created_to: datetime
+    key: str | None
     repair: bool
-    state: BackfillState
+    state: RequestState
     requested_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
     holder: str | None  # the replica that started it last
     error: str | None  # why it failed
-    result: str | None  # the findings (JSON), once done
+    result: str | None
 
     @property
     def finished(self) -> bool:
-        return self.state in {BackfillState.DONE, BackfillState.FAILED}
+        return self.state in {RequestState.DONE, RequestState.FAILED}
 
 
 @dataclass(frozen=True, slots=True)

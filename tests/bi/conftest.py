@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
-from bi.bi_data import dataset, load
-from dbfixtures import BACKEND_PARAMS, fresh_database
+from support.bi_data import STALENESS, dataset, load
+from support.dbfixtures import BACKEND_PARAMS, fresh_database
 
 from recordsync.warehouse import Warehouse
-
-# The tail's last projection_as_of, two minutes before the test run: sync_freshness then
-# reports about 120 s of staleness by the database's clock.
-STALENESS = timedelta(minutes=2)
 
 
 @pytest.fixture(scope="session", params=BACKEND_PARAMS)

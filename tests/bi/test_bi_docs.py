@@ -6,8 +6,8 @@ import re
 from datetime import timedelta
 from pathlib import Path
 
-from bi.bi_data import MERCHANT, MIDNIGHT
 from sqlalchemy import text
+from support.bi_data import MERCHANT, MIDNIGHT
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "bi.md"
 BACKENDS = ("sqlite", "postgresql", "mariadb")

@@ -6,19 +6,19 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from bi.bi_data import (
+from sqlalchemy import text
+from support.bi_data import (
     AMOUNTS,
     COUNTS,
     HUGE_MERCHANT,
     MERCHANT,
     MIDNIGHT,
+    STALENESS,
     dataset,
     exact_text,
     expected_summary,
 )
-from bi.conftest import STALENESS
-from sqlalchemy import text
-from warehouse_reads import fetch_revisions
+from support.warehouse_reads import fetch_revisions
 
 from recordsync.core.state import Phase
 from recordsync.warehouse import Warehouse

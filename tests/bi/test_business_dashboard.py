@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bi.bi_data import HUGE_MERCHANT, MERCHANT, OLD_MERCHANT, dataset
-from dbfixtures import SERVER_PARAMS
+from support.bi_data import HUGE_MERCHANT, MERCHANT, OLD_MERCHANT, dataset
+from support.dbfixtures import SERVER_PARAMS
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "business.json"
 POSTGRES = [param for param in SERVER_PARAMS if param.id == "postgres"]

@@ -9,7 +9,8 @@ from datetime import date
 from decimal import Decimal
 
 import pytest
-from bi.bi_data import (
+from rich.console import Console
+from support.bi_data import (
     AMOUNTS,
     COUNTS,
     HUGE_MERCHANT,
@@ -20,7 +21,6 @@ from bi.bi_data import (
     exact_text,
     expected_report,
 )
-from rich.console import Console
 
 from recordsync.core.errors import ConfigurationError
 from recordsync.service.report import ReportRow, report, report_merchants, summarize

@@ -9,9 +9,9 @@ import json
 from collections import defaultdict
 from decimal import Decimal
 
-from bi.bi_data import AMOUNTS, MERCHANT, dataset, exact_text, expected_report
 from rich.console import Console
 from sqlalchemy import text
+from support.bi_data import AMOUNTS, MERCHANT, dataset, exact_text, expected_report
 
 from recordsync.service.report import report
 from recordsync.warehouse import Warehouse

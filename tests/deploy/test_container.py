@@ -6,7 +6,7 @@ import fnmatch
 import json
 import re
 
-from deploy.deployfiles import DEPLOY, DOCKERFILE, ROOT, run_tool, setting_variables, tool
+from support.deployfiles import DEPLOY, DOCKERFILE, ROOT, run_tool, setting_variables, tool
 
 from recordsync.cli import build_parser
 from recordsync.core.settings import DEFAULT_HTTP_PORT

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from deploy.deployfiles import (
+from support.deployfiles import (
     DASHBOARD,
     exported_metric,
     promql_metric_names,

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy.deployfiles import (
+from prometheus_client import CollectorRegistry
+from support.deployfiles import (
     DOCKERFILE,
     KUBERNETES,
     PROMETHEUS,
@@ -25,7 +26,6 @@ from deploy.deployfiles import (
     yaml_document,
     yaml_documents,
 )
-from prometheus_client import CollectorRegistry
 
 from recordsync.cli import build_parser
 from recordsync.core.settings import DEFAULT_HTTP_PORT, PREFIX, Settings, load_settings

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy.deployfiles import (
+from support.deployfiles import (
     DEPLOY,
     KUBERNETES,
     SYSTEMD,

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 import pytest
-from deploy.deployfiles import (
+from support.deployfiles import (
     OPERATIONS,
     PROMETHEUS,
     promql_metric_names,

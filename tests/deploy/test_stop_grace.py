@@ -6,7 +6,7 @@ docs/operations.md, "What happens when")."""
 from __future__ import annotations
 
 import pytest
-from deploy.deployfiles import KUBERNETES, SYSTEMD, env_file, seconds, unit_file, yaml_document
+from support.deployfiles import KUBERNETES, SYSTEMD, env_file, seconds, unit_file, yaml_document
 
 from recordsync.core.settings import PREFIX, Settings
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from deploy.deployfiles import (
+from support.deployfiles import (
     SYSTEMD,
     commented_variables,
     env_file,

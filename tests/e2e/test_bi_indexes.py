@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from synccheck import assert_equals_truth, running, settings_for
+from support.synccheck import assert_equals_truth, running, settings_for
 
 from recordsync.core.state import Window
 from recordsync.service.app import open_app

@@ -12,8 +12,8 @@ from contextlib import contextmanager
 import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
-from synccheck import settings_for
-from warehouse_reads import fetch_games
+from support.synccheck import settings_for
+from support.warehouse_reads import fetch_games
 
 from recordsync.core.secret import Secret
 from recordsync.core.stopping import Stopper

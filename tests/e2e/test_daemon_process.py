@@ -16,7 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from synccheck import environment_for, start_daemon, stop_gracefully, wait_for_log, wait_for_truth
+from support.synccheck import (
+    environment_for,
+    start_daemon,
+    stop_gracefully,
+    wait_for_log,
+    wait_for_truth,
+)
 
 from recordsync.sim import FaultRates, SimConfig, Simulator
 from recordsync.warehouse import Warehouse

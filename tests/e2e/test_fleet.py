@@ -19,8 +19,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from dbfixtures import SERVER_PARAMS
-from fleetcheck import (
+from support.dbfixtures import SERVER_PARAMS
+from support.fleetcheck import (
     Replica,
     assert_truth,
     events,
@@ -29,7 +29,7 @@ from fleetcheck import (
     wait_until_balanced,
     write_config,
 )
-from synccheck import start_daemon, stop_gracefully
+from support.synccheck import start_daemon, stop_gracefully
 
 from recordsync.sim import SimConfig, Simulator
 from recordsync.warehouse import Warehouse

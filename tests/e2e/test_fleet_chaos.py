@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from dbfixtures import SERVER_PARAMS
-from fleetchaos import Chaos, summary
+from support.dbfixtures import SERVER_PARAMS
+from support.fleetchaos import Chaos, summary
 
 from recordsync.sim import SimConfig, running_simulator
 

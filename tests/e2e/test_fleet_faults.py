@@ -16,12 +16,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dbfixtures import SERVER_PARAMS
-from fleetchaos import INSIDE_A_WRITE
-from fleetcheck import Replica, assert_truth, events, holders, wait_until_all_held, write_config
-from netfaults import FaultProxy
 from sqlalchemy.engine import make_url
-from synccheck import stop_gracefully
+from support.dbfixtures import SERVER_PARAMS
+from support.fleetchaos import INSIDE_A_WRITE
+from support.fleetcheck import (
+    Replica,
+    assert_truth,
+    events,
+    holders,
+    wait_until_all_held,
+    write_config,
+)
+from support.netfaults import FaultProxy
+from support.synccheck import stop_gracefully
 
 from recordsync.sim import SimConfig, Simulator
 from recordsync.warehouse import Warehouse

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from dbfixtures import fresh_database
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, pool, text
-from synccheck import differences, start_daemon, stop_gracefully
+from support.dbfixtures import fresh_database
+from support.synccheck import differences, start_daemon, stop_gracefully
 
 from recordsync.core.state import Phase
 from recordsync.sim import FaultRates, Refusal, SimConfig, Simulator, running_simulator

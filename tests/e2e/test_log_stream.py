@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from synccheck import environment_for, stop_gracefully
+from support.synccheck import environment_for, stop_gracefully
 
 from recordsync.sim import SimConfig, Simulator
 from recordsync.warehouse import Warehouse

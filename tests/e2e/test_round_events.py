@@ -26,12 +26,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from dbfixtures import fresh_database
 from prometheus_client import CollectorRegistry
-from service.hostile_clients import KINDS, flood, thread_count
-from service.round_event_requests import event_body, post_event
 from sqlalchemy import insert
-from synccheck import settings_for
+from support.dbfixtures import fresh_database
+from support.hostile_clients import KINDS, flood, thread_count
+from support.round_event_requests import event_body, post_event
+from support.synccheck import settings_for
 
 from recordsync.core.stopping import Stopper
 from recordsync.metrics import RoundEventMetricName

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
-from service.round_event_requests import event_body, post_event
-from synccheck import settings_for
+from support.round_event_requests import event_body, post_event
+from support.synccheck import settings_for
 
 from recordsync.core.secret import SecretSource
 from recordsync.core.stopping import Stopper

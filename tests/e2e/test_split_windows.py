@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from synccheck import KillAfterSplit, running, settings_for
+from support.synccheck import KillAfterSplit, running, settings_for
 
 from recordsync.core.state import backfill_job
 from recordsync.service.app import open_app

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from dbfixtures import SERVER_PARAMS, fresh_database
-from synccheck import environment_for
+from support.dbfixtures import SERVER_PARAMS, fresh_database
+from support.synccheck import environment_for
 
 from recordsync.sim import SimConfig, Simulator, running_simulator
 

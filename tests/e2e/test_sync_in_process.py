@@ -12,16 +12,20 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import pytest
+from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
-from synccheck import assert_equals_truth, differences, settings_for
+from support.synccheck import assert_equals_truth, differences, settings_for
 
 from recordsync.core.errors import ClockSkewError
 from recordsync.core.state import REBUILD_JOB, Phase
 from recordsync.core.stopping import Stopper
+from recordsync.core.times import floor_ms
 from recordsync.service.app import open_app
+from recordsync.service.backfill import run_backfill
+from recordsync.service.daemon import run_daemon
 from recordsync.sim import FaultRates, SimConfig, Simulator
 from recordsync.sync.plan import plan_windows
-from recordsync.warehouse import Warehouse
+from recordsync.warehouse import HolderRequest, RequestKind, RequestState, Warehouse
 
 pytestmark = pytest.mark.slow
 
@@ -139,6 +143,59 @@ def test_converges_to_the_truth_under_faults_duplicates_and_live_traffic(
 
 
 @pytest.mark.sim(live_rate=0.0)
+def test_the_daemons_own_assembly_converges_under_faults_and_a_backfill_handed_to_it(
+    sim: Simulator, warehouse_url: str
+) -> None:
+    """``run_daemon`` itself in this process (the fleet, the merchant's sync as the daemon
+    builds it, the holder's requests), not ``open_app``: under the same noise, with a
+    ``recordsync backfill`` of the first day handed to it meanwhile, it converges and the
+    backfill finishes at the holder."""
+    sim.set_faults(NOISY)
+    sim.start_live()
+    stopper = Stopper()
+    settings = settings_for(sim, warehouse_url, page_size=25)
+    daemon = threading.Thread(
+        target=run_daemon,
+        args=(settings,),
+        kwargs={"registry": CollectorRegistry(), "stopper": stopper},
+        daemon=True,
+    )
+    warehouse = Warehouse.connect(warehouse_url)
+    warehouse.migrate()  # before the daemon: this test's reads never race its first upgrade
+    try:
+        daemon.start()
+        deadline = time.monotonic() + 60
+        while warehouse.lease_epoch(MERCHANT) is None:
+            assert time.monotonic() < deadline, "the daemon never took the merchant"
+            time.sleep(0.1)
+        start = floor_ms(sim.now() - timedelta(days=sim.config.history_days))
+        with capture_logs() as logs:
+            assert run_backfill(settings, start, start + timedelta(hours=6)) == 0
+        assert "backfill_handed_over" in [entry["event"] for entry in logs]
+        time.sleep(3.0)  # the tail under noise a while longer
+        stopper.stop()
+        daemon.join(60)
+        assert not daemon.is_alive()
+        settle(sim, warehouse_url)
+        assert_equals_truth(warehouse, MERCHANT, sim.truth())
+        [request] = [r for r in _all_requests(warehouse) if r.kind is RequestKind.BACKFILL]
+        assert request.state is RequestState.DONE
+        assert request.holder is not None  # the daemon's replica ran it
+    finally:
+        stopper.stop()
+        warehouse.close()
+    assert_clean_platform_view(sim)
+
+
+def _all_requests(warehouse: Warehouse) -> list[HolderRequest]:
+    found = []
+    request_id = 1
+    while (request := warehouse.requests.get(request_id)) is not None:
+        found.append(request)
+        request_id += 1
+    return found
+
+
 def test_an_expired_records_cursor_restarts_its_window(sim: Simulator, warehouse_url: str) -> None:
     # The first records cursor presented expires, whenever its chain presents it (after a
     # page of its window was committed), and nothing else does.  Not ``sim.expire_cursors()``

@@ -1,7 +1,7 @@
 """The warehouse server goes away mid-sync and comes back: the daemon waits, reconnects and
 carries on, losing nothing and never exiting on its own.
 
-Each test stops and starts a server of its own (tests/private_servers.py), never the shared
+Each test stops and starts a server of its own (tests/support/private_servers.py), never the shared
 ones, so it runs beside the rest of the suite.
 """
 
@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from fleetchaos import Chaos
-from private_servers import PrivateServer
-from synccheck import environment_for, start_daemon, stop_gracefully, wait_for_truth
+from support.fleetchaos import Chaos
+from support.private_servers import PrivateServer
+from support.synccheck import environment_for, start_daemon, stop_gracefully, wait_for_truth
 
 from recordsync.sim import SimConfig, Simulator, running_simulator
 

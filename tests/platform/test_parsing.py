@@ -6,7 +6,7 @@ from decimal import Decimal
 import orjson
 import pytest
 from hypothesis import given, settings
-from parsing_samples import record, records_page, tricky_overrides
+from support.parsing_samples import record, records_page, tricky_overrides
 
 from recordsync.core.errors import InvalidRecordError, ProtocolError
 from recordsync.core.models import Record

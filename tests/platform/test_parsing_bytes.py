@@ -8,7 +8,7 @@ outcome, accepted records, quarantined items and their reasons, never depends on
 import orjson
 import pytest
 from hypothesis import given, settings
-from parsing_samples import record, records_page, tricky_overrides
+from support.parsing_samples import record, records_page, tricky_overrides
 
 from recordsync.core.errors import PlatformError
 from recordsync.core.money import all_money

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from parsing_samples import (
+from support.parsing_samples import (
     EXTREME_TIMES,
     HOLE,
     hostile_texts,

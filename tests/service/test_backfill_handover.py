@@ -12,13 +12,13 @@ from datetime import timedelta
 
 import pytest
 from structlog.testing import capture_logs
-from synccheck import assert_equals_truth, settings_for
+from support.synccheck import assert_equals_truth, settings_for
 
 from recordsync.core.state import backfill_job
 from recordsync.core.times import floor_ms
 from recordsync.service.backfill import run_backfill
 from recordsync.sim import SimConfig, Simulator
-from recordsync.warehouse import BackfillState, Warehouse
+from recordsync.warehouse import RequestState, Warehouse
 
 MERCHANT = "m-backfill"
 
@@ -65,7 +65,7 @@ def test_a_backfill_whose_holder_goes_away_is_finished_by_the_command(sim, tmp_p
                 assert time.monotonic() < deadline, logs
                 time.sleep(0.05)
             if started:
-                store.start_backfill_request(1, "a-holder-about-to-stop")
+                store.requests.start(1, "a-holder-about-to-stop")
             time.sleep(1.5)  # the command follows a holder that is there: it takes nothing
             assert not any(entry["event"] == "backfill_taken_back" for entry in logs)
             holder.close()
@@ -75,10 +75,10 @@ def test_a_backfill_whose_holder_goes_away_is_finished_by_the_command(sim, tmp_p
         names = [entry["event"] for entry in logs]
         assert "backfill_taken_back" in names
         assert "backfill_finished" in names
-        request = store.backfill_request(1)
+        request = store.requests.get(1)
         assert request is not None
-        assert request.state is BackfillState.DONE
-        assert store.pending_backfills(MERCHANT) == []
+        assert request.state is RequestState.DONE
+        assert store.requests.unfinished((MERCHANT,)) == []
         windows = store.load_windows(MERCHANT, backfill_job(start, end))
         assert windows
         assert all(window.done for window in windows)

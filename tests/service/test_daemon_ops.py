@@ -19,7 +19,7 @@ import httpx
 import pytest
 from sqlalchemy import update
 from structlog.testing import capture_logs
-from synccheck import (
+from support.synccheck import (
     environment_for,
     settings_for,
     start_daemon,

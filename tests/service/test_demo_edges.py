@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from leftovers import STARTED, kill_left_behind
+from support.leftovers import STARTED, kill_left_behind
 
 DEADLINE = 90.0
 SMALL = ("--history-days", "1", "--rounds-per-day", "300")

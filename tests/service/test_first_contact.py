@@ -16,7 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from leftovers import STARTED, kill_left_behind
+from support.leftovers import STARTED, kill_left_behind
 
 from recordsync.core.times import floor_ms, format_time
 from recordsync.sim import SimConfig, Simulator

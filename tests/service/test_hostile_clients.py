@@ -18,8 +18,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service.guarded_servers import events_server, health_server
-from service.hostile_clients import (
+from support.guarded_servers import events_server, health_server
+from support.hostile_clients import (
     HALF_HEAD,
     KINDS,
     closed_by_server,
@@ -28,7 +28,7 @@ from service.hostile_clients import (
     thread_count,
     wait_until,
 )
-from service.round_event_requests import event_body, post_event
+from support.round_event_requests import event_body, post_event
 
 from recordsync.service.bounded_http import HttpLimits, parse_head
 from recordsync.service.health import PROBE_LIMITS
@@ -274,7 +274,7 @@ def test_a_burst_while_the_process_is_paused_waits_in_the_kernel_queue_not_a_sec
     queue of 128 the 130th handshake was dropped, and its client tried again only after 1 s:
     the platform's notification behind a flood took 1.03 s (CI, issue 29)."""
     server = subprocess.Popen(
-        [sys.executable, "-m", "service.guarded_servers"],
+        [sys.executable, "-m", "support.guarded_servers"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from warehouse.warehouse_samples import make_record
+from support.warehouse_samples import make_record
 
 from recordsync import cli
 from recordsync.core.state import REBUILD_JOB, Window

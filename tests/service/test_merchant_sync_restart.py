@@ -17,6 +17,7 @@ from datetime import timedelta
 
 import pytest
 import structlog.testing
+from sqlalchemy import Engine
 
 from recordsync.core.secret import Secret, SecretSource
 from recordsync.core.settings import MerchantSettings, Settings
@@ -28,8 +29,9 @@ from recordsync.service.secrets import SecretKeeper
 from recordsync.sim import SimConfig, Simulator
 from recordsync.sim.config import derived_secret
 from recordsync.sync.jobs import JobHost
-from recordsync.warehouse import BackfillRequest, Warehouse
+from recordsync.warehouse import HolderRequest, Warehouse
 from recordsync.warehouse.merchant_store import MerchantStore
+from recordsync.warehouse.requests.store import RequestStore
 
 GOOD, BUGGY = "brand-1", "brand-2"
 # A message a careless bug could build: it must never reach a log line.
@@ -66,7 +68,7 @@ class Script:
 
 
 class ScriptedWarehouse(Warehouse):
-    """The warehouse, with BUGGY's store and GOOD's look for backfills scripted to fail."""
+    """The warehouse, with BUGGY's store and GOOD's look for requests scripted to fail."""
 
     script: Script
     watch_script: Script
@@ -76,10 +78,22 @@ class ScriptedWarehouse(Warehouse):
             return BuggyStore(self, merchant_id, epoch, self.script)
         return super().fenced(merchant_id, epoch)
 
-    def pending_backfills(self, *merchant_ids: str) -> list[BackfillRequest]:
+    @property
+    def requests(self) -> RequestStore:
+        return ScriptedRequests(self.engine, self.watch_script)
+
+
+class ScriptedRequests(RequestStore):
+    """The request book, its look for GOOD's requests scripted to fail."""
+
+    def __init__(self, engine: Engine, script: Script) -> None:
+        super().__init__(engine)
+        self._script = script
+
+    def unfinished(self, merchant_ids: tuple[str, ...]) -> list[HolderRequest]:
         if GOOD in merchant_ids:
-            self.watch_script.attempt()
-        return super().pending_backfills(*merchant_ids)
+            self._script.attempt()
+        return super().unfinished(merchant_ids)
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +146,7 @@ class Fixture:
             replica_id="r1",
             restart=policy,
             rng=random.Random(7),
-            backfill_poll=0.05,
+            request_poll=0.05,
         )
 
     def start(self) -> None:
@@ -248,13 +262,13 @@ def test_a_stop_ends_the_backoff_at_once(make):
     assert fixture.syncs.running() == {GOOD}
 
 
-def test_a_bug_while_looking_for_backfills_is_retried_and_the_sync_goes_on(make):
+def test_a_bug_while_looking_for_requests_is_retried_and_the_sync_goes_on(make):
     fixture = make(fail=0, policy=RestartPolicy(base=0.05, cap=0.1), watch_fail=2)
     with structlog.testing.capture_logs() as logs:
         fixture.start()
         wait_for(lambda: len(fixture.warehouse.watch_script.attempts) >= 4)  # polling again
         wait_for(lambda: fixture.metrics.last_commit_at(GOOD) is not None)
-    failed = [line for line in logs if line["event"] == "backfill_watch_failed"]
+    failed = [line for line in logs if line["event"] == "requests_watch_failed"]
     assert [line["failures"] for line in failed] == [1, 2]  # one watcher for every merchant
     assert {line["kind"] for line in failed} == {"ScriptedBugError"}
     assert "s3cr3t" not in repr(logs)

@@ -10,10 +10,10 @@ import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from dbfixtures import SERVER_PARAMS
 from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import make_url
-from warehouse.warehouse_samples import make_record
+from support.dbfixtures import SERVER_PARAMS
+from support.warehouse_samples import make_record
 
 from recordsync import cli
 from recordsync.core.state import REBUILD_JOB, Window

@@ -12,8 +12,8 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from parsing_samples import HOLE, hostile_texts, splice
-from service.round_event_requests import MERCHANT, PATH, SECRET, event_body, signed_headers
+from support.parsing_samples import HOLE, hostile_texts, splice
+from support.round_event_requests import MERCHANT, PATH, SECRET, event_body, signed_headers
 
 from recordsync.core.round_events import RoundEventReceipt
 from recordsync.core.secret import Secret

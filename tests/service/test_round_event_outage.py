@@ -16,10 +16,10 @@ from contextlib import suppress
 
 import httpx
 import pytest
-from dbfixtures import fresh_database
-from service.round_event_requests import MERCHANT, SECRET, event_body, post_event
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
+from support.dbfixtures import fresh_database
+from support.round_event_requests import MERCHANT, SECRET, event_body, post_event
 
 from recordsync.core.secret import Secret
 from recordsync.service.round_events.receiver import EventsServer, RoundEventReceiver, asgi_app

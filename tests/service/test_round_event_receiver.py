@@ -11,7 +11,7 @@ import httpx
 import pytest
 import structlog
 from prometheus_client import CollectorRegistry
-from service.round_event_requests import (
+from support.round_event_requests import (
     MERCHANT,
     PATH,
     SECRET,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from service.round_event_requests import MERCHANT, PATH, SECRET, event_body, signed_headers
+from support.round_event_requests import MERCHANT, PATH, SECRET, event_body, signed_headers
 
 from recordsync.core.secret import Secret
 from recordsync.service.round_events.signature import Refusal, Request, parse_event, verify

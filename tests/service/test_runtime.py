@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,14 +18,17 @@ from recordsync.core.secret import Secret, SecretSource
 from recordsync.core.settings import MerchantSettings, Settings
 from recordsync.core.stopping import Stopper
 from recordsync.platform.client import PlatformClient
+from recordsync.service import runtime
 from recordsync.service.runtime import (
     Purpose,
     Share,
     merchant_client,
+    merchant_sync,
     read_limits,
     sync_options,
 )
 from recordsync.service.secrets import SecretKeeper
+from recordsync.warehouse import Warehouse
 
 SECRET = Secret("runtime-secret-0123456789abcdefghijklmnopqr")
 MERCHANT = MerchantSettings(
@@ -125,3 +129,38 @@ def test_every_merchant_client_starts_with_a_cold_budget_at_the_spec_default() -
         )
         assert budget.margin == SETTINGS.rate_margin
         assert client.query_budget is not budget
+
+
+def test_only_the_runtime_builds_a_merchants_sync() -> None:
+    """The daemon and the commands do not assemble an engine of their own: the one place
+    that reads the limits and sizes the options is ``runtime.merchant_sync`` (before issue 25,
+    ``merchant_syncs`` and ``app`` each did, with different options)."""
+    service = Path(runtime.__file__).parent
+    builders = sorted(
+        path.relative_to(service).as_posix()
+        for path in service.rglob("*.py")
+        if "read_limits(" in path.read_text() or "sync_options(" in path.read_text()
+    )
+    assert builders == ["runtime.py"]
+
+
+def test_a_merchants_sync_is_sized_to_the_platforms_limits_and_its_share(tmp_path) -> None:
+    warehouse = Warehouse.connect(f"sqlite:///{tmp_path / 'w.db'}")
+    try:
+        with scripted_client(403, "FORBIDDEN") as client:  # the spec's defaults, then
+            sync = merchant_sync(
+                SETTINGS,
+                MERCHANT,
+                client,
+                warehouse.for_merchant(MERCHANT.merchant_id),
+                Purpose.DAEMON,
+                stopper=Stopper(),
+                share=Share(worker_threads=4, merchants=4),
+                receives_events=True,
+            )
+        assert sync.options.page_size == DEFAULT_LIMITS.max_page_size
+        assert sync.options.snapshot_concurrency == 1  # its share of four threads
+        assert sync.options.event_grace == SETTINGS.event_grace
+        assert sync.options.give_up_unreachable is None  # a daemon keeps trying
+    finally:
+        warehouse.close()

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import pytest
 from sqlalchemy import select
-from synccheck import environment_for, start_daemon
+from support.synccheck import environment_for, start_daemon
 
 from recordsync import cli
 from recordsync.core.models import RejectedItem

@@ -18,7 +18,7 @@ from msgspec.structs import replace
 from prometheus_client import CollectorRegistry
 from sqlalchemy import delete, update
 from structlog.testing import capture_logs
-from synccheck import (
+from support.synccheck import (
     differences,
     environment_for,
     settings_for,
@@ -35,7 +35,7 @@ from recordsync.platform.parsing import parse_record
 from recordsync.service.verify import run_verify
 from recordsync.sim import SimConfig, Simulator
 from recordsync.sim.testing import running_simulator
-from recordsync.warehouse import BackfillState, Warehouse
+from recordsync.warehouse import RequestState, Warehouse
 from recordsync.warehouse.schema import records
 
 MERCHANT = "m-verify"
@@ -278,16 +278,16 @@ def test_a_request_no_holder_runs_is_run_by_the_command_once_the_merchant_is_fre
             while not any(entry["event"] == "verify_handed_over" for entry in logs):
                 time.sleep(0.05)
             if started:
-                store.start_verify_request(1, "a-holder-about-to-stop")
+                store.requests.start(1, "a-holder-about-to-stop")
             holder.close()
             command.join(timeout=30)
         assert not command.is_alive()
         assert outcome["code"] == 0
         assert any(entry["event"] == "verify_taken_back" for entry in logs)
-        request = store.verify_request(1)
+        request = store.requests.get(1)
         assert request is not None
-        assert request.state is BackfillState.FAILED
-        assert store.pending_verifies(MERCHANT) == []
+        assert request.state is RequestState.FAILED
+        assert store.requests.unfinished((MERCHANT,)) == []
     finally:
         holder.close()
         store.close()

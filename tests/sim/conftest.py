@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from sim.sim_platform import Platform, small_config
+from support.sim_platform import Platform, small_config
 
 from recordsync.sim import MerchantProfile, SimConfig, Simulator, running_simulator
 

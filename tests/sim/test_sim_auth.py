@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from sim.sim_platform import error_of, small_config
+from support.sim_platform import error_of, small_config
 
 from recordsync.core.errors import ConfigurationError
 from recordsync.platform.signing import build_target, format_timestamp

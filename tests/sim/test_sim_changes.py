@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sim.sim_platform import error_of, sim_now, small_config
+from support.sim_platform import error_of, sim_now, small_config
 
 from recordsync.core.times import format_time
 from recordsync.platform.parsing import parse_changes_page

@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 import pytest
-from sim.round_receiver import Answer, Received, Receiver, acceptance, running_receiver
-from sim.sim_platform import SECRET, Platform, small_config
+from support.round_receiver import Answer, Received, Receiver, acceptance, running_receiver
+from support.sim_platform import SECRET, Platform, small_config
 
 from recordsync.core.errors import ConfigurationError
 from recordsync.core.times import parse_time

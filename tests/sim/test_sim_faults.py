@@ -10,7 +10,7 @@ from datetime import timedelta
 import httpx
 import orjson
 import pytest
-from sim.sim_platform import error_of, sim_now, small_config
+from support.sim_platform import error_of, sim_now, small_config
 
 from recordsync.core.times import format_time
 from recordsync.platform.parsing import parse_changes_page, parse_records_page

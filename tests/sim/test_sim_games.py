@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import orjson
 import pytest
-from sim.sim_platform import small_config
+from support.sim_platform import small_config
 
 from recordsync.sim import ManualClock
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from sim.sim_platform import error_of, small_config
+from support.sim_platform import error_of, small_config
 
 from recordsync.sim.render import format_ms
 

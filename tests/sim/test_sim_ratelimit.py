@@ -8,7 +8,7 @@ import time
 from urllib.parse import urlsplit
 
 import pytest
-from sim.sim_platform import error_of, small_config
+from support.sim_platform import error_of, small_config
 
 from recordsync.platform.signing import format_timestamp, sign
 from recordsync.sim import ManualClock

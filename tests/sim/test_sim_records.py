@@ -7,7 +7,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from sim.sim_platform import Platform, error_of, sim_now, small_config
+from support.sim_platform import Platform, error_of, sim_now, small_config
 
 from recordsync.core.times import format_time, parse_time
 from recordsync.platform.parsing import parse_records_page

@@ -7,7 +7,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from sim.sim_platform import error_of, sim_now, small_config
+from support.sim_platform import error_of, sim_now, small_config
 
 from recordsync.core.errors import ConfigurationError
 from recordsync.core.times import format_time

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import httpx
 import pytest
-from sim.sim_platform import Platform, small_config
+from support.sim_platform import Platform, small_config
 
 from recordsync.sim import FaultRates, ManualClock, SimConfig, Simulator, running_simulator
 from recordsync.sim.cursors import (

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from structlog.testing import capture_logs
-from sync.fakes import FakePlatform, FakeStore, RecordingObserver, make_context
+from support.fakes import FakePlatform, FakeStore, RecordingObserver, make_context
 
 from recordsync.core.errors import (
     AuthenticationError,

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 from msgspec.structs import replace
-from warehouse.warehouse_samples import make_record
+from support.warehouse_samples import make_record
 
 from recordsync.sync.comparison import (
     DayTally,

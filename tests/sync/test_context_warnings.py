@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from structlog.testing import capture_logs
-from sync.fakes import FakePlatform, FakeStore, make_context
-from warehouse.warehouse_samples import make_record
+from support.fakes import FakePlatform, FakeStore, make_context
+from support.warehouse_samples import make_record
 
 
 def warnings_after(statuses: list[str]) -> list[dict]:

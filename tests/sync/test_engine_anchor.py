@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from sync.fakes import (
+from support.fakes import (
     HOUR,
     NOW,
     Call,

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 from structlog.testing import capture_logs
-from sync.fakes import (
+from support.fakes import (
     HOUR,
     NOW,
     FakePlatform,

@@ -5,7 +5,7 @@ store leaves them out when asked to as a new job starts into no rows at all."""
 from __future__ import annotations
 
 import pytest
-from sync.fakes import (
+from support.fakes import (
     HOUR,
     NOW,
     FakePlatform,

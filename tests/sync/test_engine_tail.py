@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from sync.fakes import (
+from support.fakes import (
     HOUR,
     NOW,
     FakePlatform,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pytest
-from sync.fakes import FakePlatform, FakeStore, make_context
+from support.fakes import FakePlatform, FakeStore, make_context
 
 from recordsync.core.state import REBUILD_JOB, Window, WindowPage
 from recordsync.sync.group_commit import GroupCommits

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from sync.fakes import FakePlatform, FakeStore, options, tailing_state
+from support.fakes import FakePlatform, FakeStore, options, tailing_state
 
 from recordsync.core.errors import AuthenticationError, TransportError
 from recordsync.core.stopping import Stopper

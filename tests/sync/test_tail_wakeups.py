@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from sync.fakes import FakePlatform, FakeStore, make_context, make_engine, tailing_state
+from support.fakes import FakePlatform, FakeStore, make_context, make_engine, tailing_state
 
 from recordsync.core.stopping import Stopper
 from recordsync.sync.tail import Tail, TailWakeups, drain_tail

@@ -8,7 +8,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sync.fakes import HOUR, NOW, FakePlatform, InstantStopper, expired, record
+from support.fakes import HOUR, NOW, FakePlatform, InstantStopper, expired, record
 
 from recordsync.core.models import Record
 from recordsync.platform.budget import Priority

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sync.fakes import (
+from support.fakes import (
     HOUR,
     MERCHANT,
     NOW,
@@ -20,7 +20,7 @@ from sync.fakes import (
     make_engine,
     record,
 )
-from synccheck import KillAfterSplit
+from support.synccheck import KillAfterSplit
 
 from recordsync.core.state import Window, WindowProgress, backfill_job
 from recordsync.core.stopping import Stopper

@@ -1,7 +1,7 @@
 """Fixtures for the warehouse tests; ``warehouse`` itself comes from tests/conftest.py."""
 
 import pytest
-from warehouse.warehouse_samples import start_rebuild_of_window
+from support.warehouse_samples import start_rebuild_of_window
 
 from recordsync.warehouse import Warehouse
 

@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
-from dbfixtures import SERVER_PARAMS, server_url
 from sqlalchemy import create_engine, event, text
-from warehouse.warehouse_samples import MERCHANT, T0, make_record, windows
-from warehouse_reads import fetch_revisions
+from support.dbfixtures import SERVER_PARAMS, server_url
+from support.warehouse_reads import fetch_revisions
+from support.warehouse_samples import MERCHANT, T0, make_record, windows
 
 from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.state import REBUILD_JOB, Phase, TailPage

@@ -9,9 +9,9 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from dbfixtures import SERVER_PARAMS
 from sqlalchemy import text
-from warehouse.warehouse_samples import (
+from support.dbfixtures import SERVER_PARAMS
+from support.warehouse_samples import (
     MERCHANT,
     T0,
     WINDOW,

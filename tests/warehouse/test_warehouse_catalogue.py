@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import func, select
-from warehouse_reads import fetch_games
+from support.warehouse_reads import fetch_games
 
 from recordsync.core.errors import LeaseSupersededError
 from recordsync.core.models import Game, Localization

@@ -12,11 +12,17 @@ from typing import Any
 
 import pytest
 from alembic import command
-from dbfixtures import BACKEND_PARAMS
 from sqlalchemy import inspect, text
-from warehouse.test_warehouse_revisions import snapshot_page, tail_page
-from warehouse.warehouse_samples import MERCHANT, make_change, make_record, start_rebuild_of_window
-from warehouse_reads import fetch_revisions
+from support.dbfixtures import BACKEND_PARAMS
+from support.warehouse_reads import fetch_revisions
+from support.warehouse_samples import (
+    MERCHANT,
+    make_change,
+    make_record,
+    snapshot_page,
+    start_rebuild_of_window,
+    tail_page,
+)
 
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.migrate import _config, current_revision, head_revision

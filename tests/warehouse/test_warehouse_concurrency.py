@@ -9,11 +9,11 @@ import time
 from datetime import timedelta
 
 import pytest
-from dbfixtures import SERVER_PARAMS
 from msgspec.structs import replace
 from sqlalchemy import Connection, text
 from structlog.testing import capture_logs
-from warehouse.warehouse_samples import MERCHANT, T0, WINDOW, make_record
+from support.dbfixtures import SERVER_PARAMS
+from support.warehouse_samples import MERCHANT, T0, WINDOW, make_record
 
 from recordsync.core.errors import LeaseSupersededError
 from recordsync.core.models import Record

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 from msgspec.structs import replace
-from warehouse.warehouse_samples import make_change, make_record
+from support.warehouse_samples import make_change, make_record
 
 from recordsync.warehouse.pages.postgres.copy_csv import snapshot_csv
 from recordsync.warehouse.pages.staging import STAGE_COLUMNS, StagedRevision, stage_page

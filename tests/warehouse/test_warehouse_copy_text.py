@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
-from warehouse.warehouse_samples import make_change, make_record
+from support.warehouse_samples import make_change, make_record
 
 from recordsync.warehouse.pages.postgres.copy_text import copy_text
 from recordsync.warehouse.pages.staging import STAGE_COLUMNS, stage_page

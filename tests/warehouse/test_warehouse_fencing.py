@@ -15,7 +15,8 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import event
-from warehouse.warehouse_samples import (
+from support.warehouse_reads import fetch_revisions
+from support.warehouse_samples import (
     MERCHANT,
     T0,
     WINDOW,
@@ -24,7 +25,6 @@ from warehouse.warehouse_samples import (
     start_rebuild_of_window,
     windows,
 )
-from warehouse_reads import fetch_revisions
 
 from recordsync.core.errors import LeaseSupersededError
 from recordsync.core.models import RejectedItem

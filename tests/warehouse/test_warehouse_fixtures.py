@@ -5,8 +5,13 @@ from __future__ import annotations
 import re
 
 import pytest
-from dbfixtures import MARIADB_URL_ENV, POSTGRES_URL_ENV, REQUIRE_SERVICES_ENV, fresh_database
 from sqlalchemy import create_engine, inspect, text
+from support.dbfixtures import (
+    MARIADB_URL_ENV,
+    POSTGRES_URL_ENV,
+    REQUIRE_SERVICES_ENV,
+    fresh_database,
+)
 
 from recordsync.warehouse import Warehouse
 

@@ -1,5 +1,5 @@
 """The fleet session: merchants shared by replicas, one holder at a time, epochs, heartbeats,
-announcements, and backfill requests handed to a holder.
+announcements.
 
 Each replica is a ``Warehouse`` of its own on the same database, as separate processes are;
 a dead replica is a closed session, or a server session killed from an admin connection.
@@ -14,15 +14,14 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
-from dbfixtures import SERVER_PARAMS
-from netfaults import FaultProxy
 from sqlalchemy import create_engine, pool, select, text, update
 from sqlalchemy.engine import make_url
 from structlog.testing import capture_logs
-from warehouse.warehouse_samples import T0
+from support.dbfixtures import SERVER_PARAMS
+from support.netfaults import FaultProxy
 
 from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
-from recordsync.warehouse import BackfillState, Warehouse
+from recordsync.warehouse import Warehouse
 from recordsync.warehouse.database_clock import read_database_now
 from recordsync.warehouse.lease.epochs import epoch_floor
 from recordsync.warehouse.lease.keys import lease_key, mysql_lock_name
@@ -423,85 +422,6 @@ def test_a_bad_replica_id_or_lease_time_is_a_configuration_error(
 ):
     with pytest.raises(ConfigurationError):
         warehouse.fleet_session(replica_id, lease_seconds=lease_seconds).close()
-
-
-# -- backfill requests --------------------------------------------------------------------------
-
-START, END = T0 - timedelta(days=7), T0
-JOB = "backfill:2024-02-23/2024-03-01"
-
-
-def test_a_backfill_request_goes_pending_running_done(warehouse):
-    request_id = warehouse.request_backfill(M1, START, END, JOB)
-    assert warehouse.request_backfill(M1, START, END, JOB) == request_id  # followed, not doubled
-    pending = warehouse.backfill_request(request_id)
-    assert (pending.merchant_id, pending.created_from, pending.created_to, pending.job) == (
-        M1,
-        START,
-        END,
-        JOB,
-    )
-    assert (pending.state, pending.holder, pending.started_at) == (
-        BackfillState.PENDING,
-        None,
-        None,
-    )
-    assert warehouse.pending_backfills(M1) == [pending]
-    assert warehouse.pending_backfills(M2) == []
-
-    warehouse.start_backfill_request(request_id, "replica-a")
-    running = warehouse.backfill_request(request_id)
-    assert (running.state, running.holder) == (BackfillState.RUNNING, "replica-a")
-    assert warehouse.pending_backfills(M1) == [running]  # a new holder resumes it
-    warehouse.start_backfill_request(request_id, "replica-b")  # taken over
-    assert warehouse.backfill_request(request_id).holder == "replica-b"
-
-    warehouse.finish_backfill_request(request_id)
-    done = warehouse.backfill_request(request_id)
-    assert (done.state, done.finished, done.error) == (BackfillState.DONE, True, None)
-    assert done.requested_at <= done.started_at <= done.finished_at
-    assert warehouse.pending_backfills(M1) == []
-    with pytest.raises(LookupError):
-        warehouse.finish_backfill_request(request_id)
-    with pytest.raises(LookupError):
-        warehouse.start_backfill_request(request_id, "replica-a")
-    assert warehouse.request_backfill(M1, START, END, JOB) != request_id  # asked anew
-
-
-def test_a_failed_backfill_request_keeps_the_reason(warehouse):
-    request_id = warehouse.request_backfill(M1, START, END, JOB)
-    warehouse.start_backfill_request(request_id, "replica-a")
-    warehouse.finish_backfill_request(request_id, failed="platform said 403 FORBIDDEN")
-    failed = warehouse.backfill_request(request_id)
-    assert (failed.state, failed.finished, failed.error) == (
-        BackfillState.FAILED,
-        True,
-        "platform said 403 FORBIDDEN",
-    )
-
-
-def test_backfill_requests_are_listed_oldest_first_per_merchant(warehouse):
-    first = warehouse.request_backfill(M1, START, END, JOB)
-    other = warehouse.request_backfill(M2, START, END, JOB)
-    second = warehouse.request_backfill(M1, START - timedelta(days=7), START, "backfill:older")
-    assert [request.id for request in warehouse.pending_backfills(M1)] == [first, second]
-    assert [request.id for request in warehouse.pending_backfills(M2)] == [other]
-    # The holder's one watcher asks for every merchant it holds in one query.
-    both = warehouse.pending_backfills(M1, M2)
-    assert [(request.merchant_id, request.id) for request in both] == [
-        (M1, first),
-        (M2, other),
-        (M1, second),
-    ]
-    assert warehouse.pending_backfills() == []
-
-
-def test_unknown_or_empty_backfill_requests_are_refused(warehouse):
-    assert warehouse.backfill_request(12345) is None
-    with pytest.raises(LookupError):
-        warehouse.start_backfill_request(12345, "replica-a")
-    with pytest.raises(ValueError, match="empty"):
-        warehouse.request_backfill(M1, END, START, JOB)
 
 
 @pytest.mark.parametrize("warehouse_url", POSTGRES_ONLY, indirect=True)

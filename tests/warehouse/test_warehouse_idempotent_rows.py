@@ -11,7 +11,7 @@ from datetime import timedelta
 import orjson
 from alembic import command
 from sqlalchemy import insert, inspect, select
-from warehouse.warehouse_samples import MERCHANT, T0
+from support.warehouse_samples import MERCHANT, T0
 
 from recordsync.core.models import RejectedItem
 from recordsync.core.round_events import RoundEvent

@@ -17,21 +17,21 @@ from typing import Any
 
 import pymysql
 import pytest
-from dbfixtures import BACKEND_PARAMS, fresh_database
 from hypothesis import given
 from hypothesis import strategies as st
 from msgspec.structs import replace
 from sqlalchemy import event
-from warehouse.test_warehouse_revisions import snapshot_page
-from warehouse.warehouse_samples import (
+from support.dbfixtures import BACKEND_PARAMS, fresh_database
+from support.warehouse_reads import fetch_revisions
+from support.warehouse_samples import (
     MERCHANT,
     T0,
     make_record,
     row_view,
+    snapshot_page,
     start_rebuild_of_window,
     stored_view,
 )
-from warehouse_reads import fetch_revisions
 
 from recordsync.core.models import Record, RecordChange
 from recordsync.core.state import TailPage

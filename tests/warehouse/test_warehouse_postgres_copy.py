@@ -9,13 +9,13 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from dbfixtures import fresh_database
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from msgspec.structs import replace
 from sqlalchemy import exc, text
 from sqlalchemy.schema import CreateTable
-from warehouse.warehouse_samples import make_record
+from support.dbfixtures import fresh_database
+from support.warehouse_samples import make_record
 
 from recordsync.core.models import Record
 from recordsync.warehouse import Warehouse

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import delete, select, text
 from sqlalchemy.exc import DBAPIError
-from warehouse.warehouse_samples import MERCHANT, start_rebuild_of_window
+from support.warehouse_samples import MERCHANT, start_rebuild_of_window
 
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.reader import WarehouseReader

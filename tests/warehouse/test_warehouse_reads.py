@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from sqlalchemy import event
-from warehouse.warehouse_samples import MERCHANT, T0, WINDOW, make_record
+from support.warehouse_samples import MERCHANT, T0, WINDOW, make_record
 
 from recordsync.core.state import REBUILD_JOB
 from recordsync.warehouse.reads import IN_LIST_CHUNK

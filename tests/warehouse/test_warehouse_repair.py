@@ -6,7 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from warehouse.warehouse_samples import make_record
+from support.warehouse_samples import make_record
 
 from recordsync.core.errors import LeaseSupersededError
 from recordsync.warehouse import Warehouse

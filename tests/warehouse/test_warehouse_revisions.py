@@ -7,49 +7,21 @@ from datetime import timedelta
 from decimal import Decimal
 
 from sqlalchemy import event
-from warehouse.warehouse_samples import (
+from support.warehouse_reads import fetch_revisions
+from support.warehouse_samples import (
     MERCHANT,
     T0,
     WINDOW,
     make_change,
     make_record,
+    snapshot_page,
     start_rebuild_of_window,
+    tail_page,
 )
-from warehouse_reads import fetch_revisions
 
-from recordsync.core.models import Record, RecordChange
-from recordsync.core.state import REBUILD_JOB, TailPage
+from recordsync.core.state import TailPage
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.pages.revisions import SeenRevision, seen_revisions
-
-
-def snapshot_page(store: Warehouse, *records: Record) -> None:
-    store.commit_window_page(
-        MERCHANT,
-        REBUILD_JOB,
-        WINDOW,
-        records=list(records),
-        rejected=[],
-        next_cursor="w-1",
-        cursor_issued_at=T0,
-        done=False,
-        position="start",
-    )
-
-
-def tail_page(store: Warehouse, *changes: RecordChange, with_changes: bool = True) -> None:
-    store.commit_tail_page(
-        MERCHANT,
-        TailPage(
-            records=[item.record for item in changes],
-            rejected=[],
-            next_cursor="tail-next",
-            last_sequence=max((item.sequence for item in changes), key=int, default=None),
-            projection_as_of=T0,
-            position="tail-0",
-            changes=list(changes) if with_changes else (),
-        ),
-    )
 
 
 def history(store: Warehouse) -> list[tuple[str, int, str | None]]:

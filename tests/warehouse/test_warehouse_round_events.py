@@ -8,9 +8,9 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from dbfixtures import BACKEND_PARAMS
 from sqlalchemy import select
-from warehouse.warehouse_samples import MERCHANT, make_record
+from support.dbfixtures import BACKEND_PARAMS
+from support.warehouse_samples import MERCHANT, make_record
 
 from recordsync.core.round_events import RoundEvent
 from recordsync.core.state import TailPage

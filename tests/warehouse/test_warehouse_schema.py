@@ -18,6 +18,7 @@ from recordsync.warehouse.schema import CLUSTERED_BY_ROW_ID, ROW_ID, VERSION_TAB
 FLEET_TABLES = {"merchant_leases", "replicas", "backfill_requests"}
 EVENT_TABLES = {"round_events"}  # revision 0005
 VERIFY_TABLES = {"verify_requests"}  # revision 0007
+REQUEST_TABLES = {"sync_requests"}  # revision 0012
 CATALOGUE_TABLES = {"games", "game_localizations"}
 AVAILABILITY_TABLES = {"endpoint_availability"}  # revision 0009
 TABLES = {
@@ -30,6 +31,7 @@ TABLES = {
     *FLEET_TABLES,
     *EVENT_TABLES,
     *VERIFY_TABLES,
+    *REQUEST_TABLES,
     *CATALOGUE_TABLES,
     *AVAILABILITY_TABLES,
 }
@@ -68,7 +70,7 @@ def test_migrations_build_the_schema_on_an_empty_database_and_are_idempotent(war
         store.close()
     assert tables == TABLES
     assert views == VIEWS
-    assert revision == head_revision() == "0011"
+    assert revision == head_revision() == "0012"
 
 
 def test_migrated_schema_matches_the_tables_the_code_uses(warehouse):
@@ -148,6 +150,7 @@ def test_scripts_are_found_from_the_source_checkout():
         "0009_endpoint_availability.py",
         "0010_replica_merchants.py",
         "0011_idempotent_rows.py",
+        "0012_sync_requests.py",
     ):
         assert (versions / name).is_file()
 
@@ -200,6 +203,7 @@ def test_the_bi_revisions_downgrade_to_0001_and_upgrade_again(warehouse):
         *FLEET_TABLES,
         *EVENT_TABLES,
         *VERIFY_TABLES,
+        *REQUEST_TABLES,
         *CATALOGUE_TABLES,
         *AVAILABILITY_TABLES,
     }
@@ -209,7 +213,20 @@ def test_the_bi_revisions_downgrade_to_0001_and_upgrade_again(warehouse):
     assert set(inspect(warehouse.engine).get_view_names()) == VIEWS
 
 
-REVISIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011"]
+REVISIONS = [
+    "0001",
+    "0002",
+    "0003",
+    "0004",
+    "0005",
+    "0006",
+    "0007",
+    "0008",
+    "0009",
+    "0010",
+    "0011",
+    "0012",
+]
 
 
 @pytest.mark.parametrize("revision", REVISIONS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from warehouse.warehouse_samples import make_record
+from support.warehouse_samples import make_record
 
 from recordsync.warehouse.pages import sqlite as sqlite_pages
 from recordsync.warehouse.pages.staging import stage_page

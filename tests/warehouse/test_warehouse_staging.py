@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from msgspec.structs import replace
-from warehouse.warehouse_samples import make_change, make_record
+from support.warehouse_samples import make_change, make_record
 
 from recordsync.warehouse.pages.staging import StagedRevision, stage_page
 

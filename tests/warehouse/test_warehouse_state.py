@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import orjson
 import pytest
-from warehouse.warehouse_samples import DAY, MERCHANT, T0, make_record, windows
+from support.warehouse_samples import DAY, MERCHANT, T0, make_record, windows
 
 from recordsync.core.state import REBUILD_JOB, Phase, TailPage, Window, backfill_job
 from recordsync.platform.parsing import parse_records_page

@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 from alembic import command
 from sqlalchemy import insert
-from warehouse.warehouse_samples import MERCHANT, T0, WINDOW, make_record, stored_view
+from support.warehouse_samples import MERCHANT, T0, WINDOW, make_record, stored_view
 
 from recordsync.core.state import REBUILD_JOB
 from recordsync.warehouse import Warehouse

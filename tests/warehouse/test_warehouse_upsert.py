@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
-from warehouse.warehouse_samples import (
+from support.warehouse_samples import (
     MERCHANT,
     T0,
     WINDOW,

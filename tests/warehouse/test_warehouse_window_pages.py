@@ -4,7 +4,7 @@ each page moves its own window's cursor, and the transaction lands whole or not 
 from __future__ import annotations
 
 import pytest
-from warehouse.warehouse_samples import (
+from support.warehouse_samples import (
     MERCHANT,
     T0,
     make_record,

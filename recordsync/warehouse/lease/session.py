@@ -50,6 +50,7 @@ from recordsync.warehouse.connection import WRITE_OPTION, translate_errors
 from recordsync.warehouse.lease import epochs, replicas
 from recordsync.warehouse.lease.backends import FLEET_CHANNEL, MerchantLocks
 from recordsync.warehouse.schema import ID_LENGTH
+from recordsync.warehouse.timeouts import LEASE_SECONDS
 
 _T = TypeVar("_T")
 _log = structlog.get_logger(__name__)
@@ -77,7 +78,7 @@ class FleetSession:
         replica_id: str,
         *,
         sleep: Callable[[float], None],
-        lease_seconds: int = 10,
+        lease_seconds: int = LEASE_SECONDS,
         on_lost: Callable[[frozenset[str]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         hostname: str | None = None,

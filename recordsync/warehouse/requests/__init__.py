@@ -1,2 +1,3 @@
-"""Work handed to a merchant's holder through the warehouse (``backfill``, ``verify``), so the
-merchant's rate budget is spent by one process; ``rows`` is the life both share."""
+"""Work handed to a merchant's holder through the warehouse, so that the merchant's rate
+budget is spent by one process: ``book`` is the one table's life; ``previous`` answers what a
+previous version's command asks in the tables before it."""

@@ -35,14 +35,14 @@ from pathlib import Path
 from typing import Final
 
 import httpx
-from fleetcheck import assert_truth, events, holders
-from netfaults import FaultProxy
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
-from synccheck import start_daemon, stop_gracefully
 
 from recordsync.sim import Simulator
 from recordsync.warehouse import Warehouse
+from support.fleetcheck import assert_truth, events, holders
+from support.netfaults import FaultProxy
+from support.synccheck import start_daemon, stop_gracefully
 
 LEASE: Final = 10.0  # service.daemon.LEASE_SECONDS
 # Inside a write: the fence check's shared row lock, as each server's SQL spells it

@@ -10,7 +10,7 @@ from typing import Any
 from msgspec.structs import replace
 
 from recordsync.core.models import Record, RecordChange
-from recordsync.core.state import Window
+from recordsync.core.state import REBUILD_JOB, TailPage, Window
 from recordsync.warehouse import Warehouse
 
 MERCHANT = "merchant-1"
@@ -96,3 +96,34 @@ def start_rebuild_of_window(
         defer_bi_indexes=defer_bi_indexes,
     )
     return store
+
+
+def snapshot_page(store: Warehouse, *records: Record) -> None:
+    """``records`` committed as a page of the rebuild's one window (WINDOW)."""
+    store.commit_window_page(
+        MERCHANT,
+        REBUILD_JOB,
+        WINDOW,
+        records=list(records),
+        rejected=[],
+        next_cursor="w-1",
+        cursor_issued_at=T0,
+        done=False,
+        position="start",
+    )
+
+
+def tail_page(store: Warehouse, *changes: RecordChange, with_changes: bool = True) -> None:
+    """``changes`` committed as a tail page (their records, and their history unless not)."""
+    store.commit_tail_page(
+        MERCHANT,
+        TailPage(
+            records=[item.record for item in changes],
+            rejected=[],
+            next_cursor="tail-next",
+            last_sequence=max((item.sequence for item in changes), key=int, default=None),
+            projection_as_of=T0,
+            position="tail-0",
+            changes=list(changes) if with_changes else (),
+        ),
+    )

@@ -9,10 +9,9 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from synccheck import differences, start_daemon
-
 from recordsync.sim import Simulator
 from recordsync.warehouse import Warehouse
+from support.synccheck import differences, start_daemon
 
 
 def write_config(

@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Final, Protocol
 
 import pytest
-from dbfixtures import REQUIRE_SERVICES_ENV, SERVER_PARAMS
 from sqlalchemy import create_engine, pool, text
+
+from support.dbfixtures import REQUIRE_SERVICES_ENV, SERVER_PARAMS
 
 _AS_ROOT: Final = os.geteuid() == 0
 _POSTGRES_USER: Final = "postgres"  # PostgreSQL refuses to run as root: run it as this user

@@ -1,5 +1,5 @@
 """The two guarded servers of the daemon (notifications, probes) with production limits, for
-the hostile-client tests; run as a script (``python -m service.guarded_servers``), both serve
+the hostile-client tests; run as a script (``python -m support.guarded_servers``), both serve
 in a process of their own, which a test can pause with SIGSTOP.
 
 The script prints ``<events port> <probe port>`` on one line, then serves until its stdin
@@ -11,7 +11,6 @@ import sys
 from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
-from service.round_event_requests import MERCHANT, SECRET
 
 from recordsync.core.round_events import RoundEvent, RoundEventReceipt
 from recordsync.core.secret import Secret
@@ -20,6 +19,7 @@ from recordsync.service.bounded_http import HttpLimits
 from recordsync.service.health import PROBE_LIMITS, HealthServer, Readiness
 from recordsync.service.round_events.connections import DEFAULT_LIMITS, EventsLimits
 from recordsync.service.round_events.receiver import EventsServer, RoundEventReceiver, asgi_app
+from support.round_event_requests import MERCHANT, SECRET
 
 ACCEPTED_AT = datetime(2026, 11, 28, 8, 0, tzinfo=UTC)
 

@@ -14,8 +14,6 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from warehouse.warehouse_samples import make_change, make_record
-
 from recordsync.core.errors import CursorExpiredError, ShutdownRequestedError
 from recordsync.core.models import ChangesPage, Record, RecordsPage, RejectedItem
 from recordsync.core.state import (
@@ -33,6 +31,7 @@ from recordsync.sync.context import SyncContext
 from recordsync.sync.engine import SyncEngine, SyncOptions
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.ports import RecordSource, SyncStore
+from support.warehouse_samples import make_change, make_record
 
 MERCHANT = "m-unit"
 # Platform time, far from the local clock on purpose: a boundary taken from the local clock

@@ -33,6 +33,10 @@ from recordsync.sim import Simulator
 from recordsync.sim.config import SimConfig
 from recordsync.warehouse import Warehouse
 
+# The tail's last projection_as_of, two minutes before the test run: sync_freshness then
+# reports about 120 s of staleness by the database's clock.
+STALENESS = timedelta(minutes=2)
+
 MERCHANT = "demo-merchant"
 OLD_MERCHANT = "old-merchant"
 HUGE_MERCHANT = "huge-merchant"

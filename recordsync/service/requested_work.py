@@ -1,0 +1,234 @@
+"""The holder's side of a hand-over: run the work commands asked of the merchants held here
+(``sync_requests``, see ``handover`` for the command's side), each inside its merchant's
+budget beside its tail.
+
+One watcher thread for the process and one query for every merchant held, however many;
+each request runs in a thread of its own, on its merchant's client (the same rate budget as
+its tail: a backfill at the tail's priority, a verify at the lowest) and fenced by its
+merchant's epoch.  Every kind has the same life: started (``running`` under this replica),
+then done with its result, or failed with a reason the command prints.  A request whose
+merchant is handed over or stopped mid-way stays ``running``, and the next holder takes it up
+(a backfill from its job's windows, a verify from the start).
+
+A bug while looking is logged (its class and frames, never its message) and looked again
+after the restart policy's backoff; a bug in one request fails that request, nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Protocol
+
+import orjson
+import structlog
+
+from recordsync.core.errors import (
+    LeaseSupersededError,
+    LeaseUnconfirmedError,
+    RecordSyncError,
+    ShutdownRequestedError,
+)
+from recordsync.core.stopping import Stopper
+from recordsync.metrics import Metrics
+from recordsync.platform.client import PlatformClient
+from recordsync.service.observers import SyncMetricsObserver
+from recordsync.service.verify import verify_document
+from recordsync.sync.engine import SyncEngine, SyncOptions
+from recordsync.sync.events import SyncObserver
+from recordsync.sync.jobs import JobHost
+from recordsync.sync.resilience import StepRunner
+from recordsync.sync.verify import verify_range
+from recordsync.warehouse import HolderRequest, RequestKind, Warehouse
+
+log = structlog.get_logger("recordsync")
+
+POLL: Final = 2.0  # seconds between looks for requests handed to this holder
+_ENDS: Final = ("started", "finished", "failed")
+
+
+class HeldMerchant(Protocol):
+    """A merchant this process syncs, as its requests need it (``merchant_syncs``)."""
+
+    merchant_id: str
+    epoch: int
+    stopper: Stopper  # stopped when the merchant is handed over
+    client: PlatformClient | None  # its tail's client (so its budget); None until built
+    options: SyncOptions | None
+    requests: set[int]  # the requests running for it here
+
+
+# What a kind does: (the result handed back, fields for the log), or None once stopped.
+Work = Callable[[HeldMerchant, HolderRequest], tuple[str | None, dict[str, Any]] | None]
+
+
+class RequestedWork:
+    def __init__(
+        self,
+        *,
+        warehouse: Warehouse,
+        replica_id: str,
+        metrics: Metrics,
+        host: JobHost,
+        stopper: Stopper,
+        held: Callable[[], Mapping[str, HeldMerchant]],
+        backoff: Callable[[int], float],
+        poll: float = POLL,
+        failure_site: Callable[[BaseException], str],
+    ) -> None:
+        """``held()``: the merchants whose sync runs here with its client built; ``backoff(n)``
+        the pause after the ``n``-th failed look in a row."""
+        self._warehouse = warehouse
+        self._replica_id = replica_id
+        self._metrics = metrics
+        self._host = host
+        self._stopper = stopper
+        self._held = held
+        self._backoff = backoff
+        self._poll = poll
+        self._failure_site = failure_site
+        self._work: dict[RequestKind, Work] = {
+            RequestKind.BACKFILL: self._backfill,
+            RequestKind.VERIFY: self._verify,
+        }
+        self._watcher: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def watch(self) -> None:
+        """Start the process's one watcher, unless it runs already."""
+        with self._lock:
+            if self._watcher is not None:
+                return
+            self._watcher = threading.Thread(
+                target=self._watch, name="holder-requests", daemon=True
+            )
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        runner = StepRunner(stopper=self._stopper, observer=SyncObserver(), fatal_is_final=False)
+        failures = 0
+        try:
+            while not self._stopper.stopped:
+                try:
+                    self.take_up(runner)
+                except ShutdownRequestedError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a bug: look again later
+                    failures += 1
+                    delay = self._backoff(failures)
+                    log.error(  # noqa: TRY400 - class and frames, never the message
+                        "requests_watch_failed",
+                        kind=type(exc).__name__,
+                        where=self._failure_site(exc),
+                        failures=failures,
+                        retry_in_seconds=round(delay, 1),
+                    )
+                else:
+                    failures, delay = 0, self._poll
+                self._stopper.sleep(delay)
+        except ShutdownRequestedError:
+            return
+
+    def take_up(self, runner: StepRunner) -> None:
+        """Start a thread for every unfinished request of the merchants held here that does
+        not run here yet; fail what a previous version's command asked of them."""
+        ready = {
+            merchant_id: merchant
+            for merchant_id, merchant in self._held().items()
+            if merchant.options is not None and not merchant.stopper.stopped
+        }
+        held = tuple(ready)
+        if not held:
+            return
+        requests = self._warehouse.requests
+        failed = runner.run(lambda: requests.fail_previous(held), what="answer previous requests")
+        if failed:
+            log.warning("previous_requests_failed", requests=failed)
+        for request in runner.run(lambda: requests.unfinished(held), what="read requests"):
+            merchant = ready[request.merchant_id]
+            if request.id in merchant.requests:
+                continue
+            merchant.requests.add(request.id)
+            threading.Thread(
+                target=self._run,
+                args=(merchant, request),
+                name=f"{request.kind.value}-{request.id}",
+                daemon=True,
+            ).start()
+
+    def _run(self, merchant: HeldMerchant, request: HolderRequest) -> None:
+        kind = request.kind.value
+        bound = log.bind(merchant_id=merchant.merchant_id, request_id=request.id, kind=kind)
+        requests = self._warehouse.requests
+        runner = StepRunner(stopper=merchant.stopper, observer=SyncObserver(), fatal_is_final=False)
+        # requested_backfill_started, requested_verify_finished, ...: one name per kind.
+        started, finished, failed = (
+            f"requested_{kind}_{end}" for end in ("started", "finished", "failed")
+        )
+        try:
+            runner.run(
+                lambda: requests.start(request.id, self._replica_id), what=f"start {kind} request"
+            )
+            bound.info(started, key=request.key, repair=request.repair)
+            outcome = self._work[request.kind](merchant, request)
+            if outcome is None or merchant.stopper.stopped:
+                return  # handed over or stopping: the next holder takes it up
+            result, fields = outcome
+            runner.run(
+                lambda: requests.finish(request.id, result=result), what=f"finish {kind} request"
+            )
+            bound.info(finished, **fields)
+        except (ShutdownRequestedError, LeaseSupersededError, LeaseUnconfirmedError):
+            return  # left running: the next holder takes it up
+        except RecordSyncError as exc:
+            bound.error(failed, error=str(exc))
+            with contextlib.suppress(RecordSyncError, LookupError):
+                requests.finish(request.id, failed=str(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug: this request fails, nothing else
+            name = type(exc).__name__
+            self._metrics.merchant(merchant.merchant_id).sync_failed(name)
+            bound.error(failed, error_kind=name, where=self._failure_site(exc))
+            with contextlib.suppress(RecordSyncError, LookupError):
+                requests.finish(request.id, failed=f"{name} in the holder (a bug: see its log)")
+
+    # -- the kinds --------------------------------------------------------------------------------
+
+    def _backfill(
+        self, merchant: HeldMerchant, request: HolderRequest
+    ) -> tuple[str | None, dict[str, Any]] | None:
+        """``recordsync backfill``: the job's windows, through the usual fenced commits (a
+        takeover resumes them)."""
+        assert merchant.client is not None
+        assert merchant.options is not None
+        engine = SyncEngine(
+            client=merchant.client,
+            warehouse=self._warehouse.fenced(merchant.merchant_id, merchant.epoch),
+            options=merchant.options,
+            stopper=Stopper(parent=merchant.stopper),
+            observer=SyncMetricsObserver(self._metrics.merchant(merchant.merchant_id)),
+            host=self._host,
+        )
+        result = engine.backfill(request.created_from, request.created_to)
+        return None, {"records": result.records, "job": result.job}
+
+    def _verify(
+        self, merchant: HeldMerchant, request: HolderRequest
+    ) -> tuple[str | None, dict[str, Any]] | None:
+        """``recordsync verify``: the same ``verify_range`` as the command's, at the lowest
+        priority, repairs fenced by this holder's epoch; the findings go back as JSON."""
+        assert merchant.client is not None
+        assert merchant.options is not None
+        result = verify_range(
+            merchant.client,
+            self._warehouse.fenced(merchant.merchant_id, merchant.epoch),
+            request.created_from,
+            request.created_to,
+            page_size=merchant.options.page_size,
+            repair=request.repair,
+            stopper=Stopper(parent=merchant.stopper),
+        )
+        document = verify_document(
+            result, merchant.merchant_id, request.created_from, request.created_to
+        )
+        return orjson.dumps(document).decode(), {"clean": result.clean, "repaired": result.repaired}

@@ -1,0 +1,244 @@
+"""The work commands hand to a merchant's holder (``sync_requests``, revision 0012), on every
+backend: one life for every kind, the rows of the two tables before it copied by the upgrade,
+and what a previous version's command asks there answered with a reason."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from alembic import command
+from sqlalchemy import insert, select
+from support.warehouse_samples import T0
+
+from recordsync.warehouse import RequestKind, RequestState, Warehouse
+from recordsync.warehouse.migrate import _config
+from recordsync.warehouse.requests.previous import REASON
+from recordsync.warehouse.schema import backfill_requests, sync_requests, verify_requests
+
+M1, M2 = "m-requests-1", "m-requests-2"
+START, END = T0 - timedelta(days=7), T0
+JOB = "backfill:2024-02-23/2024-03-01"
+BACKFILL, VERIFY = RequestKind.BACKFILL, RequestKind.VERIFY
+
+
+def test_a_request_goes_pending_running_done(warehouse: Warehouse):
+    requests = warehouse.requests
+    request_id = requests.ask(M1, BACKFILL, START, END, key=JOB)
+    assert requests.ask(M1, BACKFILL, START, END, key=JOB) == request_id  # followed, not doubled
+    pending = requests.get(request_id)
+    assert pending is not None
+    assert (pending.merchant_id, pending.kind, pending.created_from, pending.created_to) == (
+        M1,
+        BACKFILL,
+        START,
+        END,
+    )
+    assert (pending.key, pending.repair, pending.state, pending.holder, pending.started_at) == (
+        JOB,
+        False,
+        RequestState.PENDING,
+        None,
+        None,
+    )
+    assert requests.unfinished((M1,)) == [pending]
+    assert requests.unfinished((M2,)) == []
+
+    requests.start(request_id, "replica-a")
+    running = requests.get(request_id)
+    assert running is not None
+    assert (running.state, running.holder) == (RequestState.RUNNING, "replica-a")
+    assert requests.unfinished((M1,)) == [running]  # a new holder takes it up
+    requests.start(request_id, "replica-b")  # taken over
+    assert requests.get(request_id).holder == "replica-b"  # type: ignore[union-attr]
+
+    requests.finish(request_id)
+    done = requests.get(request_id)
+    assert done is not None
+    assert (done.state, done.finished, done.error, done.result) == (
+        RequestState.DONE,
+        True,
+        None,
+        None,
+    )
+    assert done.requested_at <= done.started_at <= done.finished_at  # type: ignore[operator]
+    assert requests.unfinished((M1,)) == []
+    with pytest.raises(LookupError):
+        requests.finish(request_id)
+    with pytest.raises(LookupError):
+        requests.start(request_id, "replica-a")
+    assert requests.ask(M1, BACKFILL, START, END, key=JOB) != request_id  # asked anew
+
+
+def test_a_verify_is_asked_anew_each_time_and_hands_back_its_findings(warehouse: Warehouse):
+    requests = warehouse.requests
+    first = requests.ask(M1, VERIFY, START, END, repair=True)
+    second = requests.ask(M1, VERIFY, START, END)
+    assert first != second  # each run of the command asks for "now"
+    requests.start(first, "replica-a")
+    findings = json.dumps({"clean": True, "days": ["x" * 70_000]})  # beyond a 64 KiB TEXT
+    requests.finish(first, result=findings)
+    requests.finish(second, failed="the platform refused the secret")
+    done, failed = requests.get(first), requests.get(second)
+    assert done is not None
+    assert failed is not None
+    assert (done.kind, done.repair, done.state, done.result) == (
+        VERIFY,
+        True,
+        RequestState.DONE,
+        findings,
+    )
+    assert (failed.state, failed.finished, failed.error) == (
+        RequestState.FAILED,
+        True,
+        "the platform refused the secret",
+    )
+
+
+def test_requests_of_every_kind_are_listed_oldest_first_in_one_query(warehouse: Warehouse):
+    requests = warehouse.requests
+    first = requests.ask(M1, BACKFILL, START, END, key=JOB)
+    other = requests.ask(M2, VERIFY, START, END)
+    second = requests.ask(M1, VERIFY, START - timedelta(days=7), START)
+    assert [request.id for request in requests.unfinished((M1,))] == [first, second]
+    both = requests.unfinished((M1, M2))
+    assert [(request.merchant_id, request.kind, request.id) for request in both] == [
+        (M1, BACKFILL, first),
+        (M2, VERIFY, other),
+        (M1, VERIFY, second),
+    ]
+    assert requests.unfinished(()) == []
+
+
+def test_unknown_or_empty_requests_are_refused(warehouse: Warehouse):
+    requests = warehouse.requests
+    assert requests.get(12345) is None
+    with pytest.raises(LookupError):
+        requests.start(12345, "replica-a")
+    with pytest.raises(ValueError, match="empty backfill range"):
+        requests.ask(M1, BACKFILL, END, START, key=JOB)
+    with pytest.raises(ValueError, match="empty verify range"):
+        requests.ask(M1, VERIFY, END, START)
+
+
+def test_a_kind_this_version_does_not_know_is_left_to_the_version_that_asked(
+    warehouse: Warehouse,
+):
+    """A newer version's request (a kind added by the control plane) beside this version's
+    holders during a rolling upgrade: not listed, so the watcher never fails on it."""
+    known = warehouse.requests.ask(M1, VERIFY, START, END)
+    with warehouse.engine.begin() as conn:
+        conn.execute(
+            insert(sync_requests).values(
+                merchant_id=M1,
+                kind="from-the-future",
+                created_from=START,
+                created_to=END,
+                repair=False,
+                state="pending",
+                requested_at=T0,
+            )
+        )
+    assert [request.id for request in warehouse.requests.unfinished((M1,))] == [known]
+
+
+# -- the tables before revision 0012 ------------------------------------------------------------
+
+
+def _previous_rows(conn) -> None:
+    """What the previous version had asked: a pending backfill, a running verify, a done one."""
+    conn.execute(
+        insert(backfill_requests).values(
+            merchant_id=M1,
+            created_from=START,
+            created_to=END,
+            job=JOB,
+            state="pending",
+            requested_at=T0,
+        )
+    )
+    conn.execute(
+        insert(verify_requests).values(
+            merchant_id=M2,
+            created_from=START,
+            created_to=END,
+            repair=True,
+            state="running",
+            holder="replica-old",
+            requested_at=T0 + timedelta(seconds=1),
+            started_at=T0 + timedelta(seconds=2),
+        )
+    )
+    conn.execute(
+        insert(verify_requests).values(
+            merchant_id=M1,
+            created_from=START,
+            created_to=END,
+            repair=False,
+            state="done",
+            requested_at=T0 - timedelta(hours=1),
+            finished_at=T0 - timedelta(minutes=59),
+            result='{"clean": true}',
+        )
+    )
+
+
+def test_the_upgrade_copies_the_requests_of_both_previous_tables(warehouse_url):
+    """Pending and running requests at the upgrade are run by the new version's holder: a
+    backfill's job becomes its key, a verify keeps its repair and result; ids follow the
+    order they were asked in.  Run again (a revision killed after its copy), nothing doubles."""
+    store = Warehouse.connect(warehouse_url)
+    try:
+        config = _config()
+        with store.engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.upgrade(config, "0011")
+            _previous_rows(conn)
+        store.migrate()
+        copied = store.requests.unfinished((M1, M2))
+        assert [(r.merchant_id, r.kind, r.key, r.repair, r.state, r.holder) for r in copied] == [
+            (M1, BACKFILL, JOB, False, RequestState.PENDING, None),
+            (M2, VERIFY, None, True, RequestState.RUNNING, "replica-old"),
+        ]
+        assert (copied[0].created_from, copied[0].created_to) == (START, END)
+        assert copied[0].id < copied[1].id
+        done = store.requests.get(copied[0].id - 1)  # asked first, an hour before
+        assert done is not None
+        assert (done.kind, done.state, done.result) == (
+            VERIFY,
+            RequestState.DONE,
+            '{"clean": true}',
+        )
+
+        with store.engine.begin() as conn:  # the copy run a second time
+            config.attributes["connection"] = conn
+            command.stamp(config, "0011", purge=True)
+        store.migrate()
+        assert [r.id for r in store.requests.unfinished((M1, M2))] == [r.id for r in copied]
+    finally:
+        store.close()
+
+
+def test_what_a_previous_version_asks_is_failed_with_the_reason(warehouse: Warehouse):
+    """A previous version's command, during a rolling upgrade, follows its row in the old
+    tables: the new holder fails it, and the command ends with this reason, not a hang."""
+    with warehouse.engine.begin() as conn:
+        _previous_rows(conn)
+    assert warehouse.requests.fail_previous((M2,)) == 1  # only the merchants named
+    assert warehouse.requests.fail_previous((M1, M2)) == 1
+    assert warehouse.requests.fail_previous((M1, M2)) == 0  # a look, nothing to fail
+    with warehouse.engine.connect() as conn:
+        rows = [
+            *conn.execute(select(backfill_requests.c.state, backfill_requests.c.error)),
+            *conn.execute(
+                select(verify_requests.c.state, verify_requests.c.error).order_by(
+                    verify_requests.c.id
+                )
+            ),
+        ]
+    assert [tuple(row) for row in rows] == [
+        ("failed", REASON),
+        ("failed", REASON),
+        ("done", None),  # finished before: left as it was
+    ]
