@@ -100,7 +100,21 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--merchant", metavar="ID", help="one merchant's report (default: every one, grouped)"
     )
-    for command in (run, backfill, verify, migrate, status, report):
+    merchant = commands.add_parser(
+        "merchant", help="act on one merchant across the fleet: pause, resume"
+    )
+    actions = merchant.add_subparsers(dest="action", required=True, metavar="ACTION")
+    pause = actions.add_parser(
+        "pause",
+        help="stop syncing a merchant on every replica until resumed (it stays held by none)",
+    )
+    pause.add_argument("merchant_id", metavar="ID")
+    pause.add_argument("--reason", metavar="TEXT", help="why, as `status` shows it")
+    resume = actions.add_parser("resume", help="sync a paused merchant again")
+    resume.add_argument("merchant_id", metavar="ID")
+    for action in (pause, resume):
+        _add_config(action, default=argparse.SUPPRESS)
+    for command in (run, backfill, verify, migrate, status, report, merchant):
         # After the command as well as before it; SUPPRESS keeps a value given before.
         _add_config(command, default=argparse.SUPPRESS)
     commands.add_parser(
@@ -187,6 +201,14 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: PLR0911 - one return pe
     if args.command == "status":
         settings = load_settings(config_path=args.config, need_platform=False)
         return service.show_status(settings, as_json=args.json, check=args.check)
+    if args.command == "merchant":
+        settings = load_settings(config_path=args.config, need_platform=False)
+        configure_logging(
+            level=settings.log_level, log_format=settings.log_format, stream=sys.stderr
+        )
+        if args.action == "pause":
+            return service.pause_merchant(settings, args.merchant_id, reason=args.reason)
+        return service.resume_merchant(settings, args.merchant_id)
     settings = load_settings(config_path=args.config)
     # verify prints its findings on stdout (a table, json or csv): its log lines go to stderr.
     log_stream = sys.stderr if args.command == "verify" else None

@@ -7,6 +7,7 @@ It builds the platform client, the warehouse and the sync engine from the settin
 
 from recordsync.service.app import warn_settings
 from recordsync.service.backfill import run_backfill
+from recordsync.service.control import pause_merchant, resume_merchant
 from recordsync.service.daemon import run_daemon
 from recordsync.service.demo import run_demo
 from recordsync.service.report import show_report
@@ -16,6 +17,8 @@ from recordsync.service.verify import run_verify
 
 __all__ = [
     "migrate",
+    "pause_merchant",
+    "resume_merchant",
     "run_backfill",
     "run_daemon",
     "run_demo",

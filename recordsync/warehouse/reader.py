@@ -10,6 +10,7 @@ at this version's schema.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import date
 from typing import Any, Final
 
@@ -22,6 +23,7 @@ from recordsync.warehouse.values import (
     DailySummary,
     Freshness,
     GameName,
+    Pause,
     QuarantinedRecord,
     WarehouseStatus,
 )
@@ -82,6 +84,9 @@ class WarehouseReader:
 
     def game_names(self, merchant_id: str) -> dict[str, GameName]:
         return self._warehouse.game_names(merchant_id)
+
+    def paused(self, merchant_ids: Collection[str]) -> dict[str, Pause]:
+        return self._warehouse.controls.paused(merchant_ids)
 
     def holders(self, asked_by: str) -> dict[str, str]:
         """merchant -> the replica whose lock holds it right now, asked through a session of

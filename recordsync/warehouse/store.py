@@ -61,6 +61,7 @@ from recordsync.warehouse.connection import (
     sqlite_file,
     translate_errors,
 )
+from recordsync.warehouse.controls import ControlStore
 from recordsync.warehouse.lease import FleetSession, epochs, support
 from recordsync.warehouse.lease.backends import merchant_locks
 from recordsync.warehouse.merchant_store import MerchantStore
@@ -744,6 +745,11 @@ class Warehouse:
         """The merchant's current lease epoch; None when no replica ever held it."""
         with translate_errors("read lease epoch"), self._engine.begin() as conn:
             return epochs.current_epoch(conn, merchant_id)
+
+    @property
+    def controls(self) -> ControlStore:
+        """What operators set on a merchant that every replica obeys (``controls``: pause)."""
+        return ControlStore(self._engine)
 
     @property
     def requests(self) -> RequestStore:

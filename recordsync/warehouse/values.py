@@ -146,6 +146,15 @@ class HolderRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Pause:
+    """A merchant an operator paused: since when (the database's clock), by whom, why."""
+
+    since: datetime
+    by: str
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class CatalogueResult:
     """What one committed catalogue pass changed (``catalogue.commit_pass``)."""
 
