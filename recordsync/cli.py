@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from recordsync import __version__
 from recordsync.core import early_signals
@@ -101,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--merchant", metavar="ID", help="one merchant's report (default: every one, grouped)"
     )
     merchant = commands.add_parser(
-        "merchant", help="act on one merchant across the fleet: pause, resume"
+        "merchant", help="act on one merchant across the fleet: pause, resume, state"
     )
     actions = merchant.add_subparsers(dest="action", required=True, metavar="ACTION")
     pause = actions.add_parser(
@@ -112,7 +113,15 @@ def build_parser() -> argparse.ArgumentParser:
     pause.add_argument("--reason", metavar="TEXT", help="why, as `status` shows it")
     resume = actions.add_parser("resume", help="sync a paused merchant again")
     resume.add_argument("merchant_id", metavar="ID")
-    for action in (pause, resume):
+    state = actions.add_parser(
+        "state", help="a merchant's cursors, windows, epoch and phase as JSON: show, export, import"
+    )
+    state.add_argument("merchant_id", metavar="ID")
+    state.add_argument("operation", choices=("show", "export", "import"))
+    state.add_argument(
+        "file", nargs="?", type=Path, help="export: where to write; import: what to read"
+    )
+    for action in (pause, resume, state):
         _add_config(action, default=argparse.SUPPRESS)
     for command in (run, backfill, verify, migrate, status, report, merchant):
         # After the command as well as before it; SUPPRESS keeps a value given before.
@@ -174,6 +183,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INCOMPLETE if args.command == "verify" else EXIT_FAILURE
 
 
+def _merchant(args: argparse.Namespace) -> int:
+    """``recordsync merchant ACTION ID``: no platform settings needed; the log on stderr."""
+    from recordsync import service  # noqa: PLC0415 - see _dispatch
+    from recordsync.core.settings import load_settings  # noqa: PLC0415
+    from recordsync.logs import configure_logging  # noqa: PLC0415
+
+    settings = load_settings(config_path=args.config, need_platform=False)
+    configure_logging(level=settings.log_level, log_format=settings.log_format, stream=sys.stderr)
+    if args.action == "pause":
+        return service.pause_merchant(settings, args.merchant_id, reason=args.reason)
+    if args.action == "resume":
+        return service.resume_merchant(settings, args.merchant_id)
+    return _state(service, settings, args)
+
+
+def _state(service: Any, settings: Any, args: argparse.Namespace) -> int:
+    if args.operation == "show":
+        return int(service.show_state(settings, args.merchant_id))
+    if args.file is None:
+        raise ConfigurationError(f"merchant state {args.operation}: name the FILE")
+    if args.operation == "export":
+        return int(service.export_state(settings, args.merchant_id, args.file))
+    return int(service.import_state(settings, args.merchant_id, args.file))
+
+
 def _dispatch(args: argparse.Namespace) -> int:  # noqa: PLR0911 - one return per command
     # Imported here, after main() remembered early signals: `recordsync --help` stays fast,
     # `sim` needs no database driver, and a SIGTERM during these imports is not lost.
@@ -202,13 +236,7 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: PLR0911 - one return pe
         settings = load_settings(config_path=args.config, need_platform=False)
         return service.show_status(settings, as_json=args.json, check=args.check)
     if args.command == "merchant":
-        settings = load_settings(config_path=args.config, need_platform=False)
-        configure_logging(
-            level=settings.log_level, log_format=settings.log_format, stream=sys.stderr
-        )
-        if args.action == "pause":
-            return service.pause_merchant(settings, args.merchant_id, reason=args.reason)
-        return service.resume_merchant(settings, args.merchant_id)
+        return _merchant(args)
     settings = load_settings(config_path=args.config)
     # verify prints its findings on stdout (a table, json or csv): its log lines go to stderr.
     log_stream = sys.stderr if args.command == "verify" else None

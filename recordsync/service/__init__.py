@@ -10,12 +10,15 @@ from recordsync.service.backfill import run_backfill
 from recordsync.service.control import pause_merchant, resume_merchant
 from recordsync.service.daemon import run_daemon
 from recordsync.service.demo import run_demo
+from recordsync.service.merchant_state import export_state, import_state, show_state
 from recordsync.service.report import show_report
 from recordsync.service.schema import migrate
 from recordsync.service.status import show_status
 from recordsync.service.verify import run_verify
 
 __all__ = [
+    "export_state",
+    "import_state",
     "migrate",
     "pause_merchant",
     "resume_merchant",
@@ -24,6 +27,7 @@ __all__ = [
     "run_demo",
     "run_verify",
     "show_report",
+    "show_state",
     "show_status",
     "warn_settings",
 ]

@@ -62,7 +62,7 @@ def pause_merchant(
         warehouse.migrate()
         pause = warehouse.controls.pause(merchant.merchant_id, by=operator(), reason=reason)
         log.info("merchant_paused", merchant_id=merchant.merchant_id, by=pause.by, reason=reason)
-        session = _watching(warehouse)
+        session = watching_session(warehouse)
         try:
             started = clock()
             holder = session.holders().get(merchant.merchant_id)
@@ -110,7 +110,7 @@ def resume_merchant(
             print(f"merchant {merchant.merchant_id} was not paused: nothing to do")  # noqa: T201
             return 0
         log.info("merchant_resumed", merchant_id=merchant.merchant_id, paused_since=ended.since)
-        session = _watching(warehouse)
+        session = watching_session(warehouse)
         try:
             takers = [
                 replica
@@ -143,7 +143,7 @@ def resume_merchant(
     return 1
 
 
-def _watching(warehouse: Warehouse) -> FleetSession:
+def watching_session(warehouse: Warehouse) -> FleetSession:
     """A session that only asks who holds what and who is live: never holds or writes."""
     return warehouse.fleet_session(
         f"control-{os.getpid()}", lease_seconds=LEASE_SECONDS, holding=False

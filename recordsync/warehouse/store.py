@@ -71,6 +71,7 @@ from recordsync.warehouse.pages import commits as page_commits
 from recordsync.warehouse.pages.conflicts import retry_lost_conflicts
 from recordsync.warehouse.pages.writer import PageWriter, page_writer_for
 from recordsync.warehouse.requests.store import RequestStore
+from recordsync.warehouse.state_transfer import StateTransfer
 from recordsync.warehouse.values import (
     Availability,
     CatalogueResult,
@@ -750,6 +751,11 @@ class Warehouse:
     def controls(self) -> ControlStore:
         """What operators set on a merchant that every replica obeys (``controls``: pause)."""
         return ControlStore(self._engine)
+
+    @property
+    def state_transfer(self) -> StateTransfer:
+        """The merchant's sync state read and written whole (``state_transfer``)."""
+        return StateTransfer(self._engine)
 
     @property
     def requests(self) -> RequestStore:

@@ -1,5 +1,5 @@
-"""``recordsync merchant pause|resume`` as an operator runs them (subprocesses), with and without
-daemons, on the three backends (issue 26).
+"""``recordsync merchant pause|resume|state`` as an operator runs them (subprocesses), with and
+without daemons, on the three backends (issue 26).
 
 A paused merchant is held and synced by no replica, across a kill of its holder; the
 simulator sees no request for it while it is paused; resumed, a replica syncs it again within
@@ -11,9 +11,11 @@ import json
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from support.checksums import table_checksums
 from support.dbfixtures import BACKEND_PARAMS, SERVER_PARAMS
 from support.fleetcheck import (
     Replica,
@@ -31,6 +33,7 @@ from recordsync.warehouse import Warehouse
 pytestmark = pytest.mark.slow
 
 RESUMED_WITHIN = 15.0
+HEARTBEATS = frozenset({"replicas"})  # a running daemon writes its heartbeat there by itself
 
 
 def merchant(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -201,3 +204,99 @@ def test_a_pause_outlasts_the_death_of_its_holder_among_three_replicas(
         sim.stop()
         warehouse.close()
     assert sim.stats().rate_limit_violations == 0
+
+
+# -- merchant state show|export|import ----------------------------------------------------------
+
+
+def state_command(config: Path, merchant_id: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return merchant(config, "state", merchant_id, *args)
+
+
+@pytest.mark.parametrize("warehouse_url", BACKEND_PARAMS, indirect=True)
+def test_a_state_exported_is_imported_back_only_into_a_paused_merchant(
+    warehouse_url: str, tmp_path: Path
+):
+    """Export with no daemon running; then, a daemon running: refused while not paused, and
+    for a tampered or malformed file (nothing written: every table's checksum unchanged);
+    imported once paused (a new lease epoch); resumed, the daemon syncs on from it and the
+    warehouse ends equal to the truth."""
+    sim = simulator(1, seed=64)
+    sim.start()
+    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
+    (merchant_id,) = sim.merchant_ids
+    warehouse = Warehouse.connect(warehouse_url)
+    warehouse.migrate()
+    daemon: Replica | None = None
+    try:
+        daemon = Replica(config, tmp_path / "first.log")
+        assert_truth(warehouse, sim, [merchant_id])
+        stop_gracefully(daemon.process)
+        exported = tmp_path / "state.json"
+        done = state_command(config, merchant_id, "export", str(exported))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith(f"merchant {merchant_id}: state exported to {exported} (")
+        document = json.loads(exported.read_text())
+        assert document["state"]["phase"] == "tailing"
+        assert document["windows"]
+        shown = state_command(config, merchant_id, "show")
+        assert json.loads(shown.stdout) == document
+
+        daemon = Replica(config, tmp_path / "second.log")
+        wait_until_all_held(warehouse, [merchant_id], 60.0)
+        sim.start_live()
+        refused = state_command(config, merchant_id, "import", str(exported))
+        assert refused.returncode == 1
+        assert f"merchant {merchant_id} is not paused" in refused.stderr
+        assert merchant(config, "pause", merchant_id).returncode == 0
+        _refused_writing_nothing(config, merchant_id, document, warehouse, tmp_path)
+
+        imported = state_command(config, merchant_id, "import", str(exported))
+        assert imported.returncode == 0, imported.stderr
+        assert "under lease epoch" in imported.stdout
+        again = json.loads(state_command(config, merchant_id, "show").stdout)
+        assert again["state"] == document["state"]
+        assert again["windows"] == document["windows"]
+        assert again["epoch"] > document["epoch"]
+        assert merchant(config, "resume", merchant_id).returncode == 0
+        sim.stop_live()
+        assert_truth(warehouse, sim, [merchant_id])
+    finally:
+        if daemon is not None and daemon.process.poll() is None:
+            stop_gracefully(daemon.process)
+        sim.stop()
+        warehouse.close()
+    assert sim.stats().rate_limit_violations == 0
+
+
+def _refused_writing_nothing(
+    config: Path, merchant_id: str, document: dict[str, object], warehouse: Warehouse, tmp: Path
+) -> None:
+    """Another merchant's state, a window past the anchor, a file that is not JSON: each
+    refused in one line naming why, and every table's checksum unchanged (but the daemon's
+    own heartbeat row)."""
+    before = table_checksums(warehouse.engine, ignore=HEARTBEATS)
+    for name, content, reason in [
+        ("other.json", {**document, "merchant_id": "m-other"}, "the state of merchant"),
+        ("future.json", _past_the_anchor(document), "past the anchor"),
+        ("broken.json", None, "not JSON"),
+    ]:
+        bad = tmp / name
+        bad.write_text("{" if content is None else json.dumps(content))
+        answer = state_command(config, merchant_id, "import", str(bad))
+        assert answer.returncode == 1, answer.stdout
+        assert reason in answer.stderr
+        assert len(answer.stderr.strip().splitlines()) == 1
+        assert "Traceback" not in answer.stderr
+    assert table_checksums(warehouse.engine, ignore=HEARTBEATS) == before  # nothing written
+
+
+def _past_the_anchor(document: dict[str, object]) -> dict[str, object]:
+    """The document with one rebuild window moved past the snapshot plan's end."""
+    tampered = json.loads(json.dumps(document))
+    window = tampered["windows"][-1]
+    end = datetime.fromisoformat(tampered["state"]["snapshot_to"])
+    window["start"] = (end - timedelta(hours=1)).isoformat()
+    window["end"] = (end + timedelta(hours=1)).isoformat()
+    window["job"] = "rebuild"
+    return tampered
