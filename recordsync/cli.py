@@ -28,7 +28,7 @@ EXIT_INCOMPLETE = 3
 # process SIGPIPE ended, quietly, as ``cat`` or ``grep`` end there.
 EXIT_BROKEN_PIPE = 128 + 13
 # Commands that stop gracefully on SIGTERM/SIGINT; the others keep Python's defaults.
-GRACEFUL_COMMANDS = frozenset({"run", "backfill", "verify", "demo"})
+GRACEFUL_COMMANDS = frozenset({"run", "backfill", "verify", "demo", "resync"})
 
 
 def _time_arg(value: str) -> object:
@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--merchant", metavar="ID", help="one merchant's report (default: every one, grouped)"
     )
     merchant = commands.add_parser(
-        "merchant", help="act on one merchant across the fleet: pause, resume, state"
+        "merchant", help="act on one merchant across the fleet: pause, resume, state, resync"
     )
     actions = merchant.add_subparsers(dest="action", required=True, metavar="ACTION")
     pause = actions.add_parser(
@@ -121,7 +121,15 @@ def build_parser() -> argparse.ArgumentParser:
     state.add_argument(
         "file", nargs="?", type=Path, help="export: where to write; import: what to read"
     )
-    for action in (pause, resume, state):
+    resync = actions.add_parser(
+        "resync",
+        help="read a creation range again from the platform, through the holder; nothing is "
+        "emptied and the highest revision wins",
+    )
+    resync.add_argument("merchant_id", metavar="ID")
+    resync.add_argument("--from", dest="start", type=_time_arg, required=True)
+    resync.add_argument("--to", dest="end", type=_time_arg, required=True)
+    for action in (pause, resume, state, resync):
         _add_config(action, default=argparse.SUPPRESS)
     for command in (run, backfill, verify, migrate, status, report, merchant):
         # After the command as well as before it; SUPPRESS keeps a value given before.
@@ -189,6 +197,11 @@ def _merchant(args: argparse.Namespace) -> int:
     from recordsync.core.settings import load_settings  # noqa: PLC0415
     from recordsync.logs import configure_logging  # noqa: PLC0415
 
+    if args.action == "resync":  # reads the platform: its settings are needed
+        settings = load_settings(config_path=args.config)
+        configure_logging(level=settings.log_level, log_format=settings.log_format)
+        service.warn_settings(settings)
+        return service.run_resync(settings, args.merchant_id, args.start, args.end)
     settings = load_settings(config_path=args.config, need_platform=False)
     configure_logging(level=settings.log_level, log_format=settings.log_format, stream=sys.stderr)
     if args.action == "pause":

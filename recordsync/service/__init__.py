@@ -6,7 +6,7 @@ It builds the platform client, the warehouse and the sync engine from the settin
 """
 
 from recordsync.service.app import warn_settings
-from recordsync.service.backfill import run_backfill
+from recordsync.service.backfill import run_backfill, run_resync
 from recordsync.service.control import pause_merchant, resume_merchant
 from recordsync.service.daemon import run_daemon
 from recordsync.service.demo import run_demo
@@ -25,6 +25,7 @@ __all__ = [
     "run_backfill",
     "run_daemon",
     "run_demo",
+    "run_resync",
     "run_verify",
     "show_report",
     "show_state",

@@ -26,7 +26,7 @@ from recordsync.core.errors import RecordSyncError
 from recordsync.core.stopping import Stopper
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.resilience import StepRunner
-from recordsync.warehouse import HolderRequest, RequestKind, RequestState
+from recordsync.warehouse import HolderRequest, RequestKind, RequestState, Warehouse
 from recordsync.warehouse.requests.store import RequestStore
 
 log = structlog.get_logger("recordsync")
@@ -48,6 +48,18 @@ class DoneThere:
     """The holder ran the request to its end (``request.state`` is DONE)."""
 
     request: HolderRequest
+
+
+def refuse_if_paused(warehouse: Warehouse, merchant_id: str, *, what: str) -> None:
+    """A paused merchant is synced by nobody, a command included: say so and stop."""
+    pause = warehouse.controls.paused([merchant_id]).get(merchant_id)
+    if pause is not None:
+        why = f" ({pause.reason})" if pause.reason else ""
+        raise RecordSyncError(
+            f"{what}: merchant {merchant_id} is paused since "
+            f"{pause.since.isoformat(timespec='seconds')} by {pause.by}{why}; "
+            f"`recordsync merchant resume {merchant_id}` first"
+        )
 
 
 def hold_or_hand_over(

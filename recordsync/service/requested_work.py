@@ -90,6 +90,7 @@ class RequestedWork:
         self._failure_site = failure_site
         self._work: dict[RequestKind, Work] = {
             RequestKind.BACKFILL: self._backfill,
+            RequestKind.RESYNC: self._backfill,
             RequestKind.VERIFY: self._verify,
         }
         self._watcher: threading.Thread | None = None
@@ -197,8 +198,8 @@ class RequestedWork:
     def _backfill(
         self, merchant: HeldMerchant, request: HolderRequest
     ) -> tuple[str | None, dict[str, Any]] | None:
-        """``recordsync backfill``: the job's windows, through the usual fenced commits (a
-        takeover resumes them)."""
+        """``recordsync backfill`` and ``merchant resync``: the job's windows (the request's
+        key), through the usual fenced commits (a takeover resumes them)."""
         assert merchant.client is not None
         assert merchant.options is not None
         engine = SyncEngine(
@@ -209,7 +210,7 @@ class RequestedWork:
             observer=SyncMetricsObserver(self._metrics.merchant(merchant.merchant_id)),
             host=self._host,
         )
-        result = engine.backfill(request.created_from, request.created_to)
+        result = engine.backfill(request.created_from, request.created_to, job=request.key)
         return None, {"records": result.records, "job": result.job}
 
     def _verify(

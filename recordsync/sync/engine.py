@@ -108,9 +108,10 @@ class SyncEngine:
         except ShutdownRequestedError:
             return ctx.caught_up.is_set()
 
-    def backfill(self, start: datetime, end: datetime) -> BackfillResult:
-        """Snapshot ``[start, end)`` alone, resumably, without touching the tail's state."""
-        return backfill(self._context, start, end, host=self._host)
+    def backfill(self, start: datetime, end: datetime, *, job: str | None = None) -> BackfillResult:
+        """Snapshot ``[start, end)`` alone, resumably, without touching the tail's state (as
+        ``job``: a resync's; a backfill's by default)."""
+        return backfill(self._context, start, end, host=self._host, job=job)
 
     def wake_tail(self) -> None:
         """Read the changes now rather than at the next poll (a round just ended); during a

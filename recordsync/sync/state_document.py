@@ -26,7 +26,7 @@ from recordsync.core.state import REBUILD_JOB, Phase, SyncState, Window, WindowP
 FORMAT: Final = "recordsync-state/1"
 MAX_CURSOR: Final = 4096  # spec: Limits, "Cursor length"
 MAX_WINDOW: Final = timedelta(hours=24)  # spec: GET /v1/records, windows of at most 24 h
-_BACKFILL_JOB: Final = re.compile(r"^backfill:[^/]+/[^/]+$")
+_RANGE_JOB: Final = re.compile(r"^(backfill:|resync:[0-9a-f]+:)[^/]+/[^/]+$")
 _SEQUENCE: Final = re.compile(r"^[0-9]{1,64}$")
 _MILLISECOND: Final = timedelta(milliseconds=1)
 
@@ -139,8 +139,10 @@ def _parse_window(raw: object, merchant_id: str, n: int) -> WindowProgress:
     where = f"windows[{n}]"
     item = _mapping(raw, where)
     job = item.get("job")
-    if not isinstance(job, str) or not (job == REBUILD_JOB or _BACKFILL_JOB.match(job)):
-        raise InvalidStateError(f"{where}.job: {job!r} is neither 'rebuild' nor 'backfill:...'")
+    if not isinstance(job, str) or not (job == REBUILD_JOB or _RANGE_JOB.match(job)):
+        raise InvalidStateError(
+            f"{where}.job: {job!r} is none of 'rebuild', 'backfill:...', 'resync:...'"
+        )
     window = Window(
         _time(item.get("start"), f"{where}.start"), _time(item.get("end"), f"{where}.end")
     )

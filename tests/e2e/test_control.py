@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import delete
 from support.checksums import table_checksums
 from support.dbfixtures import BACKEND_PARAMS, SERVER_PARAMS
 from support.fleetcheck import (
@@ -29,6 +30,7 @@ from support.synccheck import stop_gracefully
 
 from recordsync.sim import SimConfig, Simulator
 from recordsync.warehouse import Warehouse
+from recordsync.warehouse.schema import records
 
 pytestmark = pytest.mark.slow
 
@@ -300,3 +302,76 @@ def _past_the_anchor(document: dict[str, object]) -> dict[str, object]:
     window["end"] = (end + timedelta(hours=1)).isoformat()
     window["job"] = "rebuild"
     return tampered
+
+
+# -- merchant resync ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("warehouse_url", BACKEND_PARAMS, indirect=True)
+def test_a_resync_reads_a_range_again_here_or_at_the_holder_under_live_traffic(
+    warehouse_url: str, tmp_path: Path
+):
+    """With no daemon the command reads the range itself; with one syncing under live traffic,
+    rows of the range lost from the warehouse come back through the holder (the command
+    follows it), nothing else is emptied, and the warehouse ends equal to the truth with no
+    rate-limit violation.  A paused merchant is refused."""
+    sim = simulator(1, seed=65)
+    sim.start()
+    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
+    (merchant_id,) = sim.merchant_ids
+    start = (sim.now() - timedelta(hours=4)).replace(minute=0, second=0, microsecond=0)
+    end = start + timedelta(hours=2)
+    in_range = {
+        record_id
+        for record_id, record in sim.truth(merchant_id).items()
+        if start.isoformat() <= record["created_at"] < end.isoformat()
+    }
+    assert in_range
+    warehouse = Warehouse.connect(warehouse_url)
+    warehouse.migrate()
+    daemon: Replica | None = None
+    try:
+        alone = resync(config, merchant_id, start, end)
+        assert alone.returncode == 0, alone.stdout[-2000:]
+        assert in_range <= set(warehouse.fetch_records(merchant_id))  # read here
+
+        daemon = Replica(config, tmp_path / "daemon.log")
+        sim.start_live()
+        wait_until_all_held(warehouse, [merchant_id], 60.0)
+        with warehouse.engine.begin() as conn:  # the rows an operator distrusts
+            conn.execute(delete(records).where(records.c.record_id.in_(sorted(in_range))))
+        handed = resync(config, merchant_id, start, end)
+        assert handed.returncode == 0, handed.stdout[-2000:]
+        assert '"resync_handed_over"' in handed.stdout
+        assert in_range <= set(warehouse.fetch_records(merchant_id))
+        sim.stop_live()
+        assert_truth(warehouse, sim, [merchant_id])
+        holder_events = [e["event"] for e in events(daemon.log)]
+        assert "requested_resync_finished" in holder_events
+
+        assert merchant(config, "pause", merchant_id).returncode == 0
+        refused = resync(config, merchant_id, start, end)
+        assert refused.returncode == 1
+        assert f"resync: merchant {merchant_id} is paused since" in refused.stderr
+    finally:
+        if daemon is not None and daemon.process.poll() is None:
+            stop_gracefully(daemon.process)
+        sim.stop()
+        warehouse.close()
+    assert sim.stats().rate_limit_violations == 0
+
+
+def resync(
+    config: Path, merchant_id: str, start: datetime, end: datetime
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # noqa: S603 - our own interpreter and module
+        [
+            *(sys.executable, "-m", "recordsync", "--config", str(config)),
+            *("merchant", "resync", merchant_id),
+            *("--from", start.isoformat(), "--to", end.isoformat()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )

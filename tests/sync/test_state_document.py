@@ -105,7 +105,7 @@ def _set(path: str, value: object):
         (_set("windows.0.end", "2026-11-27T12:00:00"), "has no offset"),
         (_set("windows.0.end", "yesterday"), "is not an RFC3339 time"),
         (_set("windows.1.cursor", "c" * 4097), "not a cursor"),
-        (_set("windows.2.job", "snapshot"), "neither 'rebuild' nor 'backfill:...'"),
+        (_set("windows.2.job", "snapshot"), "none of 'rebuild', 'backfill:...', 'resync:...'"),
         (_set("windows.0.records", -1), "records: not a whole number"),
         (_set("windows.0.done", "yes"), "done: not true or false"),
         (_set("state.phase", "tailing"), "tailing while rebuild windows are still open"),
