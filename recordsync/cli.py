@@ -28,7 +28,7 @@ EXIT_INCOMPLETE = 3
 # process SIGPIPE ended, quietly, as ``cat`` or ``grep`` end there.
 EXIT_BROKEN_PIPE = 128 + 13
 # Commands that stop gracefully on SIGTERM/SIGINT; the others keep Python's defaults.
-GRACEFUL_COMMANDS = frozenset({"run", "backfill", "verify", "demo", "resync"})
+GRACEFUL_COMMANDS = frozenset({"run", "backfill", "verify", "demo", "resync", "reset"})
 
 
 def _time_arg(value: str) -> object:
@@ -101,8 +101,34 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--merchant", metavar="ID", help="one merchant's report (default: every one, grouped)"
     )
+    merchant = _add_merchant_commands(commands)
+    for command in (run, backfill, verify, migrate, status, report, merchant):
+        # After the command as well as before it; SUPPRESS keeps a value given before.
+        _add_config(command, default=argparse.SUPPRESS)
+    commands.add_parser(
+        "sim", help="run the platform simulator (options: recordsync sim --help)", add_help=False
+    )
+    demo = commands.add_parser("demo", help="simulator + local SQLite, synced until caught up")
+    demo.add_argument("--database", type=_database_arg, default="sqlite:///recordsync-demo.db")
+    demo.add_argument("--history-days", type=int, default=3)
+    demo.add_argument("--rounds-per-day", type=int, default=2000)
+    demo.add_argument(
+        "--merchants", type=int, default=1, help="merchants synced side by side (default 1)"
+    )
+    demo.add_argument(
+        "--serve",
+        action="store_true",
+        help="keep the simulator up after the check, until Ctrl-C (for `recordsync verify`)",
+    )
+    return parser
+
+
+def _add_merchant_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    """``recordsync merchant ACTION ID``: an operator's controls of one merchant."""
     merchant = commands.add_parser(
-        "merchant", help="act on one merchant across the fleet: pause, resume, state, resync"
+        "merchant", help="act on one merchant across the fleet: pause, resume, state, resync, reset"
     )
     actions = merchant.add_subparsers(dest="action", required=True, metavar="ACTION")
     pause = actions.add_parser(
@@ -129,27 +155,16 @@ def build_parser() -> argparse.ArgumentParser:
     resync.add_argument("merchant_id", metavar="ID")
     resync.add_argument("--from", dest="start", type=_time_arg, required=True)
     resync.add_argument("--to", dest="end", type=_time_arg, required=True)
-    for action in (pause, resume, state, resync):
+    reset = actions.add_parser(
+        "reset",
+        help="re-anchor the change stream and read the history again from history_from, "
+        "keeping the rows (the 410 recovery, on demand)",
+    )
+    reset.add_argument("merchant_id", metavar="ID")
+    reset.add_argument("--yes", action="store_true", help="yes, reset it")
+    for action in (pause, resume, state, resync, reset):
         _add_config(action, default=argparse.SUPPRESS)
-    for command in (run, backfill, verify, migrate, status, report, merchant):
-        # After the command as well as before it; SUPPRESS keeps a value given before.
-        _add_config(command, default=argparse.SUPPRESS)
-    commands.add_parser(
-        "sim", help="run the platform simulator (options: recordsync sim --help)", add_help=False
-    )
-    demo = commands.add_parser("demo", help="simulator + local SQLite, synced until caught up")
-    demo.add_argument("--database", type=_database_arg, default="sqlite:///recordsync-demo.db")
-    demo.add_argument("--history-days", type=int, default=3)
-    demo.add_argument("--rounds-per-day", type=int, default=2000)
-    demo.add_argument(
-        "--merchants", type=int, default=1, help="merchants synced side by side (default 1)"
-    )
-    demo.add_argument(
-        "--serve",
-        action="store_true",
-        help="keep the simulator up after the check, until Ctrl-C (for `recordsync verify`)",
-    )
-    return parser
+    return merchant
 
 
 def _add_config(parser: argparse.ArgumentParser, *, default: object) -> None:
@@ -197,11 +212,16 @@ def _merchant(args: argparse.Namespace) -> int:
     from recordsync.core.settings import load_settings  # noqa: PLC0415
     from recordsync.logs import configure_logging  # noqa: PLC0415
 
-    if args.action == "resync":  # reads the platform: its settings are needed
+    if args.action == "resync":  # resync and reset read the platform: its settings needed
         settings = load_settings(config_path=args.config)
         configure_logging(level=settings.log_level, log_format=settings.log_format)
         service.warn_settings(settings)
         return service.run_resync(settings, args.merchant_id, args.start, args.end)
+    if args.action == "reset":
+        settings = load_settings(config_path=args.config)
+        configure_logging(level=settings.log_level, log_format=settings.log_format)
+        service.warn_settings(settings)
+        return service.run_reset(settings, args.merchant_id, yes=args.yes)
     settings = load_settings(config_path=args.config, need_platform=False)
     configure_logging(level=settings.log_level, log_format=settings.log_format, stream=sys.stderr)
     if args.action == "pause":

@@ -12,6 +12,7 @@ from recordsync.service.daemon import run_daemon
 from recordsync.service.demo import run_demo
 from recordsync.service.merchant_state import export_state, import_state, show_state
 from recordsync.service.report import show_report
+from recordsync.service.reset import run_reset
 from recordsync.service.schema import migrate
 from recordsync.service.status import show_status
 from recordsync.service.verify import run_verify
@@ -25,6 +26,7 @@ __all__ = [
     "run_backfill",
     "run_daemon",
     "run_demo",
+    "run_reset",
     "run_resync",
     "run_verify",
     "show_report",

@@ -113,6 +113,7 @@ class RequestKind(StrEnum):
     BACKFILL = "backfill"  # ``recordsync backfill``: resumed from its job's windows
     VERIFY = "verify"  # ``recordsync verify``: run again from the start; findings in result
     RESYNC = "resync"  # ``recordsync merchant resync``: its own job's windows (its key)
+    RESET = "reset"  # ``recordsync merchant reset``: re-anchor, rebuild; result the new plan
 
 
 @dataclass(frozen=True, slots=True)

@@ -375,3 +375,66 @@ def resync(
         timeout=180,
         check=False,
     )
+
+
+# -- merchant reset -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("warehouse_url", BACKEND_PARAMS, indirect=True)
+def test_a_reset_reanchors_at_the_holder_or_here_and_keeps_every_row(
+    warehouse_url: str, tmp_path: Path
+):
+    """Under a daemon with live traffic, the reset is handed to it: a new anchor, a rebuild
+    read beside the tail, not one row lost meanwhile, and the warehouse equal to the truth.
+    With no daemon the command re-anchors itself and the next daemon reads the plan.  Without
+    --yes nothing happens (exit 2)."""
+    sim = simulator(1, seed=66)
+    sim.start()
+    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
+    (merchant_id,) = sim.merchant_ids
+    warehouse = Warehouse.connect(warehouse_url)
+    warehouse.migrate()
+    daemon: Replica | None = None
+    try:
+        daemon = Replica(config, tmp_path / "first.log")
+        assert_truth(warehouse, sim, [merchant_id])
+        unconfirmed = reset(config, merchant_id)
+        assert unconfirmed.returncode == 2
+        assert "add --yes" in unconfirmed.stderr
+        before = warehouse.load_state(merchant_id)
+        assert before is not None
+        stored = set(warehouse.fetch_records(merchant_id))
+
+        sim.start_live()
+        handed = reset(config, merchant_id, "--yes")
+        assert handed.returncode == 0, handed.stdout[-2000:] + handed.stderr
+        assert "planned by replica " in handed.stdout
+        assert "the rows are kept" in handed.stdout
+        assert stored <= set(warehouse.fetch_records(merchant_id))  # not one row lost
+        after = warehouse.load_state(merchant_id)
+        assert after is not None
+        assert after.rebuilds == before.rebuilds + 1
+        assert after.anchor_at > before.anchor_at
+        assert "requested_reset_finished" in [e["event"] for e in events(daemon.log)]
+        sim.stop_live()
+        assert_truth(warehouse, sim, [merchant_id])
+
+        stop_gracefully(daemon.process)
+        here = reset(config, merchant_id, "--yes")
+        assert here.returncode == 0, here.stdout[-2000:] + here.stderr
+        assert "planned here (no daemon holds it)" in here.stdout
+        again = warehouse.load_state(merchant_id)
+        assert again is not None
+        assert again.rebuilds == before.rebuilds + 2
+        daemon = Replica(config, tmp_path / "second.log")
+        assert_truth(warehouse, sim, [merchant_id])
+    finally:
+        if daemon is not None and daemon.process.poll() is None:
+            stop_gracefully(daemon.process)
+        sim.stop()
+        warehouse.close()
+    assert sim.stats().rate_limit_violations == 0
+
+
+def reset(config: Path, merchant_id: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return merchant(config, "reset", merchant_id, *args)
