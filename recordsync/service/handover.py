@@ -16,6 +16,7 @@ business (a backfill resumes its windows, a verify starts again).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -41,6 +42,16 @@ class HeldHere:
 
     epoch: int
     taken_back: HolderRequest | None = None
+
+    def run_again_here(self, requests: RequestStore) -> None:
+        """For work that starts over (a verify, a reset): the request taken back is failed,
+        so that no holder coming later runs it too."""
+        if self.taken_back is None:
+            return
+        with contextlib.suppress(LookupError):  # a holder finished it meanwhile
+            requests.finish(
+                self.taken_back.id, failed="run by the requester: no holder ran it to its end"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,6 @@ revision, so a row never goes back and the dashboards stay whole.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets as random_tokens
 from typing import Any
@@ -72,12 +71,7 @@ def run_reset(settings: Settings, merchant_id: str, *, yes: bool) -> int:
                 plan: dict[str, Any] = orjson.loads(outcome.request.result or "{}")
                 where = f"by replica {outcome.request.holder}, which reads them beside its tail"
             else:
-                if outcome.taken_back is not None:
-                    with contextlib.suppress(LookupError):  # a holder finished it meanwhile
-                        app.warehouse.requests.finish(
-                            outcome.taken_back.id,
-                            failed="run by the requester: no holder ran it to its end",
-                        )
+                outcome.run_again_here(app.warehouse.requests)
                 app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
                 anchored = app.engine_for(stopper, epoch=outcome.epoch).reanchor()
                 windows = app.warehouse.load_windows(merchant.merchant_id, REBUILD_JOB)

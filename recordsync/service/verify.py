@@ -24,7 +24,6 @@ has are never deleted.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import os
@@ -119,12 +118,7 @@ def run_verify(
             if isinstance(outcome, DoneThere):
                 document = _findings(outcome.request)
             else:
-                if outcome.taken_back is not None:
-                    with contextlib.suppress(LookupError):  # a holder finished it meanwhile
-                        app.warehouse.requests.finish(
-                            outcome.taken_back.id,
-                            failed="run by the requester: no holder ran it to its end",
-                        )
+                outcome.run_again_here(app.warehouse.requests)
                 # Its lease is kept alive by the session's keeper; nothing is sent once it is
                 # not confirmed (issue 30).
                 app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
