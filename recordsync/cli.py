@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument(
         "--merchant", metavar="ID", help="the merchant to backfill (when several are configured)"
     )
+    _add_dry_run(backfill)
     verify = commands.add_parser(
         "verify",
         help="compare a creation range with the platform's records (exit 0: complete and "
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         "different (never lowering a revision, never deleting)",
     )
     verify.add_argument("--format", dest="fmt", choices=("table", "json", "csv"), default="table")
+    _add_dry_run(verify)
     verify.add_argument(
         "--metrics-file",
         type=Path,
@@ -155,6 +157,7 @@ def _add_merchant_commands(
     resync.add_argument("merchant_id", metavar="ID")
     resync.add_argument("--from", dest="start", type=_time_arg, required=True)
     resync.add_argument("--to", dest="end", type=_time_arg, required=True)
+    _add_dry_run(resync)
     reset = actions.add_parser(
         "reset",
         help="re-anchor the change stream and read the history again from history_from, "
@@ -162,9 +165,19 @@ def _add_merchant_commands(
     )
     reset.add_argument("merchant_id", metavar="ID")
     reset.add_argument("--yes", action="store_true", help="yes, reset it")
+    _add_dry_run(reset)
     for action in (pause, resume, state, resync, reset):
         _add_config(action, default=argparse.SUPPRESS)
     return merchant
+
+
+def _add_dry_run(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the windows, the expected requests and the time at the merchant's limit; "
+        "read no records and write nothing",
+    )
 
 
 def _add_config(parser: argparse.ArgumentParser, *, default: object) -> None:
@@ -212,16 +225,11 @@ def _merchant(args: argparse.Namespace) -> int:
     from recordsync.core.settings import load_settings  # noqa: PLC0415
     from recordsync.logs import configure_logging  # noqa: PLC0415
 
-    if args.action == "resync":  # resync and reset read the platform: its settings needed
+    if args.action in {"resync", "reset"}:  # they read the platform: its settings needed
         settings = load_settings(config_path=args.config)
         configure_logging(level=settings.log_level, log_format=settings.log_format)
         service.warn_settings(settings)
-        return service.run_resync(settings, args.merchant_id, args.start, args.end)
-    if args.action == "reset":
-        settings = load_settings(config_path=args.config)
-        configure_logging(level=settings.log_level, log_format=settings.log_format)
-        service.warn_settings(settings)
-        return service.run_reset(settings, args.merchant_id, yes=args.yes)
+        return _rereading(service, settings, args)
     settings = load_settings(config_path=args.config, need_platform=False)
     configure_logging(level=settings.log_level, log_format=settings.log_format, stream=sys.stderr)
     if args.action == "pause":
@@ -229,6 +237,21 @@ def _merchant(args: argparse.Namespace) -> int:
     if args.action == "resume":
         return service.resume_merchant(settings, args.merchant_id)
     return _state(service, settings, args)
+
+
+def _rereading(service: Any, settings: Any, args: argparse.Namespace) -> int:
+    """``merchant resync`` and ``merchant reset``, or their dry runs."""
+    if args.action == "resync" and args.dry_run:
+        return int(
+            service.dry_run_range(
+                settings, "resync", args.start, args.end, merchant_id=args.merchant_id
+            )
+        )
+    if args.action == "resync":
+        return int(service.run_resync(settings, args.merchant_id, args.start, args.end))
+    if args.dry_run:
+        return int(service.dry_run_reset(settings, args.merchant_id))
+    return int(service.run_reset(settings, args.merchant_id, yes=args.yes))
 
 
 def _state(service: Any, settings: Any, args: argparse.Namespace) -> int:
@@ -277,6 +300,11 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: PLR0911 - one return pe
     service.warn_settings(settings)
     if args.command == "run":
         return service.run_daemon(settings)
+    if args.command in {"backfill", "verify"} and args.dry_run:
+        what = "verify --repair" if getattr(args, "repair", False) else args.command
+        return service.dry_run_range(
+            settings, what, args.start, args.end, merchant_id=args.merchant
+        )
     if args.command == "backfill":
         return service.run_backfill(settings, args.start, args.end, merchant_id=args.merchant)
     if args.command == "verify":

@@ -10,6 +10,7 @@ from recordsync.service.backfill import run_backfill, run_resync
 from recordsync.service.control import pause_merchant, resume_merchant
 from recordsync.service.daemon import run_daemon
 from recordsync.service.demo import run_demo
+from recordsync.service.dry_run import dry_run_range, dry_run_reset
 from recordsync.service.merchant_state import export_state, import_state, show_state
 from recordsync.service.report import show_report
 from recordsync.service.reset import run_reset
@@ -18,6 +19,8 @@ from recordsync.service.status import show_status
 from recordsync.service.verify import run_verify
 
 __all__ = [
+    "dry_run_range",
+    "dry_run_reset",
     "export_state",
     "import_state",
     "migrate",

@@ -11,7 +11,7 @@ at this version's schema.
 from __future__ import annotations
 
 from collections.abc import Collection
-from datetime import date
+from datetime import date, datetime
 from typing import Any, Final
 
 from sqlalchemy import Engine, event
@@ -84,6 +84,10 @@ class WarehouseReader:
 
     def game_names(self, merchant_id: str) -> dict[str, GameName]:
         return self._warehouse.game_names(merchant_id)
+
+    def count_created(self, merchant_id: str, start: datetime, end: datetime) -> int:
+        """The stored rows created in ``[start, end)`` (a dry run's estimate)."""
+        return len(self._warehouse.record_ids_created(merchant_id, start, end))
 
     def paused(self, merchant_ids: Collection[str]) -> dict[str, Pause]:
         return self._warehouse.controls.paused(merchant_ids)

@@ -438,3 +438,58 @@ def test_a_reset_reanchors_at_the_holder_or_here_and_keeps_every_row(
 
 def reset(config: Path, merchant_id: str, *args: str) -> subprocess.CompletedProcess[str]:
     return merchant(config, "reset", merchant_id, *args)
+
+
+# -- --dry-run ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("warehouse_url", BACKEND_PARAMS, indirect=True)
+def test_dry_runs_print_the_plan_and_write_nothing(warehouse_url: str, tmp_path: Path):
+    """backfill, verify --repair, merchant resync and merchant reset with --dry-run: each prints
+    its windows, the requests and the time at the merchant's limit, the platform sees no read
+    of records or changes, and every table's checksum is the same after as before."""
+    sim = simulator(1, seed=67)
+    sim.start()
+    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
+    (merchant_id,) = sim.merchant_ids
+    warehouse = Warehouse.connect(warehouse_url)
+    warehouse.migrate()
+    try:
+        daemon = Replica(config, tmp_path / "daemon.log")
+        assert_truth(warehouse, sim, [merchant_id])
+        stop_gracefully(daemon.process)
+        start = (sim.now() - timedelta(hours=4)).replace(minute=0, second=0, microsecond=0)
+        window = ("--from", start.isoformat(), "--to", (start + timedelta(hours=3)).isoformat())
+        before = table_checksums(warehouse.engine)
+        reads = sim.stats(merchant_id).count("records") + sim.stats(merchant_id).count(
+            "record-changes"
+        )
+        assert reads > 0  # the daemon read them: the names count what they should
+        for args in [
+            ("backfill", *window, "--dry-run"),
+            ("verify", *window, "--repair", "--dry-run"),
+            ("merchant", "resync", merchant_id, *window, "--dry-run"),
+            ("merchant", "reset", merchant_id, "--dry-run"),
+        ]:
+            done = subprocess.run(  # noqa: S603 - our own interpreter and module
+                [sys.executable, "-m", "recordsync", "--config", str(config), *args],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert done.returncode == 0, (args, done.stdout, done.stderr)
+            shown = done.stdout.strip().splitlines()
+            assert shown[0].startswith("dry run: "), shown
+            assert "windows, ~" in shown[-2]
+            assert "requests" in shown[-2]
+            assert "at the merchant's limit of " in shown[-2]
+            assert shown[-1].endswith("and nothing was written")
+        after = sim.stats(merchant_id).count("records") + sim.stats(merchant_id).count(
+            "record-changes"
+        )
+        assert after == reads  # capabilities only
+        assert table_checksums(warehouse.engine) == before
+    finally:
+        sim.stop()
+        warehouse.close()
