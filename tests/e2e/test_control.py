@@ -493,3 +493,54 @@ def test_dry_runs_print_the_plan_and_write_nothing(warehouse_url: str, tmp_path:
     finally:
         sim.stop()
         warehouse.close()
+
+
+@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS[:1], indirect=True)
+def test_resync_reset_and_a_state_round_trip_among_three_replicas(
+    warehouse_url: str, tmp_path: Path
+):
+    """Three replicas on PostgreSQL under live traffic: a resync and a reset are each run by
+    the holder of their merchant, a third merchant's state makes an export, pause, import,
+    resume round trip; every merchant ends equal to the truth, no rate-limit violation."""
+    sim = simulator(3, seed=68)
+    sim.start()
+    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
+    first, second, third = sim.merchant_ids
+    warehouse = Warehouse.connect(warehouse_url)
+    warehouse.migrate()
+    replicas: list[Replica] = []
+    try:
+        replicas = [Replica(config, tmp_path / f"r{n}.log") for n in range(3)]
+        wait_until_all_held(warehouse, [first, second, third], 60.0)
+        assert_truth(warehouse, sim, [first, second, third])
+        sim.start_live()
+        start = (sim.now() - timedelta(hours=4)).replace(minute=0, second=0, microsecond=0)
+        resynced = resync(config, first, start, start + timedelta(hours=2))
+        assert resynced.returncode == 0, resynced.stdout[-2000:]
+        assert '"resync_handed_over"' in resynced.stdout
+        was = warehouse.load_state(second)
+        done = reset(config, second, "--yes")
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+        assert "planned by replica " in done.stdout
+        now = warehouse.load_state(second)
+        assert was is not None
+        assert now is not None
+        assert now.rebuilds == was.rebuilds + 1
+
+        kept = tmp_path / "third.json"
+        assert state_command(config, third, "export", str(kept)).returncode == 0
+        assert merchant(config, "pause", third).returncode == 0
+        imported = state_command(config, third, "import", str(kept))
+        assert imported.returncode == 0, imported.stderr
+        assert merchant(config, "resume", third).returncode == 0
+        sim.stop_live()
+        assert_truth(warehouse, sim, [first, second, third])
+        ran = {str(e["event"]) for replica in replicas for e in events(replica.log)}
+        assert {"requested_resync_finished", "requested_reset_finished"} <= ran
+    finally:
+        for replica in replicas:
+            if replica.process.poll() is None:
+                stop_gracefully(replica.process)
+        sim.stop()
+        warehouse.close()
+    assert sim.stats().rate_limit_violations == 0
