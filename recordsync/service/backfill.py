@@ -30,7 +30,7 @@ from recordsync.core.errors import (
 from recordsync.core.settings import Settings
 from recordsync.core.state import WindowProgress, backfill_job, resync_job
 from recordsync.core.stopping import Stopper
-from recordsync.logs import process_context
+from recordsync.logs import json_lines, process_context
 from recordsync.service.app import App, open_app
 from recordsync.service.handover import DoneThere, hold_or_hand_over, refuse_if_paused
 from recordsync.service.progress import RichProgress
@@ -113,6 +113,16 @@ def run_range_job(
                 )
                 if isinstance(outcome, DoneThere):
                     follower.finished(outcome.request)
+                    _say_done(
+                        merchant.merchant_id,
+                        name,
+                        start,
+                        end,
+                        records=follower.records,
+                        windows=len(follower.windows),
+                        where=f"at replica {outcome.request.holder}",
+                        plain=not json_lines(settings.log_format),
+                    )
                     return 0
                 handed_over.clear()
                 # Its lease is kept alive by the session's keeper for the whole run; nothing is
@@ -133,7 +143,38 @@ def run_range_job(
         _interrupted(signals, handed_over, name)
         raise RecordSyncError(f"{name} stopped before it finished")
     log.info(finished, job=result.job, windows=result.windows, records=result.records)
+    _say_done(
+        merchant.merchant_id,
+        name,
+        start,
+        end,
+        records=result.records,
+        windows=result.windows,
+        where="here",
+        plain=not json_lines(settings.log_format),
+    )
     return 0
+
+
+def _say_done(
+    merchant_id: str,
+    name: str,
+    start: datetime,
+    end: datetime,
+    *,
+    records: int,
+    windows: int,
+    where: str,
+    plain: bool,
+) -> None:
+    """The command's last line, for a person; with a JSON log on stdout the ``*_finished``
+    event is the last line, and says the same."""
+    if not plain:
+        return
+    print(  # noqa: T201
+        f"merchant {merchant_id}: {name} of [{start.isoformat()}, {end.isoformat()}) done "
+        f"{where}: {records} records in {windows} windows"
+    )
 
 
 def _interrupted(signals: Received, handed_over: list[int], name: str) -> None:
@@ -230,12 +271,20 @@ class _Follower:
                 self._progress.window_page(self.job, window.window, 0, done=True)
         self._done_before = max(self._done_before, done)
 
+    @property
+    def windows(self) -> list[WindowProgress]:
+        return self._windows
+
+    @property
+    def records(self) -> int:
+        return sum(window.records for window in self._windows)
+
     def finished(self, request: HolderRequest) -> None:
         finished = f"{self._name}_finished"
         log.info(
             finished,
             job=self.job,
             windows=len(self._windows),
-            records=sum(window.records for window in self._windows),
+            records=self.records,
             holder=request.holder,
         )
