@@ -1,5 +1,5 @@
-"""``recordsync merchant pause|resume|state`` as an operator runs them (subprocesses), with and
-without daemons, on the three backends (issue 26).
+"""``recordsync merchant pause|resume|state|resync|reset`` and ``--dry-run`` as an operator runs
+them (subprocesses), with and without daemons, on the three backends (issue 26).
 
 A paused merchant is held and synced by no replica, across a kill of its holder; the
 simulator sees no request for it while it is paused; resumed, a replica syncs it again within
@@ -140,6 +140,12 @@ def test_a_daemon_lets_a_paused_merchant_go_and_takes_it_again_once_resumed(
         assert second in holders(warehouse)  # the other merchant goes on
         logged = [e for e in events(daemon.log) if e.get("event") == "merchant_paused"]
         assert [e["merchant_id"] for e in logged] == [first]
+        stop_gracefully(daemon.process)  # a restart: the pause is the warehouse's, it stays
+        daemon = Replica(config, tmp_path / "restarted.log")
+        wait_until_all_held(warehouse, [second], 60.0)
+        time.sleep(3.0)
+        assert first not in holders(warehouse)
+        assert requests_of(sim, first) == before
 
         started = time.monotonic()
         resumed = merchant(config, "resume", first)
