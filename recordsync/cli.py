@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from recordsync import __version__
 from recordsync.core import early_signals
@@ -27,7 +28,7 @@ EXIT_INCOMPLETE = 3
 # process SIGPIPE ended, quietly, as ``cat`` or ``grep`` end there.
 EXIT_BROKEN_PIPE = 128 + 13
 # Commands that stop gracefully on SIGTERM/SIGINT; the others keep Python's defaults.
-GRACEFUL_COMMANDS = frozenset({"run", "backfill", "verify", "demo"})
+GRACEFUL_COMMANDS = frozenset({"run", "backfill", "verify", "demo", "resync", "reset"})
 
 
 def _time_arg(value: str) -> object:
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument(
         "--merchant", metavar="ID", help="the merchant to backfill (when several are configured)"
     )
+    _add_dry_run(backfill)
     verify = commands.add_parser(
         "verify",
         help="compare a creation range with the platform's records (exit 0: complete and "
@@ -79,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         "different (never lowering a revision, never deleting)",
     )
     verify.add_argument("--format", dest="fmt", choices=("table", "json", "csv"), default="table")
+    _add_dry_run(verify)
     verify.add_argument(
         "--metrics-file",
         type=Path,
@@ -100,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--merchant", metavar="ID", help="one merchant's report (default: every one, grouped)"
     )
-    for command in (run, backfill, verify, migrate, status, report):
+    merchant = _add_merchant_commands(commands)
+    for command in (run, backfill, verify, migrate, status, report, merchant):
         # After the command as well as before it; SUPPRESS keeps a value given before.
         _add_config(command, default=argparse.SUPPRESS)
     commands.add_parser(
@@ -119,6 +123,61 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the simulator up after the check, until Ctrl-C (for `recordsync verify`)",
     )
     return parser
+
+
+def _add_merchant_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    """``recordsync merchant ACTION ID``: an operator's controls of one merchant."""
+    merchant = commands.add_parser(
+        "merchant", help="act on one merchant across the fleet: pause, resume, state, resync, reset"
+    )
+    actions = merchant.add_subparsers(dest="action", required=True, metavar="ACTION")
+    pause = actions.add_parser(
+        "pause",
+        help="stop syncing a merchant on every replica until resumed (it stays held by none)",
+    )
+    pause.add_argument("merchant_id", metavar="ID")
+    pause.add_argument("--reason", metavar="TEXT", help="why, as `status` shows it")
+    resume = actions.add_parser("resume", help="sync a paused merchant again")
+    resume.add_argument("merchant_id", metavar="ID")
+    state = actions.add_parser(
+        "state", help="a merchant's cursors, windows, epoch and phase as JSON: show, export, import"
+    )
+    state.add_argument("merchant_id", metavar="ID")
+    state.add_argument("operation", choices=("show", "export", "import"))
+    state.add_argument(
+        "file", nargs="?", type=Path, help="export: where to write; import: what to read"
+    )
+    resync = actions.add_parser(
+        "resync",
+        help="read a creation range again from the platform, through the holder; nothing is "
+        "emptied and the highest revision wins",
+    )
+    resync.add_argument("merchant_id", metavar="ID")
+    resync.add_argument("--from", dest="start", type=_time_arg, required=True)
+    resync.add_argument("--to", dest="end", type=_time_arg, required=True)
+    _add_dry_run(resync)
+    reset = actions.add_parser(
+        "reset",
+        help="re-anchor the change stream and read the history again from history_from, "
+        "keeping the rows (the 410 recovery, on demand)",
+    )
+    reset.add_argument("merchant_id", metavar="ID")
+    reset.add_argument("--yes", action="store_true", help="yes, reset it")
+    _add_dry_run(reset)
+    for action in (pause, resume, state, resync, reset):
+        _add_config(action, default=argparse.SUPPRESS)
+    return merchant
+
+
+def _add_dry_run(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the windows, the expected requests and the time at the merchant's limit; "
+        "read no records and write nothing",
+    )
 
 
 def _add_config(parser: argparse.ArgumentParser, *, default: object) -> None:
@@ -160,6 +219,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INCOMPLETE if args.command == "verify" else EXIT_FAILURE
 
 
+def _merchant(args: argparse.Namespace) -> int:
+    """``recordsync merchant ACTION ID``: no platform settings needed; the log on stderr."""
+    from recordsync import service  # noqa: PLC0415 - see _dispatch
+    from recordsync.core.settings import load_settings  # noqa: PLC0415
+    from recordsync.logs import configure_logging  # noqa: PLC0415
+
+    if args.action in {"resync", "reset"}:  # they read the platform: its settings needed
+        settings = load_settings(config_path=args.config)
+        configure_logging(level=settings.log_level, log_format=settings.log_format)
+        service.warn_settings(settings)
+        return _rereading(service, settings, args)
+    settings = load_settings(config_path=args.config, need_platform=False)
+    configure_logging(level=settings.log_level, log_format=settings.log_format, stream=sys.stderr)
+    if args.action == "pause":
+        return service.pause_merchant(settings, args.merchant_id, reason=args.reason)
+    if args.action == "resume":
+        return service.resume_merchant(settings, args.merchant_id)
+    return _state(service, settings, args)
+
+
+def _rereading(service: Any, settings: Any, args: argparse.Namespace) -> int:
+    """``merchant resync`` and ``merchant reset``, or their dry runs."""
+    if args.action == "resync" and args.dry_run:
+        return int(
+            service.dry_run_range(
+                settings, "resync", args.start, args.end, merchant_id=args.merchant_id
+            )
+        )
+    if args.action == "resync":
+        return int(service.run_resync(settings, args.merchant_id, args.start, args.end))
+    if args.dry_run:
+        return int(service.dry_run_reset(settings, args.merchant_id))
+    return int(service.run_reset(settings, args.merchant_id, yes=args.yes))
+
+
+def _state(service: Any, settings: Any, args: argparse.Namespace) -> int:
+    if args.operation == "show":
+        return int(service.show_state(settings, args.merchant_id))
+    if args.file is None:
+        raise ConfigurationError(f"merchant state {args.operation}: name the FILE")
+    if args.operation == "export":
+        return int(service.export_state(settings, args.merchant_id, args.file))
+    return int(service.import_state(settings, args.merchant_id, args.file))
+
+
 def _dispatch(args: argparse.Namespace) -> int:  # noqa: PLR0911 - one return per command
     # Imported here, after main() remembered early signals: `recordsync --help` stays fast,
     # `sim` needs no database driver, and a SIGTERM during these imports is not lost.
@@ -187,6 +291,8 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: PLR0911 - one return pe
     if args.command == "status":
         settings = load_settings(config_path=args.config, need_platform=False)
         return service.show_status(settings, as_json=args.json, check=args.check)
+    if args.command == "merchant":
+        return _merchant(args)
     settings = load_settings(config_path=args.config)
     # verify prints its findings on stdout (a table, json or csv): its log lines go to stderr.
     log_stream = sys.stderr if args.command == "verify" else None
@@ -194,6 +300,11 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: PLR0911 - one return pe
     service.warn_settings(settings)
     if args.command == "run":
         return service.run_daemon(settings)
+    if args.command in {"backfill", "verify"} and args.dry_run:
+        what = "verify --repair" if getattr(args, "repair", False) else args.command
+        return service.dry_run_range(
+            settings, what, args.start, args.end, merchant_id=args.merchant
+        )
     if args.command == "backfill":
         return service.run_backfill(settings, args.start, args.end, merchant_id=args.merchant)
     if args.command == "verify":

@@ -71,6 +71,13 @@ class ProcessContext:
 process_context = ProcessContext()
 
 
+def json_lines(log_format: str | None, stream: TextIO | None = None) -> bool:
+    """Whether the log on ``stream`` (stdout) is JSON lines: asked for, or by default when it
+    is not a terminal.  A command whose log shares stdout ends with a plain line only when it
+    is not, so that a log shipper reads nothing but JSON."""
+    return log_format == "json" or (log_format is None and not (stream or sys.stdout).isatty())
+
+
 def configure_logging(
     *, level: str = "info", log_format: str | None = None, stream: TextIO | None = None
 ) -> None:
@@ -78,7 +85,7 @@ def configure_logging(
     exceptions as lines on ``stream`` (stdout by default); safe to call again (the previous
     configuration is replaced, never stacked)."""
     stream = stream or sys.stdout
-    use_json = log_format == "json" or (log_format is None and not stream.isatty())
+    use_json = json_lines(log_format, stream)
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
         if use_json

@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -89,6 +89,8 @@ class MetricName(StrEnum):
     LEASE_HELD = "recordsync_lease_held"
     MERCHANTS_HELD = "recordsync_merchants_held"
     REPLICAS_LIVE = "recordsync_replicas_live"
+    # Operators' controls (issue 26): a paused merchant is synced by nobody, on purpose.
+    MERCHANT_PAUSED = "recordsync_merchant_paused"
     # The process.
     BUILD_INFO = "recordsync_build_info"
 
@@ -206,6 +208,7 @@ class _Snapshot:
     merchants: dict[str, _MerchantState]
     leases: dict[str, bool]
     replicas_live: int | None
+    paused: dict[str, bool]
     now: float
 
 
@@ -222,6 +225,7 @@ class _Book:
         self._merchants: dict[str, _MerchantState] = {}
         self._leases: dict[str, bool] = {}
         self._replicas_live: int | None = None
+        self._paused: dict[str, bool] = {}
         self.lease_confirmed: Callable[[str], bool] | None = None
 
     @contextmanager
@@ -247,6 +251,10 @@ class _Book:
         with self._lock:
             self._replicas_live = count
 
+    def set_paused(self, merchant_id: str, *, paused: bool) -> None:
+        with self._lock:
+            self._paused[merchant_id] = paused
+
     def forget(self, merchant_id: str) -> None:
         with self._lock:
             self._merchants.pop(merchant_id, None)
@@ -264,6 +272,7 @@ class _Book:
                 merchants=merchants,
                 leases=leases,
                 replicas_live=self._replicas_live,
+                paused=dict(self._paused),
                 now=self.clock(),
             )
 
@@ -564,6 +573,15 @@ class Metrics:
         """
         self._book.set_lease_held(_checked(merchant_id), held=held)
 
+    def set_paused(self, merchant_id: str, *, paused: bool) -> None:
+        """Whether operators paused ``merchant_id`` (every configured merchant, every tick)."""
+        self._book.set_paused(_checked(merchant_id), paused=paused)
+
+    def set_paused_among(self, merchant_ids: Iterable[str], paused: Collection[str]) -> None:
+        """``set_paused`` for each of ``merchant_ids``: paused when it is in ``paused``."""
+        for merchant_id in merchant_ids:
+            self.set_paused(merchant_id, paused=merchant_id in paused)
+
     def watch_leases(self, confirmed: Callable[[str], bool]) -> None:
         """``recordsync_lease_held`` is 1 only while ``confirmed(merchant)`` says the lease is
         still confirmed (``FleetSession.confirmed``): a replica cut off from the database
@@ -686,7 +704,7 @@ class _ScrapeTimeCollector(Collector):
         self._book = book
 
     def describe(self) -> Iterable[CounterMetricFamily | GaugeMetricFamily]:
-        return _families(_Snapshot(merchants={}, leases={}, replicas_live=None, now=0.0))
+        return _families(_Snapshot(merchants={}, leases={}, replicas_live=None, paused={}, now=0.0))
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         return iter(_families(self._book.snapshot()))
@@ -853,7 +871,15 @@ def _fleet_families(snapshot: _Snapshot) -> list[GaugeMetricFamily]:
     )
     if snapshot.replicas_live is not None:
         replicas_live.add_metric([], snapshot.replicas_live)
-    return [lease_held, merchants_held, replicas_live]
+    paused = GaugeMetricFamily(
+        MetricName.MERCHANT_PAUSED,
+        "1 while an operator has paused the merchant (recordsync merchant pause): no replica "
+        "syncs it, and its staleness and not-held alerts stay silent; else 0.",
+        labels=[MERCHANT_LABEL],
+    )
+    for merchant_id, is_paused in sorted(snapshot.paused.items()):
+        paused.add_metric([merchant_id], 1 if is_paused else 0)
+    return [lease_held, merchants_held, replicas_live, paused]
 
 
 # -- recordsync verify (a one-shot command) ------------------------------------------------------

@@ -3,7 +3,8 @@
 One ``SyncState`` per merchant holds the tail's position; one ``WindowProgress`` per snapshot
 window holds that window's cursor.  A *job* names a set of windows: ``rebuild`` for the
 daemon's snapshot of the history (replaced whole by a rebuild), ``backfill:<from>/<to>`` for a
-one-shot range backfill, which never touches the tail's state.
+one-shot range backfill and ``resync:<token>:<from>/<to>`` for a range read again on an
+operator's demand; neither touches the tail's state.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ REBUILD_JOB = "rebuild"
 
 def backfill_job(start: datetime, end: datetime) -> str:
     return f"backfill:{start.isoformat()}/{end.isoformat()}"
+
+
+def resync_job(start: datetime, end: datetime, token: str) -> str:
+    """A resync's job: its own windows each time (``token``), so that a range read before
+    is read again; a backfill of the same range resumes instead."""
+    return f"resync:{token}:{start.isoformat()}/{end.isoformat()}"
 
 
 class Phase(StrEnum):

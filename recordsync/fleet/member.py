@@ -93,8 +93,12 @@ class Member:
         tick: float = DEFAULT_TICK,
         stale_after: float = DEFAULT_STALE_AFTER,
         on_change: Callable[[frozenset[str], int], None] | None = None,
+        paused: Callable[[], Collection[str]] = lambda: (),
+        on_paused: Callable[[frozenset[str]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``paused()``: the merchants operators paused (``warehouse.controls``), read every
+        tick: held by no replica, whatever the shares; ``on_paused`` is told them."""
         self.session = session
         self.syncs = syncs
         self.replica_id = replica_id
@@ -103,6 +107,9 @@ class Member:
         self.tick = tick
         self.stale_after = stale_after
         self.on_change = on_change
+        self._paused = paused
+        self._on_paused = on_paused
+        self.paused: frozenset[str] = frozenset()
         self.held: set[str] = set()
         self.live: dict[str, Collection[str] | None] = {}
         self._log = log.bind(replica_id=replica_id)
@@ -207,16 +214,23 @@ class Member:
             self.session.release(merchant_id)
             self.held.discard(merchant_id)
             self._log.warning("merchant_sync_ended", merchant_id=merchant_id, action="released")
+        self._obey_pauses()
+        mine = tuple(m for m in self.merchants if m not in self.paused)
         self.live = dict(self.session.live_replicas(self.stale_after))
         # With one lock for everything, sharing would leave merchants nobody can take.
-        share_among = {self.replica_id: None} if self.session.exclusive else self.live
+        share_among: dict[str, Collection[str] | None] = (
+            {self.replica_id: None} if self.session.exclusive else dict(self.live)
+        )
+        for replica, configured in share_among.items():  # every replica plans without them
+            if configured is not None:
+                share_among[replica] = [m for m in configured if m not in self.paused]
         holders = self.session.holders()
         for merchant_id in self.held:
             holders[merchant_id] = self.replica_id
-        free = frozenset(m for m in self.merchants if m not in holders)
+        free = frozenset(m for m in mine if m not in holders)
         moves = plan_moves(
             self.replica_id,
-            merchants=self.merchants,
+            merchants=mine,
             live=share_among,
             holders=holders,
             overdue=free & self._free_before,
@@ -239,6 +253,19 @@ class Member:
             self.syncs.start(merchant_id, epoch)
             self._log.info("lease_acquired", merchant_id=merchant_id, epoch=epoch)
         self._say_if_standby(holders)
+
+    def _obey_pauses(self) -> None:
+        """Read which merchants are paused; stop and give back those held here (the page in
+        hand committed first, as in any hand-over)."""
+        paused = frozenset(self._paused())
+        for merchant_id in sorted(self.held & paused):
+            self.syncs.stop(merchant_id)
+            self.session.release(merchant_id)
+            self.held.discard(merchant_id)
+            self._log.info("merchant_paused", merchant_id=merchant_id, action="released")
+        self.paused = paused
+        if self._on_paused is not None:
+            self._on_paused(paused)
 
     def _say_if_standby(self, holders: dict[str, str]) -> None:
         """A replica that holds nothing while others hold everything stands by: say so at

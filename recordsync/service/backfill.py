@@ -28,11 +28,11 @@ from recordsync.core.errors import (
     ShutdownRequestedError,
 )
 from recordsync.core.settings import Settings
-from recordsync.core.state import WindowProgress, backfill_job
+from recordsync.core.state import WindowProgress, backfill_job, resync_job
 from recordsync.core.stopping import Stopper
-from recordsync.logs import process_context
+from recordsync.logs import json_lines, process_context
 from recordsync.service.app import App, open_app
-from recordsync.service.handover import DoneThere, hold_or_hand_over
+from recordsync.service.handover import DoneThere, hold_or_hand_over, refuse_if_paused
 from recordsync.service.progress import RichProgress
 from recordsync.service.signals import Received, stop_on_signals
 from recordsync.sync.engine import BackfillResult
@@ -49,10 +49,32 @@ def run_backfill(
     settings: Settings, start: datetime, end: datetime, *, merchant_id: str | None = None
 ) -> int:
     """One-shot snapshot of a range of ``merchant_id`` (needed when several are configured):
-    a progress bar on a terminal, log lines otherwise.  The secret is read once."""
+    a progress bar on a terminal, log lines otherwise.  The secret is read once.  Run again,
+    it resumes the same job (its windows keep the progress)."""
+    return run_range_job(settings, start, end, RequestKind.BACKFILL, merchant_id=merchant_id)
+
+
+def run_resync(settings: Settings, merchant_id: str, start: datetime, end: datetime) -> int:
+    """``recordsync merchant resync``: read ``[start, end)`` again from the platform, as a
+    job of its own, through the holder when there is one; nothing is emptied, and the highest
+    revision wins, so dashboards stay whole meanwhile."""
+    return run_range_job(settings, start, end, RequestKind.RESYNC, merchant_id=merchant_id)
+
+
+def run_range_job(
+    settings: Settings,
+    start: datetime,
+    end: datetime,
+    kind: RequestKind,
+    *,
+    merchant_id: str | None = None,
+) -> int:
+    """A range read into the warehouse beside the tail (a backfill, a resync), here or at the
+    merchant's holder (``service.handover``)."""
     merchant = settings.merchant(merchant_id)
     stopper = Stopper()
-    process_context.update(merchant_id=merchant.merchant_id, phase="backfill")
+    name = kind.value  # backfill_handed_over, resync_finished, ...: the events name the kind
+    process_context.update(merchant_id=merchant.merchant_id, phase=name)
     progress = RichProgress() if sys.stdout.isatty() else None
     # Where the job runs decides what an interruption leaves behind (issue 29).
     handed_over: list[int] = []  # the request a daemon runs, while this command follows it
@@ -65,20 +87,24 @@ def run_backfill(
             progress or nullcontext(),
         ):
             if not start < end:
-                raise ConfigurationError("backfill: --from must be earlier than --to")
-            me = f"backfill-{os.getpid()}-{random_tokens.token_hex(2)}"
+                raise ConfigurationError(f"{name}: --from must be earlier than --to")
+            refuse_if_paused(app.warehouse, merchant.merchant_id, what=name)
+            me = f"{name}-{os.getpid()}-{random_tokens.token_hex(2)}"
+            job = (
+                backfill_job(start, end)
+                if kind is RequestKind.BACKFILL
+                else resync_job(start, end, random_tokens.token_hex(4))
+            )
             session = app.warehouse.fleet_session(me, lease_seconds=LEASE_SECONDS)
             try:
-                follower = _Follower(app, start, end, progress, handed_over)
+                follower = _Follower(
+                    app, job, start, end, progress=progress, handed=handed_over, name=name
+                )
                 outcome = hold_or_hand_over(
-                    RequestKind.BACKFILL,
+                    kind,
                     try_hold=lambda: session.try_hold(merchant.merchant_id),
                     ask=lambda: app.warehouse.requests.ask(
-                        merchant.merchant_id,
-                        RequestKind.BACKFILL,
-                        start,
-                        end,
-                        key=follower.job,
+                        merchant.merchant_id, kind, start, end, key=job
                     ),
                     requests=app.warehouse.requests,
                     stopper=stopper,
@@ -87,6 +113,16 @@ def run_backfill(
                 )
                 if isinstance(outcome, DoneThere):
                     follower.finished(outcome.request)
+                    _say_done(
+                        merchant.merchant_id,
+                        name,
+                        start,
+                        end,
+                        records=follower.records,
+                        windows=len(follower.windows),
+                        where=f"at replica {outcome.request.holder}",
+                        plain=not json_lines(settings.log_format),
+                    )
                     return 0
                 handed_over.clear()
                 # Its lease is kept alive by the session's keeper for the whole run; nothing is
@@ -94,22 +130,54 @@ def run_backfill(
                 app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
                 taken_back = None if outcome.taken_back is None else outcome.taken_back.id
                 result = _run_here(
-                    app, stopper, start, end, epoch=outcome.epoch, request_id=taken_back, me=me
+                    app, stopper, start, end, job, epoch=outcome.epoch, request_id=taken_back, me=me
                 )
             finally:
                 session.close()
     except ShutdownRequestedError:
-        _interrupted(signals, handed_over)
+        _interrupted(signals, handed_over, name)
         raise
+    stopped, finished = f"{name}_stopped", f"{name}_finished"
     if stopper.stopped:
-        log.info("backfill_stopped", job=result.job, records=result.records)
-        _interrupted(signals, handed_over)
-        raise RecordSyncError("backfill stopped before it finished")
-    log.info("backfill_finished", job=result.job, windows=result.windows, records=result.records)
+        log.info(stopped, job=result.job, records=result.records)
+        _interrupted(signals, handed_over, name)
+        raise RecordSyncError(f"{name} stopped before it finished")
+    log.info(finished, job=result.job, windows=result.windows, records=result.records)
+    _say_done(
+        merchant.merchant_id,
+        name,
+        start,
+        end,
+        records=result.records,
+        windows=result.windows,
+        where="here",
+        plain=not json_lines(settings.log_format),
+    )
     return 0
 
 
-def _interrupted(signals: Received, handed_over: list[int]) -> None:
+def _say_done(
+    merchant_id: str,
+    name: str,
+    start: datetime,
+    end: datetime,
+    *,
+    records: int,
+    windows: int,
+    where: str,
+    plain: bool,
+) -> None:
+    """The command's last line, for a person; with a JSON log on stdout the ``*_finished``
+    event is the last line, and says the same."""
+    if not plain:
+        return
+    print(  # noqa: T201
+        f"merchant {merchant_id}: {name} of [{start.isoformat()}, {end.isoformat()}) done "
+        f"{where}: {records} records in {windows} windows"
+    )
+
+
+def _interrupted(signals: Received, handed_over: list[int], name: str) -> None:
     """Raise the interruption with what becomes of the job: a daemon carries a job handed to
     it on; a job run here keeps its finished windows for the same command to resume."""
     if handed_over:
@@ -121,7 +189,8 @@ def _interrupted(signals: Received, handed_over: list[int]) -> None:
         what_now = "the windows finished so far are kept; run the same command again to resume"
     error = signals.interrupted(what_now)
     if error is not None:
-        log.info("backfill_interrupted", action=what_now)
+        interrupted = f"{name}_interrupted"
+        log.info(interrupted, action=what_now)
         raise error
 
 
@@ -130,6 +199,7 @@ def _run_here(
     stopper: Stopper,
     start: datetime,
     end: datetime,
+    job: str,
     *,
     epoch: int,
     request_id: int | None,
@@ -138,11 +208,11 @@ def _run_here(
     """The job in this process, under ``epoch``; a request taken back is marked running here,
     then done or failed (an interrupted one stays running, for the next holder to resume)."""
     if request_id is None:
-        return app.engine_for(stopper, epoch=epoch).backfill(start, end)
+        return app.engine_for(stopper, epoch=epoch).backfill(start, end, job=job)
     with contextlib.suppress(LookupError):  # a holder finished it just before it left
         app.warehouse.requests.start(request_id, me)
     try:
-        result = app.engine_for(stopper, epoch=epoch).backfill(start, end)
+        result = app.engine_for(stopper, epoch=epoch).backfill(start, end, job=job)
     except RecordSyncError as exc:
         with contextlib.suppress(LookupError, RecordSyncError):
             app.warehouse.requests.finish(request_id, failed=str(exc))
@@ -160,15 +230,19 @@ class _Follower:
     def __init__(
         self,
         app: App,
+        job: str,
         start: datetime,
         end: datetime,
+        *,
         progress: SyncObserver | None,
         handed: list[int],
+        name: str,
     ) -> None:
         self._app = app
+        self._name = name
         self._handed = handed  # the request handed over, for what an interruption says
         self._progress = progress
-        self.job = backfill_job(start, end)
+        self.job = job
         self._total = len(plan_windows(start, end))
         self._done_before = 0
         self._windows: list[WindowProgress] = []
@@ -176,7 +250,8 @@ class _Follower:
 
     def handed_over(self, request_id: int) -> None:
         self._handed.append(request_id)
-        log.info("backfill_handed_over", request_id=request_id, job=self.job, windows=self._total)
+        handed_over = f"{self._name}_handed_over"
+        log.info(handed_over, request_id=request_id, job=self.job, windows=self._total)
         if self._progress is not None:
             self._progress.windows_planned(self.job, self._total, 0)
 
@@ -184,7 +259,7 @@ class _Follower:
         merchant_id = self._app.merchant.merchant_id
         self._windows = windows = self._runner.run(
             lambda: self._app.warehouse.load_windows(merchant_id, self.job),
-            what="follow backfill",
+            what=f"follow {self._name}",
         )
         done = sum(1 for window in windows if window.done)
         if self._progress is not None and windows and len(windows) != self._total:
@@ -196,11 +271,20 @@ class _Follower:
                 self._progress.window_page(self.job, window.window, 0, done=True)
         self._done_before = max(self._done_before, done)
 
+    @property
+    def windows(self) -> list[WindowProgress]:
+        return self._windows
+
+    @property
+    def records(self) -> int:
+        return sum(window.records for window in self._windows)
+
     def finished(self, request: HolderRequest) -> None:
+        finished = f"{self._name}_finished"
         log.info(
-            "backfill_finished",
+            finished,
             job=self.job,
             windows=len(self._windows),
-            records=sum(window.records for window in self._windows),
+            records=self.records,
             holder=request.holder,
         )

@@ -65,6 +65,7 @@ def run_daemon(
     merchant_ids = [merchant.merchant_id for merchant in settings.merchants]
     for merchant_id in merchant_ids:
         metrics.set_lease_held(merchant_id, held=False)  # a standby shows 0, not nothing
+        metrics.set_paused(merchant_id, paused=False)
     me = replica_id()
     single = merchant_ids[0] if len(merchant_ids) == 1 else None
     process_context.update(replica_id=me, phase="starting")
@@ -115,6 +116,8 @@ def run_daemon(
                     merchants=merchant_ids,
                     stopper=stopper,
                     on_change=lambda _held, live: metrics.set_replicas_live(live),
+                    paused=lambda: warehouse.controls.paused(merchant_ids),
+                    on_paused=lambda paused: metrics.set_paused_among(merchant_ids, paused),
                 )
                 with (
                     _health_server(settings, metrics, warehouse, syncs),

@@ -16,6 +16,7 @@ business (a backfill resumes its windows, a verify starts again).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -26,7 +27,7 @@ from recordsync.core.errors import RecordSyncError
 from recordsync.core.stopping import Stopper
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.resilience import StepRunner
-from recordsync.warehouse import HolderRequest, RequestKind, RequestState
+from recordsync.warehouse import HolderRequest, RequestKind, RequestState, Warehouse
 from recordsync.warehouse.requests.store import RequestStore
 
 log = structlog.get_logger("recordsync")
@@ -42,12 +43,34 @@ class HeldHere:
     epoch: int
     taken_back: HolderRequest | None = None
 
+    def run_again_here(self, requests: RequestStore) -> None:
+        """For work that starts over (a verify, a reset): the request taken back is failed,
+        so that no holder coming later runs it too."""
+        if self.taken_back is None:
+            return
+        with contextlib.suppress(LookupError):  # a holder finished it meanwhile
+            requests.finish(
+                self.taken_back.id, failed="run by the requester: no holder ran it to its end"
+            )
+
 
 @dataclass(frozen=True, slots=True)
 class DoneThere:
     """The holder ran the request to its end (``request.state`` is DONE)."""
 
     request: HolderRequest
+
+
+def refuse_if_paused(warehouse: Warehouse, merchant_id: str, *, what: str) -> None:
+    """A paused merchant is synced by nobody, a command included: say so and stop."""
+    pause = warehouse.controls.paused([merchant_id]).get(merchant_id)
+    if pause is not None:
+        why = f" ({pause.reason})" if pause.reason else ""
+        raise RecordSyncError(
+            f"{what}: merchant {merchant_id} is paused since "
+            f"{pause.since.isoformat(timespec='seconds')} by {pause.by}{why}; "
+            f"`recordsync merchant resume {merchant_id}` first"
+        )
 
 
 def hold_or_hand_over(

@@ -30,6 +30,7 @@ from recordsync.core.errors import (
     RecordSyncError,
     ShutdownRequestedError,
 )
+from recordsync.core.state import REBUILD_JOB, SyncState
 from recordsync.core.stopping import Stopper
 from recordsync.metrics import Metrics
 from recordsync.platform.client import PlatformClient
@@ -45,6 +46,7 @@ from recordsync.warehouse import HolderRequest, RequestKind, Warehouse
 log = structlog.get_logger("recordsync")
 
 POLL: Final = 2.0  # seconds between looks for requests handed to this holder
+RESET_LOOK_EVERY: Final = 0.2  # seconds between looks for the new anchor of a reset
 _ENDS: Final = ("started", "finished", "failed")
 
 
@@ -56,6 +58,7 @@ class HeldMerchant(Protocol):
     stopper: Stopper  # stopped when the merchant is handed over
     client: PlatformClient | None  # its tail's client (so its budget); None until built
     options: SyncOptions | None
+    engine: SyncEngine | None  # its tail's engine (a reset asks it to rebuild)
     requests: set[int]  # the requests running for it here
 
 
@@ -90,7 +93,9 @@ class RequestedWork:
         self._failure_site = failure_site
         self._work: dict[RequestKind, Work] = {
             RequestKind.BACKFILL: self._backfill,
+            RequestKind.RESYNC: self._backfill,
             RequestKind.VERIFY: self._verify,
+            RequestKind.RESET: self._reset,
         }
         self._watcher: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -197,8 +202,8 @@ class RequestedWork:
     def _backfill(
         self, merchant: HeldMerchant, request: HolderRequest
     ) -> tuple[str | None, dict[str, Any]] | None:
-        """``recordsync backfill``: the job's windows, through the usual fenced commits (a
-        takeover resumes them)."""
+        """``recordsync backfill`` and ``merchant resync``: the job's windows (the request's
+        key), through the usual fenced commits (a takeover resumes them)."""
         assert merchant.client is not None
         assert merchant.options is not None
         engine = SyncEngine(
@@ -209,8 +214,32 @@ class RequestedWork:
             observer=SyncMetricsObserver(self._metrics.merchant(merchant.merchant_id)),
             host=self._host,
         )
-        result = engine.backfill(request.created_from, request.created_to)
+        result = engine.backfill(request.created_from, request.created_to, job=request.key)
         return None, {"records": result.records, "job": result.job}
+
+    def _reset(
+        self, merchant: HeldMerchant, request: HolderRequest
+    ) -> tuple[str | None, dict[str, Any]] | None:
+        """``recordsync merchant reset``: the merchant's engine ends its generation (pages in
+        hand committed) and rebuilds, as after an expired change cursor; done once the new
+        anchor is committed (``rebuilds`` counted up).  The new plan goes back as JSON."""
+        engine = merchant.engine
+        assert engine is not None
+        runner = StepRunner(stopper=merchant.stopper, observer=SyncObserver(), fatal_is_final=False)
+        before = runner.run(
+            lambda: self._warehouse.load_state(merchant.merchant_id), what="read sync state"
+        )
+        engine.request_rebuild()
+        while True:
+            merchant.stopper.sleep(RESET_LOOK_EVERY)
+            state = runner.run(
+                lambda: self._warehouse.load_state(merchant.merchant_id), what="read sync state"
+            )
+            if state is not None and (before is None or state.rebuilds > before.rebuilds):
+                break
+        windows = self._warehouse.load_windows(merchant.merchant_id, REBUILD_JOB)
+        plan = reset_plan(state, len(windows))
+        return orjson.dumps(plan).decode(), plan
 
     def _verify(
         self, merchant: HeldMerchant, request: HolderRequest
@@ -232,3 +261,14 @@ class RequestedWork:
             result, merchant.merchant_id, request.created_from, request.created_to
         )
         return orjson.dumps(document).decode(), {"clean": result.clean, "repaired": result.repaired}
+
+
+def reset_plan(state: SyncState, windows: int) -> dict[str, Any]:
+    """What a reset left: the new anchor and the plan the rebuild reads (its result)."""
+    return {
+        "anchor_at": state.anchor_at.isoformat(),
+        "history_from": state.history_from.isoformat(),
+        "snapshot_to": state.snapshot_to.isoformat(),
+        "windows": windows,
+        "rebuilds": state.rebuilds,
+    }

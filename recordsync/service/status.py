@@ -29,6 +29,7 @@ from recordsync.service.health import assess_readiness
 from recordsync.warehouse import (
     Availability,
     Freshness,
+    Pause,
     QuarantinedRecord,
     WarehouseStatus,
 )
@@ -46,18 +47,20 @@ class MerchantView:
     freshness: Freshness | None = None  # its ``sync_freshness`` row; None before a build
     # The optional endpoints (the game catalogue) and whether the platform serves them.
     endpoints: Sequence[Availability] = ()
+    paused: Pause | None = None  # an operator's pause (``recordsync merchant pause``)
 
 
 def show_status(settings: Settings, *, as_json: bool, check: bool = False) -> int:
     """Every configured merchant's status: a block each for people, one document for scripts
     (``{"merchants": [{"merchant_id", "status", "quarantined", "holder", "epoch",
-    "freshness", "endpoints"}, ...]}``)."""
+    "freshness", "endpoints", "paused"}, ...]}``)."""
     merchant_ids = _merchant_ids(settings)
     if check:
         return _check(settings, merchant_ids)
     warehouse = WarehouseReader.open(settings.database_url)
     try:
         holders = current_holders(warehouse)
+        paused = warehouse.paused(merchant_ids)
         views = [
             MerchantView(
                 report=warehouse.status(merchant_id),
@@ -66,6 +69,7 @@ def show_status(settings: Settings, *, as_json: bool, check: bool = False) -> in
                 epoch=warehouse.lease_epoch(merchant_id),
                 freshness=warehouse.freshness(merchant_id),
                 endpoints=warehouse.availability(merchant_id),
+                paused=paused.get(merchant_id),
             )
             for merchant_id in merchant_ids
         ]
@@ -108,6 +112,7 @@ def _json_view(view: MerchantView) -> dict[str, Any]:
             "seconds_since_commit": freshness.seconds_since_commit,
         },
         "endpoints": [_plain(dataclasses.asdict(item)) for item in view.endpoints],
+        "paused": None if view.paused is None else _plain(dataclasses.asdict(view.paused)),
     }
 
 
@@ -177,9 +182,17 @@ def _state_lines(report: WarehouseStatus) -> list[tuple[str, str]]:
 
 
 def _holder_lines(view: MerchantView) -> list[tuple[str, str]]:
-    holder = view.holder or "nobody: no replica syncs it now"
+    if view.paused is not None:
+        pause = view.paused
+        why = f": {pause.reason}" if pause.reason else ""
+        paused = [("paused", f"since {_when(pause.since)} by {pause.by}{why}")]
+    else:
+        paused = []
+    holder = view.holder or (
+        "nobody (paused)" if view.paused is not None else "nobody: no replica syncs it now"
+    )
     epoch = "never held by a replica" if view.epoch is None else str(view.epoch)
-    return [("held by", holder), ("lease epoch", epoch)]
+    return [*paused, ("held by", holder), ("lease epoch", epoch)]
 
 
 def _freshness_lines(view: MerchantView) -> list[tuple[str, str]]:

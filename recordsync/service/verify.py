@@ -24,7 +24,6 @@ has are never deleted.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import os
@@ -52,7 +51,7 @@ from recordsync.logs import process_context
 from recordsync.metrics import record_verify_run
 from recordsync.service.app import open_app
 from recordsync.service.console import PipeConsole
-from recordsync.service.handover import DoneThere, hold_or_hand_over
+from recordsync.service.handover import DoneThere, hold_or_hand_over, refuse_if_paused
 from recordsync.service.progress import RichProgress
 from recordsync.service.signals import stop_on_signals
 from recordsync.sync.comparison import FAULTS, DayTally, Difference, VerifyResult
@@ -96,6 +95,8 @@ def run_verify(
         stop_on_signals(stopper) as signals,
         open_app(settings, merchant_id=merchant.merchant_id, stopper=stopper) as app,
     ):
+        if repair:  # a paused merchant is written by nobody; reading it is harmless
+            refuse_if_paused(app.warehouse, merchant.merchant_id, what="verify --repair")
         session = app.warehouse.fleet_session(
             f"verify-{os.getpid()}-{random_tokens.token_hex(2)}", lease_seconds=LEASE_SECONDS
         )
@@ -117,12 +118,7 @@ def run_verify(
             if isinstance(outcome, DoneThere):
                 document = _findings(outcome.request)
             else:
-                if outcome.taken_back is not None:
-                    with contextlib.suppress(LookupError):  # a holder finished it meanwhile
-                        app.warehouse.requests.finish(
-                            outcome.taken_back.id,
-                            failed="run by the requester: no holder ran it to its end",
-                        )
+                outcome.run_again_here(app.warehouse.requests)
                 # Its lease is kept alive by the session's keeper; nothing is sent once it is
                 # not confirmed (issue 30).
                 app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))

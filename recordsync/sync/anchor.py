@@ -36,13 +36,14 @@ def load_or_anchor(ctx: SyncContext) -> SyncState:
     return anchor(ctx, ctx.options.history_from, rebuild_reason=None)
 
 
-def rebuild(ctx: SyncContext) -> SyncState:
-    """A new anchor and a new snapshot of the history, after the change cursor expired."""
+def rebuild(ctx: SyncContext, reason: str = "change cursor expired") -> SyncState:
+    """A new anchor and a new snapshot of the history, after the change cursor expired (or on
+    an operator's demand: ``recordsync merchant reset``).  The rows are kept."""
     state = ctx.warehouse.load_state()
     history_from = ctx.options.history_from or (state.history_from if state else None)
     if history_from is None:
         raise ConfigurationError("RECORDSYNC_HISTORY_FROM: required to rebuild the history")
-    return anchor(ctx, history_from, rebuild_reason="change cursor expired")
+    return anchor(ctx, history_from, rebuild_reason=reason)
 
 
 def anchor(ctx: SyncContext, history_from: datetime, *, rebuild_reason: str | None) -> SyncState:

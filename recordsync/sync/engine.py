@@ -28,6 +28,8 @@ import random
 import threading
 from datetime import datetime
 from enum import Enum
+from functools import partial
+from typing import Final
 
 from recordsync.core.errors import ShutdownRequestedError
 from recordsync.core.state import REBUILD_JOB, SyncState
@@ -56,7 +58,11 @@ __all__ = [
 
 class _Outcome(Enum):
     STOPPED = "stopped"
-    REBUILD = "rebuild"
+    REBUILD = "rebuild"  # the change cursor expired
+    RESET = "reset"  # an operator asked for it (``request_rebuild``)
+
+
+RESET_REASON: Final = "reset by an operator"
 
 
 class SyncEngine:
@@ -88,6 +94,10 @@ class SyncEngine:
             rng=rng or random.Random(),  # noqa: S311 - jitter, not cryptography
         )
         self._cross_check = CrossCheck(self._context)
+        # An operator's reset (``request_rebuild``): the generation running ends, a rebuild
+        # follows, as after an expired change cursor.
+        self._rebuild_requested = threading.Event()
+        self._generation: Stopper | None = None
 
     def run(self) -> bool:
         """Sync until stopped: anchor if needed, then snapshot and tail side by side.
@@ -104,13 +114,32 @@ class SyncEngine:
                 if outcome is _Outcome.STOPPED:
                     return ctx.caught_up.is_set()
                 ctx.phase("rebuilding")
-                state = runner.run(lambda: rebuild(ctx), what="rebuild")
+                reason = RESET_REASON if outcome is _Outcome.RESET else "change cursor expired"
+                state = runner.run(partial(rebuild, ctx, reason), what="rebuild")
         except ShutdownRequestedError:
             return ctx.caught_up.is_set()
 
-    def backfill(self, start: datetime, end: datetime) -> BackfillResult:
-        """Snapshot ``[start, end)`` alone, resumably, without touching the tail's state."""
-        return backfill(self._context, start, end, host=self._host)
+    def backfill(self, start: datetime, end: datetime, *, job: str | None = None) -> BackfillResult:
+        """Snapshot ``[start, end)`` alone, resumably, without touching the tail's state (as
+        ``job``: a resync's; a backfill's by default)."""
+        return backfill(self._context, start, end, host=self._host, job=job)
+
+    def request_rebuild(self) -> None:
+        """Re-anchor and rebuild from history_from now, keeping the rows: the 410 recovery on
+        an operator's demand (``recordsync merchant reset``).  The generation running ends,
+        its pages committed, and the rebuild follows in ``run``'s thread."""
+        self._rebuild_requested.set()
+        generation = self._generation
+        if generation is not None:
+            generation.stop()
+
+    def reanchor(self) -> SyncState:
+        """The same re-anchoring in the caller's thread, for a process that syncs nothing
+        (the command, with no daemon): a new anchor and a new snapshot plan, the rows kept;
+        whoever syncs the merchant next reads the plan."""
+        ctx = self._context
+        runner = ctx.runner(ctx.stopper, fatal_is_final=True)
+        return runner.run(lambda: rebuild(ctx, RESET_REASON), what="reset")
 
     def wake_tail(self) -> None:
         """Read the changes now rather than at the next poll (a round just ended); during a
@@ -123,6 +152,9 @@ class SyncEngine:
         until a stop or an expired change cursor."""
         ctx = self._context
         generation = Stopper(parent=ctx.stopper)
+        self._generation = generation
+        if self._rebuild_requested.is_set():  # asked while anchoring: this generation is over
+            generation.stop()
         expired = threading.Event()
         tail = Tail(position=state.change_cursor)
         snapshot = plan_snapshot(ctx, REBUILD_JOB, generation)
@@ -155,7 +187,13 @@ class SyncEngine:
         with jobs.running(), contextlib.suppress(ShutdownRequestedError):
             # A stop while the tail waited out a failure: a job's failure is raised on exit.
             follow_tail(ctx, tail, generation, expired, snapshot_done, wakeups=self._wakeups)
-        if expired.is_set() and not ctx.stopper.stopped:
+        self._generation = None
+        if ctx.stopper.stopped:
+            return _Outcome.STOPPED
+        if self._rebuild_requested.is_set():
+            self._rebuild_requested.clear()
+            return _Outcome.RESET
+        if expired.is_set():
             return _Outcome.REBUILD
         return _Outcome.STOPPED
 

@@ -307,12 +307,18 @@ class Sample:
 
 
 def backfill(
-    ctx: SyncContext, start: datetime, end: datetime, *, host: JobHost | None = None
+    ctx: SyncContext,
+    start: datetime,
+    end: datetime,
+    *,
+    host: JobHost | None = None,
+    job: str | None = None,
 ) -> BackfillResult:
-    """Snapshot ``[start, end)`` alone, resumably, without touching the tail's state."""
+    """Snapshot ``[start, end)`` alone, resumably, without touching the tail's state, as
+    ``job`` (a backfill's by default; a resync names its own)."""
     if not start < end:
         raise ConfigurationError("backfill: --from must be earlier than --to")
-    job = backfill_job(start, end)
+    job = job or backfill_job(start, end)
     ctx.phase("backfill")
     with ctx.writer:
         ctx.warehouse.ensure_job(

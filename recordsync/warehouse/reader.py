@@ -10,7 +10,8 @@ at this version's schema.
 
 from __future__ import annotations
 
-from datetime import date
+from collections.abc import Collection
+from datetime import date, datetime
 from typing import Any, Final
 
 from sqlalchemy import Engine, event
@@ -22,6 +23,7 @@ from recordsync.warehouse.values import (
     DailySummary,
     Freshness,
     GameName,
+    Pause,
     QuarantinedRecord,
     WarehouseStatus,
 )
@@ -82,6 +84,13 @@ class WarehouseReader:
 
     def game_names(self, merchant_id: str) -> dict[str, GameName]:
         return self._warehouse.game_names(merchant_id)
+
+    def count_created(self, merchant_id: str, start: datetime, end: datetime) -> int:
+        """The stored rows created in ``[start, end)`` (a dry run's estimate)."""
+        return len(self._warehouse.record_ids_created(merchant_id, start, end))
+
+    def paused(self, merchant_ids: Collection[str]) -> dict[str, Pause]:
+        return self._warehouse.controls.paused(merchant_ids)
 
     def holders(self, asked_by: str) -> dict[str, str]:
         """merchant -> the replica whose lock holds it right now, asked through a session of

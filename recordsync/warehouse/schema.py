@@ -237,6 +237,20 @@ sync_requests = Table(
     Index("ix_sync_requests_merchant_state", "merchant_id", "state", "id"),
 )
 
+# What operators set on a merchant that every replica obeys (revision 0013; ``controls``): a
+# merchant with ``paused_at`` set is held and synced by nobody.  ``changed_*``: the last
+# pause or resume, and who did it.
+merchant_controls = Table(
+    "merchant_controls",
+    metadata,
+    Column("merchant_id", String(ID_LENGTH), primary_key=True),
+    Column("paused_at", utc_datetime(), nullable=True),
+    Column("paused_by", String(ID_LENGTH), nullable=True),
+    Column("reason", Text, nullable=True),
+    Column("changed_at", utc_datetime(), nullable=False),
+    Column("changed_by", String(ID_LENGTH), nullable=False),
+)
+
 # The two request tables before revision 0012, kept for the previous version's pods during a
 # rolling upgrade (revisions only add).  This version only fails what a previous version's
 # command asks there, so that the command ends with a line instead of following a request no

@@ -61,6 +61,7 @@ from recordsync.warehouse.connection import (
     sqlite_file,
     translate_errors,
 )
+from recordsync.warehouse.controls import ControlStore
 from recordsync.warehouse.lease import FleetSession, epochs, support
 from recordsync.warehouse.lease.backends import merchant_locks
 from recordsync.warehouse.merchant_store import MerchantStore
@@ -70,6 +71,7 @@ from recordsync.warehouse.pages import commits as page_commits
 from recordsync.warehouse.pages.conflicts import retry_lost_conflicts
 from recordsync.warehouse.pages.writer import PageWriter, page_writer_for
 from recordsync.warehouse.requests.store import RequestStore
+from recordsync.warehouse.state_transfer import StateTransfer
 from recordsync.warehouse.values import (
     Availability,
     CatalogueResult,
@@ -744,6 +746,16 @@ class Warehouse:
         """The merchant's current lease epoch; None when no replica ever held it."""
         with translate_errors("read lease epoch"), self._engine.begin() as conn:
             return epochs.current_epoch(conn, merchant_id)
+
+    @property
+    def controls(self) -> ControlStore:
+        """What operators set on a merchant that every replica obeys (``controls``: pause)."""
+        return ControlStore(self._engine)
+
+    @property
+    def state_transfer(self) -> StateTransfer:
+        """The merchant's sync state read and written whole (``state_transfer``)."""
+        return StateTransfer(self._engine)
 
     @property
     def requests(self) -> RequestStore:

@@ -336,3 +336,61 @@ def _state(row: Row[Any]) -> SyncState:
         last_projection_as_of=row.last_projection_as_of,
         last_commit_at=row.last_commit_at,
     )
+
+
+def all_windows(conn: Connection, merchant_id: str) -> list[WindowProgress]:
+    """Every job's windows of the merchant, by job then start (a state export)."""
+    jobs = conn.execute(
+        select(snapshot_windows.c.job)
+        .where(snapshot_windows.c.merchant_id == merchant_id)
+        .distinct()
+        .order_by(snapshot_windows.c.job)
+    ).scalars()
+    return [window for job in list(jobs) for window in load_windows(conn, merchant_id, job)]
+
+
+def replace_all(
+    conn: Connection,
+    merchant_id: str,
+    state: SyncState | None,
+    windows: Sequence[WindowProgress],
+    now: datetime,
+) -> None:
+    """Make the merchant's state and windows exactly these (a state import): the old rows
+    deleted, the new ones inserted, in the caller's one transaction."""
+    conn.execute(delete(snapshot_windows).where(snapshot_windows.c.merchant_id == merchant_id))
+    conn.execute(delete(sync_state).where(sync_state.c.merchant_id == merchant_id))
+    if state is not None:
+        conn.execute(
+            insert(sync_state).values(
+                merchant_id=merchant_id,
+                phase=state.phase.value,
+                change_cursor=state.change_cursor,
+                anchor_at=state.anchor_at,
+                history_from=state.history_from,
+                snapshot_to=state.snapshot_to,
+                rebuilds=state.rebuilds,
+                last_sequence=state.last_sequence,
+                last_projection_as_of=state.last_projection_as_of,
+                last_commit_at=state.last_commit_at,
+                updated_at=now,
+            )
+        )
+    if windows:
+        conn.execute(
+            insert(snapshot_windows),
+            [
+                {
+                    "merchant_id": merchant_id,
+                    "job": window.job,
+                    "window_start": window.window.start,
+                    "window_end": window.window.end,
+                    "cursor": window.cursor,
+                    "cursor_issued_at": window.cursor_issued_at,
+                    "done": window.done,
+                    "records": window.records,
+                    "updated_at": now,
+                }
+                for window in windows
+            ],
+        )

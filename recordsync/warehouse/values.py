@@ -112,6 +112,8 @@ class RequestKind(StrEnum):
 
     BACKFILL = "backfill"  # ``recordsync backfill``: resumed from its job's windows
     VERIFY = "verify"  # ``recordsync verify``: run again from the start; findings in result
+    RESYNC = "resync"  # ``recordsync merchant resync``: its own job's windows (its key)
+    RESET = "reset"  # ``recordsync merchant reset``: re-anchor, rebuild; result the new plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +145,15 @@ class HolderRequest:
     @property
     def finished(self) -> bool:
         return self.state in {RequestState.DONE, RequestState.FAILED}
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """A merchant an operator paused: since when (the database's clock), by whom, why."""
+
+    since: datetime
+    by: str
+    reason: str | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,7 +122,11 @@ def test_alert_fires_per_merchant_in_its_unit_tests(alert):
 
 def test_a_merchant_nobody_holds_alerts_on_the_lease_gauges():
     (rule,) = [rule for rule in _rules() if rule["alert"] == "RecordsyncMerchantNotHeld"]
-    assert rule["expr"] == "max by (job, merchant_id) (recordsync_lease_held) == 0"
+    expected = (
+        "max by (job, merchant_id) (recordsync_lease_held) == 0 unless on (job, merchant_id) "
+        "(max by (job, merchant_id) (recordsync_merchant_paused) == 1)"
+    )
+    assert " ".join(rule["expr"].split()) == expected
     assert rule["for"] == "5m"
 
 

@@ -7,6 +7,7 @@ exited 1 with a traceback in every run."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -21,7 +22,9 @@ from recordsync.sim import SimConfig, Simulator, running_simulator
 
 pytestmark = pytest.mark.slow
 
-ROUNDS = 10
+# Each command once per backend in the suite (the suite stays under 10 minutes); the issue-30
+# proof ran 10 rounds a backend: RECORDSYNC_START_TOGETHER_ROUNDS=10 runs it again.
+ROUNDS = int(os.environ.get("RECORDSYNC_START_TOGETHER_ROUNDS", "3"))
 REPLICAS = 5
 # Beside them, one command started in the same instant, in turn: each must end as it would
 # alone (verify exits 1 for what an empty warehouse lacks: a finding, not a failure).

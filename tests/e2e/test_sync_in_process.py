@@ -20,6 +20,7 @@ from recordsync.core.errors import ClockSkewError
 from recordsync.core.state import REBUILD_JOB, Phase
 from recordsync.core.stopping import Stopper
 from recordsync.core.times import floor_ms
+from recordsync.metrics import MetricName
 from recordsync.service.app import open_app
 from recordsync.service.backfill import run_backfill
 from recordsync.service.daemon import run_daemon
@@ -149,17 +150,23 @@ def test_the_daemons_own_assembly_converges_under_faults_and_a_backfill_handed_t
     """``run_daemon`` itself in this process (the fleet, the merchant's sync as the daemon
     builds it, the holder's requests), not ``open_app``: under the same noise, with a
     ``recordsync backfill`` of the first day handed to it meanwhile, it converges and the
-    backfill finishes at the holder."""
+    backfill finishes at the holder.  Paused meanwhile (issue 26), it lets the merchant go
+    and exports ``recordsync_merchant_paused`` 1; resumed, it takes it again."""
     sim.set_faults(NOISY)
     sim.start_live()
     stopper = Stopper()
     settings = settings_for(sim, warehouse_url, page_size=25)
+    registry = CollectorRegistry()
     daemon = threading.Thread(
         target=run_daemon,
         args=(settings,),
-        kwargs={"registry": CollectorRegistry(), "stopper": stopper},
+        kwargs={"registry": registry, "stopper": stopper},
         daemon=True,
     )
+
+    def gauge(name: str) -> float | None:
+        return registry.get_sample_value(name, {"merchant_id": MERCHANT})
+
     warehouse = Warehouse.connect(warehouse_url)
     warehouse.migrate()  # before the daemon: this test's reads never race its first upgrade
     try:
@@ -172,6 +179,12 @@ def test_the_daemons_own_assembly_converges_under_faults_and_a_backfill_handed_t
         with capture_logs() as logs:
             assert run_backfill(settings, start, start + timedelta(hours=6)) == 0
         assert "backfill_handed_over" in [entry["event"] for entry in logs]
+        warehouse.controls.pause(MERCHANT, by="a test", reason=None)
+        wait_for(lambda: gauge(MetricName.MERCHANT_PAUSED) == 1, 15)
+        wait_for(lambda: gauge(MetricName.LEASE_HELD) == 0, 15)
+        warehouse.controls.resume(MERCHANT, by="a test")
+        wait_for(lambda: gauge(MetricName.MERCHANT_PAUSED) == 0, 15)
+        wait_for(lambda: gauge(MetricName.LEASE_HELD) == 1, 15)
         time.sleep(3.0)  # the tail under noise a while longer
         stopper.stop()
         daemon.join(60)
@@ -185,6 +198,13 @@ def test_the_daemons_own_assembly_converges_under_faults_and_a_backfill_handed_t
         stopper.stop()
         warehouse.close()
     assert_clean_platform_view(sim)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout} s"
+        time.sleep(0.1)
 
 
 def _all_requests(warehouse: Warehouse) -> list[HolderRequest]:

@@ -322,3 +322,57 @@ def test_an_outage_while_waiting_for_the_next_tick_is_waited_out():
     threading.Timer(0.2, alone.stopper.stop).start()
     alone.run()  # would raise WarehouseUnavailableError from wait_for_change
     assert alone.held == set()
+
+
+# -- pause (issue 26) ---------------------------------------------------------------------------
+
+
+def pausing_member(db, replica, paused: set[str], reported: list[frozenset[str]]):
+    session, syncs = FakeSession(db, replica), FakeSyncs(db, replica)
+    return Member(
+        session,
+        syncs,
+        replica_id=replica,
+        merchants=MERCHANTS,
+        stopper=Stopper(),
+        stale_after=STALE_AFTER,
+        paused=lambda: frozenset(paused),
+        on_paused=reported.append,
+    )
+
+
+def test_a_paused_merchant_is_handed_over_by_its_holder_and_taken_by_nobody():
+    db, paused, reported = FakeDatabase(), set(), []
+    members = [pausing_member(db, f"r{n}", paused, reported) for n in range(3)]
+    tick(db, members, rounds=4)
+    holder = next(one for one in members if "brand-0" in one.held)
+    paused.add("brand-0")
+    with capture_logs() as logs:
+        tick(db, members, rounds=6)
+    assert "brand-0" not in db.locks
+    assert all("brand-0" not in one.held for one in members)
+    assert (
+        holder.syncs.events[-1] == ("stop", "brand-0") or ("stop", "brand-0") in holder.syncs.events
+    )
+    assert [e["merchant_id"] for e in logs if e["event"] == "merchant_paused"] == ["brand-0"]
+    # The six others are shared as if brand-0 did not exist: 2 each.
+    assert counts(members) == [2, 2, 2]
+    assert reported[-1] == frozenset({"brand-0"})
+
+
+def test_a_paused_merchant_stays_unheld_when_its_holder_dies_and_is_taken_once_resumed():
+    db, paused, reported = FakeDatabase(), {"brand-3"}, []
+    members = [pausing_member(db, f"r{n}", paused, reported) for n in range(3)]
+    tick(db, members, rounds=4)
+    assert "brand-3" not in db.locks
+    dead = members.pop(0)
+    db.kill(dead.replica_id)  # kill -9: its syncs end with it
+    dead.syncs.epochs.clear()
+    db.running = {m: {r for r in rs if r != dead.replica_id} for m, rs in db.running.items()}
+    tick(db, members, rounds=6)  # its merchants are taken over, brand-3 still by nobody
+    assert sorted(db.locks) == sorted(set(MERCHANTS) - {"brand-3"})
+    paused.clear()
+    tick(db, members, rounds=1)
+    assert "brand-3" in db.locks
+    tick(db, members, rounds=4)
+    assert_settled(db, members)

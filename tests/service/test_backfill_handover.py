@@ -86,3 +86,18 @@ def test_a_backfill_whose_holder_goes_away_is_finished_by_the_command(sim, tmp_p
     finally:
         holder.close()
         store.close()
+
+
+def test_a_backfill_for_a_person_ends_with_one_plain_line(sim, tmp_path, capsys):
+    """With a console log the last line says what was done, plain; with a JSON log on stdout
+    the backfill_finished event is the last line (a log shipper reads only JSON)."""
+    url = f"sqlite:///{tmp_path / 'plain.db'}"
+    end = floor_ms(sim.now())
+    start = end - timedelta(hours=6)
+    assert run_backfill(settings_for(sim, url, log_format="console"), start, end) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith(f"merchant {MERCHANT}: backfill of [{start.isoformat()}, ")
+    assert " done here: " in last
+    assert last.endswith(" windows")
+    assert run_backfill(settings_for(sim, url, log_format="json"), start, end) == 0
+    assert " done here: " not in capsys.readouterr().out

@@ -385,6 +385,7 @@ def test_every_named_metric_is_exposed_with_conventional_names(metrics, merchant
     merchant.catalogue_available(available=False)
     metrics.set_lease_held(MERCHANT, held=True)
     metrics.set_replicas_live(2)
+    metrics.set_paused(MERCHANT, paused=False)
 
     families = {family.name: family for family in registry.collect()}
     exposed = {sample.name for family in families.values() for sample in family.samples}
@@ -441,6 +442,7 @@ PER_MERCHANT = [
     (MetricName.CATALOGUE_REFRESHES, {}, 1, 2),
     (MetricName.CATALOGUE_AVAILABLE, {}, 1, 0),
     (MetricName.LEASE_HELD, {}, 1, 0),
+    (MetricName.MERCHANT_PAUSED, {}, 0, 1),
 ]
 # What a merchant handed to another replica leaves behind: its counters, and a lease of 0.
 GONE_WHEN_FORGOTTEN = frozenset(
@@ -494,6 +496,7 @@ def feed(metrics, merchant_id, n, clock):
         last_sequence=str(1000 * n),
     )
     metrics.set_lease_held(merchant_id, held=n == 1)
+    metrics.set_paused(merchant_id, paused=n != 1)
 
 
 @pytest.fixture

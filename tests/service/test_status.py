@@ -78,6 +78,20 @@ def test_status_shows_each_value_once_and_the_jobs_as_a_table(config, capsys):
     assert "snapshot" in next(line for line in out.splitlines() if "phase" in line)
 
 
+def test_status_shows_a_pause_with_who_and_why(config, capsys):
+    url = config.read_text().split('database_url = "')[1].split('"')[0]
+    store = Warehouse.connect(url)
+    try:
+        store.controls.pause(MERCHANT, by="ops@host-1", reason="contract on hold")
+    finally:
+        store.close()
+    assert cli.main(["--config", str(config), "status"]) == 0
+    words = " ".join(capsys.readouterr().out.replace("│", " ").split())  # the table may wrap
+    assert "paused since 20" in words
+    assert "by ops@host-1: contract on hold" in words
+    assert "held by nobody (paused)" in words
+
+
 def test_status_json_keeps_the_whole_structure(config, capsys):
     assert cli.main(["--config", str(config), "status", "--json"]) == 0
     (report,) = orjson.loads(capsys.readouterr().out)["merchants"]

@@ -19,6 +19,7 @@ FLEET_TABLES = {"merchant_leases", "replicas", "backfill_requests"}
 EVENT_TABLES = {"round_events"}  # revision 0005
 VERIFY_TABLES = {"verify_requests"}  # revision 0007
 REQUEST_TABLES = {"sync_requests"}  # revision 0012
+CONTROL_TABLES = {"merchant_controls"}  # revision 0013
 CATALOGUE_TABLES = {"games", "game_localizations"}
 AVAILABILITY_TABLES = {"endpoint_availability"}  # revision 0009
 TABLES = {
@@ -32,6 +33,7 @@ TABLES = {
     *EVENT_TABLES,
     *VERIFY_TABLES,
     *REQUEST_TABLES,
+    *CONTROL_TABLES,
     *CATALOGUE_TABLES,
     *AVAILABILITY_TABLES,
 }
@@ -70,7 +72,7 @@ def test_migrations_build_the_schema_on_an_empty_database_and_are_idempotent(war
         store.close()
     assert tables == TABLES
     assert views == VIEWS
-    assert revision == head_revision() == "0012"
+    assert revision == head_revision() == "0013"
 
 
 def test_migrated_schema_matches_the_tables_the_code_uses(warehouse):
@@ -151,6 +153,7 @@ def test_scripts_are_found_from_the_source_checkout():
         "0010_replica_merchants.py",
         "0011_idempotent_rows.py",
         "0012_sync_requests.py",
+        "0013_merchant_controls.py",
     ):
         assert (versions / name).is_file()
 
@@ -204,6 +207,7 @@ def test_the_bi_revisions_downgrade_to_0001_and_upgrade_again(warehouse):
         *EVENT_TABLES,
         *VERIFY_TABLES,
         *REQUEST_TABLES,
+        *CONTROL_TABLES,
         *CATALOGUE_TABLES,
         *AVAILABILITY_TABLES,
     }

@@ -1,0 +1,155 @@
+"""``recordsync merchant pause|resume``: act on one merchant across the fleet, nothing restarted.
+
+A pause is a row in the warehouse (``warehouse.controls``), which every replica reads at each
+fleet tick: its holder stops the merchant's sync (the page in hand committed) and lets go, and
+no replica takes it until ``resume``; it outlasts restarts, rebalances and the replica that was
+told.  With no daemon running there is nothing to stop: the row is all.  The command then
+watches the leases until nobody holds the merchant (at most ``RELEASE_WAIT``: a tick and the
+page in hand), so that its last line is a fact, not a hope.  ``resume`` clears the row and,
+when a live replica is configured with the merchant, waits until one holds it again.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Final
+
+import structlog
+
+from recordsync.core.settings import Settings
+from recordsync.warehouse import FleetSession, Pause, Warehouse
+from recordsync.warehouse.timeouts import LEASE_SECONDS
+
+log = structlog.get_logger("recordsync")
+
+# A holder lets go at its next tick (2 s) once the page in hand is committed (seconds), and a
+# dead holder's lock is freed by the database within the lease: well inside 30 s.
+RELEASE_WAIT: Final = 30.0
+# A live replica takes a resumed merchant at its next tick, after the hand-overs it plans.
+TAKE_WAIT: Final = 20.0
+LOOK_EVERY: Final = 0.5
+STALE_AFTER: Final = 6.0  # the fleet's: a replica whose heartbeat is older is not live
+
+
+def operator() -> str:
+    """Who acts: the user and host, as the row records them (a container may have no name
+    for its uid: the uid then)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid {os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
+def pause_merchant(
+    settings: Settings,
+    merchant_id: str,
+    *,
+    reason: str | None,
+    wait: float = RELEASE_WAIT,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Pause ``merchant_id`` and wait until no replica holds it; 0 once nobody does, 1 when
+    a holder still has it after ``wait`` (the pause stands: it lets go at its next tick)."""
+    merchant = settings.merchant(merchant_id)
+    warehouse = Warehouse.connect(settings.database_url)
+    try:
+        warehouse.migrate()
+        pause = warehouse.controls.pause(merchant.merchant_id, by=operator(), reason=reason)
+        log.info("merchant_paused", merchant_id=merchant.merchant_id, by=pause.by, reason=reason)
+        session = watching_session(warehouse)
+        try:
+            started = clock()
+            holder = session.holders().get(merchant.merchant_id)
+            while holder is not None and clock() - started < wait:
+                sleep(LOOK_EVERY)
+                holder = session.holders().get(merchant.merchant_id)
+            waited = clock() - started
+        finally:
+            session.close()
+    finally:
+        warehouse.close()
+    said = _said(pause)
+    if holder is not None:
+        print(  # noqa: T201 - the command's last line
+            f"merchant {merchant.merchant_id} paused ({said}), but replica {holder} still "
+            f"holds it after {wait:.0f} s: it lets go at its next tick; `recordsync status` "
+            "shows when"
+        )
+        return 1
+    let_go = f"its holder let go after {waited:.1f} s" if waited >= LOOK_EVERY else "nobody held it"
+    print(  # noqa: T201 - the command's last line
+        f"merchant {merchant.merchant_id} paused ({said}): no replica syncs it ({let_go}); "
+        f"`recordsync merchant resume {merchant.merchant_id}` ends it"
+    )
+    return 0
+
+
+def resume_merchant(
+    settings: Settings,
+    merchant_id: str,
+    *,
+    wait: float = TAKE_WAIT,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Resume ``merchant_id``; when a live replica is configured with it, wait until one
+    holds it again.  0 once held (or when no daemon runs, said so), 1 when not held after
+    ``wait``."""
+    merchant = settings.merchant(merchant_id)
+    warehouse = Warehouse.connect(settings.database_url)
+    try:
+        warehouse.migrate()
+        ended = warehouse.controls.resume(merchant.merchant_id, by=operator())
+        if ended is None:
+            print(f"merchant {merchant.merchant_id} was not paused: nothing to do")  # noqa: T201
+            return 0
+        log.info("merchant_resumed", merchant_id=merchant.merchant_id, paused_since=ended.since)
+        session = watching_session(warehouse)
+        try:
+            takers = [
+                replica
+                for replica, merchants in session.live_replicas(STALE_AFTER).items()
+                if merchants is None or merchant.merchant_id in merchants
+            ]
+            started = clock()
+            holder = session.holders().get(merchant.merchant_id)
+            while takers and holder is None and clock() - started < wait:
+                sleep(LOOK_EVERY)
+                holder = session.holders().get(merchant.merchant_id)
+            waited = clock() - started
+        finally:
+            session.close()
+    finally:
+        warehouse.close()
+    resumed = f"merchant {merchant.merchant_id} resumed (it was paused {_said(ended)})"
+    if holder is not None:
+        print(f"{resumed}: replica {holder} syncs it again after {waited:.1f} s")  # noqa: T201
+        return 0
+    if not takers:
+        print(  # noqa: T201
+            f"{resumed}: no daemon configured with it is running; the next one to start syncs it"
+        )
+        return 0
+    print(  # noqa: T201
+        f"{resumed}, but no replica has taken it after {wait:.0f} s: `recordsync status` shows "
+        "who holds what; the replicas' logs say why"
+    )
+    return 1
+
+
+def watching_session(warehouse: Warehouse) -> FleetSession:
+    """A session that only asks who holds what and who is live: never holds or writes."""
+    return warehouse.fleet_session(
+        f"control-{os.getpid()}", lease_seconds=LEASE_SECONDS, holding=False
+    )
+
+
+def _said(pause: Pause) -> str:
+    why = f", {pause.reason}" if pause.reason else ""
+    return f"since {pause.since.isoformat(timespec='seconds')} by {pause.by}{why}"

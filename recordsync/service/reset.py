@@ -1,0 +1,88 @@
+"""``recordsync merchant reset ID --yes``: re-anchor the change stream and rebuild from
+history_from, keeping the rows: the 410 recovery (``sync.anchor.rebuild``), on demand.
+
+With a daemon holding the merchant the reset is handed to it (a ``sync_requests`` row of kind
+``reset``): its engine ends the generation running, the pages in hand committed, anchors anew
+with ``from_now`` and plans the rebuild's windows, which it then reads beside the tail.  With
+none, the command takes the lease and re-anchors itself; the next daemon to run reads the
+plan.  Either way nothing is deleted: the rebuild upserts every record again at its highest
+revision, so a row never goes back and the dashboards stay whole.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets as random_tokens
+from typing import Any
+
+import orjson
+import structlog
+
+from recordsync.core.errors import ConfigurationError, RecordSyncError
+from recordsync.core.settings import Settings
+from recordsync.core.state import REBUILD_JOB
+from recordsync.core.stopping import Stopper
+from recordsync.logs import process_context
+from recordsync.service.app import open_app
+from recordsync.service.handover import DoneThere, hold_or_hand_over, refuse_if_paused
+from recordsync.service.requested_work import reset_plan
+from recordsync.service.signals import stop_on_signals
+from recordsync.warehouse import RequestKind
+from recordsync.warehouse.timeouts import LEASE_SECONDS
+
+log = structlog.get_logger("recordsync")
+
+
+def run_reset(settings: Settings, merchant_id: str, *, yes: bool) -> int:
+    """Reset ``merchant_id`` (module docstring); ``yes`` is the operator's confirmation."""
+    merchant = settings.merchant(merchant_id)
+    if not yes:
+        raise ConfigurationError(
+            f"merchant reset {merchant.merchant_id}: it re-anchors the change stream and reads "
+            "the whole history again from history_from (the rows are kept): add --yes"
+        )
+    stopper = Stopper()
+    process_context.update(merchant_id=merchant.merchant_id, phase="reset")
+    with (
+        stop_on_signals(stopper),
+        open_app(settings, merchant_id=merchant.merchant_id, stopper=stopper) as app,
+    ):
+        refuse_if_paused(app.warehouse, merchant.merchant_id, what="reset")
+        state = app.warehouse.load_state(merchant.merchant_id)
+        if state is None:
+            raise RecordSyncError(
+                f"merchant {merchant.merchant_id} was never synced: there is nothing to reset "
+                "(its first start anchors it)"
+            )
+        me = f"reset-{os.getpid()}-{random_tokens.token_hex(2)}"
+        session = app.warehouse.fleet_session(me, lease_seconds=LEASE_SECONDS)
+        try:
+            outcome = hold_or_hand_over(
+                RequestKind.RESET,
+                try_hold=lambda: session.try_hold(merchant.merchant_id),
+                ask=lambda: app.warehouse.requests.ask(
+                    merchant.merchant_id, RequestKind.RESET, state.history_from, state.snapshot_to
+                ),
+                requests=app.warehouse.requests,
+                stopper=stopper,
+                handed_over=lambda request_id: log.info("reset_handed_over", request_id=request_id),
+            )
+            if isinstance(outcome, DoneThere):
+                plan: dict[str, Any] = orjson.loads(outcome.request.result or "{}")
+                where = f"by replica {outcome.request.holder}, which reads them beside its tail"
+            else:
+                outcome.run_again_here(app.warehouse.requests)
+                app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
+                anchored = app.engine_for(stopper, epoch=outcome.epoch).reanchor()
+                windows = app.warehouse.load_windows(merchant.merchant_id, REBUILD_JOB)
+                plan = reset_plan(anchored, len(windows))
+                where = "here (no daemon holds it); the next daemon to run reads them"
+        finally:
+            session.close()
+    log.info("reset_finished", **plan)
+    print(  # noqa: T201 - the command's last line
+        f"merchant {merchant.merchant_id} reset: re-anchored at {plan.get('anchor_at')}, "
+        f"{plan.get('windows')} windows from {plan.get('history_from')} to read again, planned "
+        f"{where}; the rows are kept"
+    )
+    return 0
