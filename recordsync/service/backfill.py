@@ -88,7 +88,7 @@ def run_range_job(
         ):
             if not start < end:
                 raise ConfigurationError(f"{name}: --from must be earlier than --to")
-            refuse_if_paused(app.warehouse, merchant.merchant_id, what=name)
+            refuse_if_paused(app.warehouse.controls.paused, merchant.merchant_id, what=name)
             me = f"{name}-{os.getpid()}-{random_tokens.token_hex(2)}"
             job = (
                 backfill_job(start, end)

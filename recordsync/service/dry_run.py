@@ -16,6 +16,7 @@ from recordsync.core.errors import ConfigurationError, RecordSyncError
 from recordsync.core.settings import Settings
 from recordsync.core.state import Window
 from recordsync.core.stopping import Stopper
+from recordsync.service.handover import refuse_if_paused
 from recordsync.service.runtime import Purpose, merchant_client, read_limits
 from recordsync.service.secrets import SecretKeeper
 from recordsync.sync import dry_run
@@ -32,7 +33,8 @@ def dry_run_range(
     merchant = settings.merchant(merchant_id)
     reader = WarehouseReader.open(settings.database_url)
     try:
-        _refuse_if_paused(reader, merchant.merchant_id, what)
+        if what != "verify":  # a plain verify of a paused merchant only reads: it runs
+            refuse_if_paused(reader.paused, merchant.merchant_id, what=what)
         windows = plan_windows(start, end)
         stored = [reader.count_created(merchant.merchant_id, w.start, w.end) for w in windows]
     finally:
@@ -47,7 +49,7 @@ def dry_run_reset(settings: Settings, merchant_id: str) -> int:
     merchant = settings.merchant(merchant_id)
     reader = WarehouseReader.open(settings.database_url)
     try:
-        _refuse_if_paused(reader, merchant.merchant_id, "reset")
+        refuse_if_paused(reader.paused, merchant.merchant_id, what="reset")
         state = reader.load_state(merchant.merchant_id)
         if state is None:
             raise RecordSyncError(
@@ -89,13 +91,3 @@ def _print(
     for line in dry_run.lines(plan):
         print(line)  # noqa: T201 - the command's output
     return 0
-
-
-def _refuse_if_paused(reader: WarehouseReader, merchant_id: str, what: str) -> None:
-    pause = reader.paused([merchant_id]).get(merchant_id)
-    if pause is not None and what != "verify":
-        raise RecordSyncError(
-            f"{what}: merchant {merchant_id} is paused since "
-            f"{pause.since.isoformat(timespec='seconds')} by {pause.by}; "
-            f"`recordsync merchant resume {merchant_id}` first"
-        )

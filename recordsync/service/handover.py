@@ -17,7 +17,7 @@ business (a backfill resumes its windows, a verify starts again).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -27,7 +27,7 @@ from recordsync.core.errors import RecordSyncError
 from recordsync.core.stopping import Stopper
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.resilience import StepRunner
-from recordsync.warehouse import HolderRequest, RequestKind, RequestState, Warehouse
+from recordsync.warehouse import HolderRequest, Pause, RequestKind, RequestState
 from recordsync.warehouse.requests.store import RequestStore
 
 log = structlog.get_logger("recordsync")
@@ -61,9 +61,12 @@ class DoneThere:
     request: HolderRequest
 
 
-def refuse_if_paused(warehouse: Warehouse, merchant_id: str, *, what: str) -> None:
-    """A paused merchant is synced by nobody, a command included: say so and stop."""
-    pause = warehouse.controls.paused([merchant_id]).get(merchant_id)
+def refuse_if_paused(
+    paused: Callable[[list[str]], Mapping[str, Pause]], merchant_id: str, *, what: str
+) -> None:
+    """A paused merchant is synced by nobody, a command included: say so and stop.
+    ``paused``: ``ControlStore.paused`` or ``WarehouseReader.paused``."""
+    pause = paused([merchant_id]).get(merchant_id)
     if pause is not None:
         why = f" ({pause.reason})" if pause.reason else ""
         raise RecordSyncError(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import orjson
@@ -150,10 +150,11 @@ class RequestedWork:
         failed = runner.run(lambda: requests.fail_previous(held), what="answer previous requests")
         if failed:
             log.warning("previous_requests_failed", requests=failed)
-        for request in runner.run(lambda: requests.unfinished(held), what="read requests"):
+        unfinished = runner.run(lambda: requests.unfinished(held), what="read requests")
+        for request in to_start(
+            unfinished, running=lambda r: r.id in ready[r.merchant_id].requests
+        ):
             merchant = ready[request.merchant_id]
-            if request.id in merchant.requests:
-                continue
             merchant.requests.add(request.id)
             threading.Thread(
                 target=self._run,
@@ -272,3 +273,24 @@ def reset_plan(state: SyncState, windows: int) -> dict[str, Any]:
         "windows": windows,
         "rebuilds": state.rebuilds,
     }
+
+
+def to_start(
+    unfinished: Sequence[HolderRequest], *, running: Callable[[HolderRequest], bool]
+) -> list[HolderRequest]:
+    """The requests to start now, oldest first: those not running here yet, and of several
+    asking for the same work (a kind and key: a backfill's job asked by two commands at once)
+    only the oldest; the others wait for it to finish, then find its windows done."""
+    first_of: dict[tuple[str, RequestKind, str], int] = {}
+    for request in unfinished:
+        if request.key is not None:
+            first_of.setdefault((request.merchant_id, request.kind, request.key), request.id)
+    return [
+        request
+        for request in unfinished
+        if not running(request)
+        and (
+            request.key is None
+            or first_of[(request.merchant_id, request.kind, request.key)] == request.id
+        )
+    ]

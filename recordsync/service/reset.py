@@ -47,7 +47,7 @@ def run_reset(settings: Settings, merchant_id: str, *, yes: bool) -> int:
         stop_on_signals(stopper),
         open_app(settings, merchant_id=merchant.merchant_id, stopper=stopper) as app,
     ):
-        refuse_if_paused(app.warehouse, merchant.merchant_id, what="reset")
+        refuse_if_paused(app.warehouse.controls.paused, merchant.merchant_id, what="reset")
         state = app.warehouse.load_state(merchant.merchant_id)
         if state is None:
             raise RecordSyncError(

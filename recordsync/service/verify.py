@@ -96,7 +96,9 @@ def run_verify(
         open_app(settings, merchant_id=merchant.merchant_id, stopper=stopper) as app,
     ):
         if repair:  # a paused merchant is written by nobody; reading it is harmless
-            refuse_if_paused(app.warehouse, merchant.merchant_id, what="verify --repair")
+            refuse_if_paused(
+                app.warehouse.controls.paused, merchant.merchant_id, what="verify --repair"
+            )
         session = app.warehouse.fleet_session(
             f"verify-{os.getpid()}-{random_tokens.token_hex(2)}", lease_seconds=LEASE_SECONDS
         )

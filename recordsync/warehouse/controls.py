@@ -10,9 +10,12 @@ tick.  Times are the database's.
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any
 
-from sqlalchemy import Connection, Engine, insert, select, update
+from sqlalchemy import Connection, Engine, func, select, update
+from sqlalchemy.dialects import mysql, postgresql, sqlite
 
+from recordsync.core.database_url import MYSQL_FAMILY
 from recordsync.warehouse.connection import WRITE_OPTION, translate_errors
 from recordsync.warehouse.database_clock import database_now
 from recordsync.warehouse.schema import merchant_controls
@@ -45,23 +48,45 @@ class ControlStore:
 
 
 def pause(conn: Connection, merchant_id: str, *, by: str, reason: str | None) -> Pause:
+    """One statement, so that two operators pausing at once both succeed: an upsert keeping
+    the first pause's time and who paused first (a read, then an insert, raced: the second
+    insert hit the key)."""
     now = database_now()
-    known = _pause_of(conn, merchant_id)
-    since = known.since if known is not None else now
     values = {
-        "paused_at": since,
-        "paused_by": known.by if known is not None else by,
+        "merchant_id": merchant_id,
+        "paused_at": now,
+        "paused_by": by,
         "reason": reason,
         "changed_at": now,
         "changed_by": by,
     }
-    moved = conn.execute(
-        update(merchant_controls)
-        .where(merchant_controls.c.merchant_id == merchant_id)
-        .values(values)
-    )
-    if moved.rowcount == 0:
-        conn.execute(insert(merchant_controls).values(merchant_id=merchant_id, **values))
+    table = merchant_controls
+    backend = conn.dialect.name
+    if backend in MYSQL_FAMILY:
+        mariadb = mysql.insert(table).values(values)
+        new = mariadb.inserted
+        statement: Any = mariadb.on_duplicate_key_update(
+            paused_at=func.coalesce(table.c.paused_at, new.paused_at),
+            paused_by=func.coalesce(table.c.paused_by, new.paused_by),
+            reason=new.reason,
+            changed_at=new.changed_at,
+            changed_by=new.changed_by,
+        )
+    else:
+        dialect = postgresql if backend == "postgresql" else sqlite
+        upsert = dialect.insert(table).values(values)
+        new = upsert.excluded
+        statement = upsert.on_conflict_do_update(
+            index_elements=[table.c.merchant_id],
+            set_={
+                "paused_at": func.coalesce(table.c.paused_at, new.paused_at),
+                "paused_by": func.coalesce(table.c.paused_by, new.paused_by),
+                "reason": new.reason,
+                "changed_at": new.changed_at,
+                "changed_by": new.changed_by,
+            },
+        )
+    conn.execute(statement)
     paused_now = _pause_of(conn, merchant_id)
     assert paused_now is not None
     return paused_now

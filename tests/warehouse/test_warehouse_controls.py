@@ -3,6 +3,8 @@ kept with who and why, a second pause keeps the first one's time, a resume ends 
 
 from __future__ import annotations
 
+import threading
+
 from recordsync.warehouse import Warehouse
 
 M1, M2 = "m-controls-1", "m-controls-2"
@@ -28,3 +30,41 @@ def test_a_pause_is_kept_with_who_and_why_until_resumed(warehouse: Warehouse):
     assert later.since >= first.since
     assert (later.by, later.reason) == ("ops@host-c", None)
     assert controls.paused([]) == {}
+
+
+def test_operators_pausing_at_the_same_instant_all_succeed(warehouse: Warehouse):
+    """Eight pauses of one merchant released together, ten times over: none fails (a read,
+    then an insert, raced: the second insert hit the key), one row, the first time kept."""
+    url = warehouse.engine.url.render_as_string(hide_password=False)
+    stores = [Warehouse.connect(url) for _ in range(8)]
+    try:
+        for round_ in range(10):
+            merchant = f"m-controls-race-{round_}"
+            barrier = threading.Barrier(len(stores))
+            failures: list[BaseException] = []
+
+            def pause(
+                store: Warehouse,
+                n: int,
+                merchant: str = merchant,
+                barrier: threading.Barrier = barrier,
+                failures: list[BaseException] = failures,
+            ) -> None:
+                barrier.wait(10)
+                try:
+                    store.controls.pause(merchant, by=f"ops-{n}", reason="race")
+                except BaseException as exc:  # noqa: BLE001 - collected, asserted below
+                    failures.append(exc)
+
+            threads = [
+                threading.Thread(target=pause, args=(store, n)) for n, store in enumerate(stores)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+            assert failures == []
+            assert list(warehouse.controls.paused([merchant])) == [merchant]
+    finally:
+        for store in stores:
+            store.close()
