@@ -88,7 +88,6 @@ def run_range_job(
         ):
             if not start < end:
                 raise ConfigurationError(f"{name}: --from must be earlier than --to")
-            refuse_if_paused(app.warehouse.controls.paused, merchant.merchant_id, what=name)
             me = f"{name}-{os.getpid()}-{random_tokens.token_hex(2)}"
             job = (
                 backfill_job(start, end)
@@ -110,6 +109,9 @@ def run_range_job(
                     stopper=stopper,
                     handed_over=follower.handed_over,
                     progress=follower,
+                    before_taking=lambda: refuse_if_paused(
+                        app.warehouse.controls.paused, merchant.merchant_id, what=name
+                    ),
                 )
                 if isinstance(outcome, DoneThere):
                     follower.finished(outcome.request)

@@ -85,12 +85,17 @@ def hold_or_hand_over(
     stopper: Stopper,
     handed_over: Callable[[int], None] = lambda _request_id: None,
     progress: Callable[[HolderRequest], None] = lambda _request: None,
+    before_taking: Callable[[], None] = lambda: None,
     follow_every: float = FOLLOW_EVERY,
 ) -> HeldHere | DoneThere:
     """Take the merchant's lease (``try_hold``), or hand the work over (``ask`` inserts the
     request) and follow it: ``progress`` sees the request at each look, ``handed_over`` its id
-    once asked.  A request that failed at its holder (or disappeared) raises
-    ``RecordSyncError`` with the holder's reason; a stop raises ``ShutdownRequestedError``."""
+    once asked.  ``before_taking`` runs before every attempt at the lease and may refuse it
+    (a merchant paused: ``refuse_if_paused``), so that a command never takes back the lease of
+    a merchant paused while it followed.  A request that failed at its holder (or
+    disappeared) raises ``RecordSyncError`` with the holder's reason; a stop raises
+    ``ShutdownRequestedError``."""
+    before_taking()
     epoch = try_hold()
     if epoch is not None:
         return HeldHere(epoch)
@@ -107,6 +112,7 @@ def hold_or_hand_over(
         progress(request)
         if request.state is RequestState.DONE:
             return DoneThere(request)
+        before_taking()
         epoch = runner.run(try_hold, what="take the lease")
         if epoch is not None:
             taken_back = f"{kind.value}_taken_back"  # backfill_taken_back, verify_taken_back

@@ -224,8 +224,9 @@ class RequestedWork:
         """``recordsync merchant reset``: the merchant's engine ends its generation (pages in
         hand committed) and rebuilds, as after an expired change cursor; done once the new
         anchor is committed (``rebuilds`` counted up).  The new plan goes back as JSON."""
+        while merchant.engine is None:  # its sync restarting after a failure: built again soon
+            merchant.stopper.sleep(RESET_LOOK_EVERY)
         engine = merchant.engine
-        assert engine is not None
         runner = StepRunner(stopper=merchant.stopper, observer=SyncObserver(), fatal_is_final=False)
         before = runner.run(
             lambda: self._warehouse.load_state(merchant.merchant_id), what="read sync state"

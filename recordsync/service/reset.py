@@ -47,7 +47,6 @@ def run_reset(settings: Settings, merchant_id: str, *, yes: bool) -> int:
         stop_on_signals(stopper),
         open_app(settings, merchant_id=merchant.merchant_id, stopper=stopper) as app,
     ):
-        refuse_if_paused(app.warehouse.controls.paused, merchant.merchant_id, what="reset")
         state = app.warehouse.load_state(merchant.merchant_id)
         if state is None:
             raise RecordSyncError(
@@ -66,6 +65,9 @@ def run_reset(settings: Settings, merchant_id: str, *, yes: bool) -> int:
                 requests=app.warehouse.requests,
                 stopper=stopper,
                 handed_over=lambda request_id: log.info("reset_handed_over", request_id=request_id),
+                before_taking=lambda: refuse_if_paused(
+                    app.warehouse.controls.paused, merchant.merchant_id, what="reset"
+                ),
             )
             if isinstance(outcome, DoneThere):
                 plan: dict[str, Any] = orjson.loads(outcome.request.result or "{}")

@@ -95,10 +95,13 @@ def run_verify(
         stop_on_signals(stopper) as signals,
         open_app(settings, merchant_id=merchant.merchant_id, stopper=stopper) as app,
     ):
-        if repair:  # a paused merchant is written by nobody; reading it is harmless
-            refuse_if_paused(
-                app.warehouse.controls.paused, merchant.merchant_id, what="verify --repair"
-            )
+
+        def before_taking() -> None:  # a paused merchant is written by nobody; reading it is not
+            if repair:
+                refuse_if_paused(
+                    app.warehouse.controls.paused, merchant.merchant_id, what="verify --repair"
+                )
+
         session = app.warehouse.fleet_session(
             f"verify-{os.getpid()}-{random_tokens.token_hex(2)}", lease_seconds=LEASE_SECONDS
         )
@@ -106,6 +109,7 @@ def run_verify(
             outcome = hold_or_hand_over(
                 RequestKind.VERIFY,
                 try_hold=lambda: session.try_hold(merchant.merchant_id),
+                before_taking=before_taking,
                 ask=lambda: app.warehouse.requests.ask(
                     merchant.merchant_id, RequestKind.VERIFY, start, end, repair=repair
                 ),
