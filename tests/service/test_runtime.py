@@ -132,16 +132,21 @@ def test_every_merchant_client_starts_with_a_cold_budget_at_the_spec_default() -
 
 
 def test_only_the_runtime_builds_a_merchants_sync() -> None:
-    """The daemon and the commands do not assemble an engine of their own: the one place
-    that reads the limits and sizes the options is ``runtime.merchant_sync`` (before issue 25,
-    ``merchant_syncs`` and ``app`` each did, with different options)."""
+    """The daemon and the commands do not assemble an engine of their own: the one place that
+    sizes a sync's options is ``runtime.merchant_sync`` (before issue 25, ``merchant_syncs``
+    and ``app`` each did, with different options).  A dry run reads the limits to estimate a
+    job's time, and builds no sync."""
     service = Path(runtime.__file__).parent
-    builders = sorted(
-        path.relative_to(service).as_posix()
-        for path in service.rglob("*.py")
-        if "read_limits(" in path.read_text() or "sync_options(" in path.read_text()
-    )
-    assert builders == ["runtime.py"]
+
+    def calling(call: str) -> list[str]:
+        return sorted(
+            path.relative_to(service).as_posix()
+            for path in service.rglob("*.py")
+            if call in path.read_text()
+        )
+
+    assert calling("sync_options(") == ["runtime.py"]
+    assert calling("read_limits(") == ["dry_run.py", "runtime.py"]
 
 
 def test_a_merchants_sync_is_sized_to_the_platforms_limits_and_its_share(tmp_path) -> None:
