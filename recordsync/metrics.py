@@ -75,6 +75,7 @@ class MetricName(StrEnum):
     # The change tail.
     TAIL_FRESHNESS = "recordsync_tail_freshness_seconds"
     TAIL_HAS_MORE = "recordsync_tail_has_more"
+    TAIL_WAIT = "recordsync_tail_wait_seconds"
     TAIL_LAST_SEQUENCE = "recordsync_tail_last_sequence"
     # Health of the sync.
     REBUILDS = "recordsync_rebuilds_total"
@@ -194,6 +195,7 @@ class _MerchantState:
     last_commit_at: float | None = None
     projection_as_of: float | None = None
     tail_has_more: bool | None = None
+    tail_wait: float | None = None
     tail_last_sequence: float | None = None
     drift_rows_behind: int | None = None
     catalogue_available: bool | None = None
@@ -491,6 +493,11 @@ class MerchantMetrics:
                 state.tail_last_sequence = sequence_as_float(last_sequence)
             if projection_as_of is not None:
                 state.projection_as_of = projection_as_of.timestamp()
+
+    def tail_wait(self, seconds: float) -> None:
+        """The tail's wait before its next read, as its pacing decided (``sync.tail_pace``)."""
+        with self._book.editing(self.merchant_id) as state:
+            state.tail_wait = seconds
 
     # -- health of the sync -----------------------------------------------------------------
 
@@ -811,6 +818,12 @@ def _sync_families(
         "1 while the last change page said has_more (a backlog remains), else 0.",
         labels=labels,
     )
+    wait = GaugeMetricFamily(
+        MetricName.TAIL_WAIT,
+        "Seconds the change tail waits between reads now: the poll interval while changes "
+        "flow, longer over empty pages while a snapshot runs or notifications wake it.",
+        labels=labels,
+    )
     last_sequence = GaugeMetricFamily(
         MetricName.TAIL_LAST_SEQUENCE,
         "Highest change sequence committed, as a float: a progress indicator, not exact "
@@ -843,12 +856,22 @@ def _sync_families(
             freshness.add_metric(key, max(now - state.projection_as_of, 0.0))
         if state.tail_has_more is not None:
             has_more.add_metric(key, 1 if state.tail_has_more else 0)
+        if state.tail_wait is not None:
+            wait.add_metric(key, state.tail_wait)
         if state.tail_last_sequence is not None:
             last_sequence.add_metric(key, state.tail_last_sequence)
         last_commit.add_metric(key, 0.0 if state.last_commit_at is None else state.last_commit_at)
         if state.drift_rows_behind is not None:
             rows_behind.add_metric(key, state.drift_rows_behind)
-    return [freshness, has_more, last_sequence, last_commit, rows_behind, catalogue_available]
+    return [
+        freshness,
+        has_more,
+        wait,
+        last_sequence,
+        last_commit,
+        rows_behind,
+        catalogue_available,
+    ]
 
 
 def _fleet_families(snapshot: _Snapshot) -> list[GaugeMetricFamily]:

@@ -34,6 +34,7 @@ the daemon's dependencies.
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 import tomllib
@@ -70,6 +71,21 @@ _SECRET_KEYS: Final = ("secret", "secret_file", "previous_secret", "previous_sec
 T = TypeVar("T")
 
 
+# The adaptive tail's defaults (issue 27; the rules: ``sync.tail_pace``).
+# The ceiling of an idle tail while a snapshot runs, without notifications: the freshness a
+# backfill may cost when the stream is quiet (a change after a quiet spell waits at most this
+# long), against 0.1 of the default budget kept by the tail at most.
+DEFAULT_POLL_CEILING: Final = 10.0
+# With notifications, the idle tail's safety poll: what no notification announces (a later
+# revision of an ended round; a notification the platform gave up on) arrives within it.
+# 10 s costs an idle merchant 0.1 request a second, a twentieth of the default budget.
+DEFAULT_SAFETY_POLL: Final = 10.0
+# With notifications, during a snapshot, the tail reads at most once every this many seconds:
+# at the default limit of 2 requests a second the snapshot keeps 0.9 of the budget, and a
+# round's end reaches the warehouse within it and a round trip.
+DEFAULT_SNAPSHOT_TAIL_INTERVAL: Final = 5.0
+
+
 @dataclass(frozen=True, slots=True)
 class MerchantSettings:
     """One merchant this deployment syncs, with the defaults already applied.
@@ -94,6 +110,12 @@ class Settings:
     database_url: str = DEFAULT_DATABASE_URL
     http_port: int = DEFAULT_HTTP_PORT
     poll_interval: float = 1.0
+    # The adaptive tail (issue 27, ``sync.tail_pace``): an idle tail's longest wait while a
+    # snapshot runs, its safety poll when notifications are received, and with notifications
+    # the least time between its reads during a snapshot.
+    poll_ceiling: float = DEFAULT_POLL_CEILING
+    safety_poll: float = DEFAULT_SAFETY_POLL
+    snapshot_tail_interval: float = DEFAULT_SNAPSHOT_TAIL_INTERVAL
     page_size: int = 1000
     snapshot_concurrency: int = 4
     http_timeout: float = 30.0
@@ -148,6 +170,23 @@ class Settings:
         most a third of the readiness limit, so that readiness never sees an idle tail as
         stuck."""
         return min(10 * self.poll_interval, self.ready_multiple * self.poll_interval / 3)
+
+    @property
+    def longest_tail_wait(self) -> float:
+        """The longest an idle tail waits between two reads (``sync.tail_pace``)."""
+        waits = [self.poll_interval, self.poll_ceiling, self.snapshot_tail_interval]
+        if self.events_port:
+            waits.append(self.safety_poll)
+        return max(waits)
+
+    @property
+    def readiness_multiple(self) -> float:
+        """``ready_multiple``, raised when the adaptive tail may wait longer: an idle tail
+        commits at its first read after ``idle_commit_interval``, so two commits may be that
+        and its longest wait apart; readiness allows twice that, so that a tail stretched to
+        its ceiling is never taken for a stuck one."""
+        needed = 2 * (self.idle_commit_interval + self.longest_tail_wait) / self.poll_interval
+        return max(self.ready_multiple, needed)
 
 
 # -- reading values ------------------------------------------------------------------------------
@@ -257,6 +296,14 @@ def _port(value: str) -> int:
 def _positive_float(value: str) -> float:
     number = float(value)
     if not number > 0:
+        raise ValueError(value)
+    return number
+
+
+def _positive_seconds(value: str) -> float:
+    """A wait: positive and finite (an infinite one would never read again)."""
+    number = _positive_float(value)
+    if math.isinf(number):
         raise ValueError(value)
     return number
 
@@ -540,6 +587,24 @@ def load_settings(
         http_port=reader.get("http_port", _port, DEFAULT_HTTP_PORT, hint="a port 0-65535"),
         poll_interval=reader.get(
             "poll_interval", _positive_float, 1.0, hint="a positive number of seconds"
+        ),
+        poll_ceiling=reader.get(
+            "poll_ceiling",
+            _positive_seconds,
+            DEFAULT_POLL_CEILING,
+            hint="a positive number of seconds",
+        ),
+        safety_poll=reader.get(
+            "safety_poll",
+            _positive_seconds,
+            DEFAULT_SAFETY_POLL,
+            hint="a positive number of seconds",
+        ),
+        snapshot_tail_interval=reader.get(
+            "snapshot_tail_interval",
+            _positive_seconds,
+            DEFAULT_SNAPSHOT_TAIL_INTERVAL,
+            hint="a positive number of seconds",
         ),
         page_size=reader.get("page_size", _positive_int, 1000, hint="a positive integer"),
         snapshot_concurrency=reader.get(

@@ -185,6 +185,7 @@ class PlatformClient:
         self._observer: ClientObserver = observer or NullObserver()
         self._limits = DEFAULT_LIMITS
         self._round_trip: float | None = None
+        self._first_round_trip: float | None = None  # the capabilities call's
         self._lease: Callable[[], bool] | None = None
         tls = _tls(verify=verify)
         self._http = httpx.Client(
@@ -213,9 +214,12 @@ class PlatformClient:
 
     def pace(self) -> Pace:
         """The budget's terms and the recent round trip of a request (sent to answered, a
-        moving average), so the snapshot can keep enough chains in flight."""
+        moving average), so the snapshot can keep enough chains in flight.  Before any record
+        request was answered, the capabilities call's round trip stands in for it (it leaves
+        out the platform's work on a page: an estimate from below)."""
         budget = self._budget
-        return Pace(budget.requests, budget.seconds, budget.margin, self._round_trip)
+        round_trip = self._round_trip if self._round_trip is not None else self._first_round_trip
+        return Pace(budget.requests, budget.seconds, budget.margin, round_trip)
 
     def __repr__(self) -> str:
         base_url = self._origin + self._base_path
@@ -501,6 +505,10 @@ class PlatformClient:
         if endpoint in _CHAINED:
             previous = self._round_trip
             self._round_trip = seconds if previous is None else previous + (seconds - previous) / 4
+        elif endpoint == CAPABILITIES and self._first_round_trip is None:
+            # The first request of every run: how far the platform is, before any page was
+            # asked for, so that a short job can start as wide as its latency needs.
+            self._first_round_trip = seconds
         status = response.status_code
         if endpoint == RECORDS and is_json_success(status, response.headers):
             # The hot path: the page straight from the bytes, or None and the usual path below.

@@ -182,7 +182,7 @@ def _health_server(
         ping=warehouse.ping,
         held=lambda: _held(metrics, syncs),
         poll_interval=settings.poll_interval,
-        multiple=settings.ready_multiple,
+        multiple=settings.readiness_multiple,
         clock=time.time,
     )
     with HealthServer(settings.http_port, registry=metrics.registry, readiness=readiness):

@@ -72,6 +72,9 @@ class SyncMetricsObserver(SyncObserver):
             has_more=has_more, projection_as_of=projection_as_of, last_sequence=None
         )
 
+    def tail_interval(self, seconds: float) -> None:
+        self._metrics.tail_wait(seconds)
+
     def quarantined(self, source: str, count: int) -> None:
         self._metrics.quarantined(source, count)
 

@@ -43,6 +43,7 @@ from recordsync.sync.engine import SyncEngine
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.jobs import JobHost
 from recordsync.sync.options import DEFAULT_CROSS_CHECK_INTERVAL, SyncOptions
+from recordsync.sync.tail_pace import TailPacing
 from recordsync.sync.windows import MAX_CHAINS
 from recordsync.warehouse import MerchantStore
 
@@ -139,7 +140,13 @@ def sync_options(
         merchant_id=merchant.merchant_id,
         history_from=merchant.history_from,
         page_size=min(settings.page_size, limits.max_page_size),
-        poll_interval=settings.poll_interval,
+        tail_pacing=TailPacing(
+            interval=settings.poll_interval,
+            ceiling=settings.poll_ceiling,
+            # Notifications wake the tail: when idle, it only polls for safety.
+            safety=settings.safety_poll if receives_events else None,
+            snapshot_spacing=settings.snapshot_tail_interval,
+        ),
         snapshot_concurrency=concurrency,
         snapshot_most_chains=most_chains,
         drift_interval=settings.drift_check_interval or None,

@@ -259,11 +259,11 @@ def _check(settings: Settings, merchant_ids: Sequence[str]) -> int:
         last_commit = state.last_commit_at.timestamp() if state and state.last_commit_at else None
         verdict = assess_readiness(
             now=now,
-            started_at=now - settings.ready_multiple * settings.poll_interval,
+            started_at=now - settings.readiness_multiple * settings.poll_interval,
             last_commit_at=last_commit,
             warehouse_error=None,
             poll_interval=settings.poll_interval,
-            multiple=settings.ready_multiple,
+            multiple=settings.readiness_multiple,
             startup_grace=0.0,
         )
         all_ready = all_ready and verdict.ready

@@ -213,10 +213,12 @@ class SimulatedApi:
         if endpoint == CAPABILITIES:
             _, params = split_target(request.target)
             reject_unknown(params, frozenset())
+            self._delay(merchant, endpoint)  # the network's latency is every request's
             return Response(200, success_body(self._capabilities(merchant), request_id))
         if endpoint == GAMES:
             self._count_query(merchant, arrival)
             _, params = split_target(request.target)
+            self._delay(merchant, endpoint)
             return self._games(params, merchant, int(now * 1000), request_id)
         self._count(merchant, arrival, now)
         self._delay(merchant, endpoint)
@@ -226,7 +228,8 @@ class SimulatedApi:
         return self._changes(params, merchant, int(now * 1000), request_id)
 
     def _delay(self, merchant: SimulatedMerchant, endpoint: str) -> None:
-        """The injected latency, and on ``records`` its own latency on top."""
+        """The injected latency (the network's: on every endpoint), and on ``records`` its own
+        latency on top (the platform's work on a page)."""
         delay = merchant.injector.latency_seconds() or 0.0
         if endpoint == RECORDS:
             delay += merchant.injector.rates.records_latency_ms / 1000.0

@@ -28,6 +28,7 @@ from recordsync.core.models import KNOWN_STATUSES, Record, RecordsPage, Rejected
 from recordsync.core.state import WindowPage
 from recordsync.core.stopping import Stopper
 from recordsync.platform.budget import Priority
+from recordsync.sync.demand import SnapshotDemand
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.group_commit import GroupCommits
 from recordsync.sync.options import SyncOptions
@@ -56,6 +57,8 @@ class SyncContext:
     # when the warehouse takes commits side by side: nothing waits, nothing is grouped.
     window_commits: GroupCommits[WindowPage, object] | None = field(init=False)
     caught_up: threading.Event = field(init=False, default_factory=threading.Event)
+    # The jobs reading windows now (a snapshot, a backfill): the tail gives them the budget.
+    snapshots: SnapshotDemand = field(init=False, default_factory=SnapshotDemand)
     log: Any = field(init=False)
 
     def __post_init__(self) -> None:

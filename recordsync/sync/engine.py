@@ -93,6 +93,8 @@ class SyncEngine:
             observer=observer or SyncObserver(),
             rng=rng or random.Random(),  # noqa: S311 - jitter, not cryptography
         )
+        # A snapshot starting or ending changes how long the tail waits (``tail_pace``).
+        self._context.snapshots.on_change = self._wakeups.nudge
         self._cross_check = CrossCheck(self._context)
         # An operator's reset (``request_rebuild``): the generation running ends, a rebuild
         # follows, as after an expired change cursor.

@@ -35,6 +35,9 @@ class SyncObserver:
         """An empty change page left the cursor where it was: nothing to commit, but the
         warehouse is now known to hold every change up to ``projection_as_of``."""
 
+    def tail_interval(self, seconds: float) -> None:
+        """The tail will wait ``seconds`` before its next read (``tail_pace``)."""
+
     def quarantined(self, source: str, count: int) -> None:
         """Items failed validation and were stored in the quarantine."""
 
@@ -98,6 +101,10 @@ class MultiObserver(SyncObserver):
     def tail_polled(self, *, has_more: bool, projection_as_of: datetime | None) -> None:
         for observer in self.observers:
             observer.tail_polled(has_more=has_more, projection_as_of=projection_as_of)
+
+    def tail_interval(self, seconds: float) -> None:
+        for observer in self.observers:
+            observer.tail_interval(seconds)
 
     def quarantined(self, source: str, count: int) -> None:
         for observer in self.observers:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from recordsync.sync.plan import DEFAULT_SNAPSHOT_OVERLAP
+from recordsync.sync.tail_pace import TailPacing
 
 DEFAULT_DRIFT_INTERVAL = 3600.0
 DEFAULT_CROSS_CHECK_INTERVAL = 60.0
@@ -17,7 +18,10 @@ class SyncOptions:
     merchant_id: str
     history_from: datetime | None
     page_size: int = 1000
-    poll_interval: float = 1.0
+    # When the tail reads (``tail_pace``): every ``poll_interval`` while changes flow,
+    # stretched over empty pages; with round-end notifications (``tail_pacing.safety`` set),
+    # a safety poll and the wake-ups.
+    tail_pacing: TailPacing = field(default_factory=TailPacing)
     snapshot_concurrency: int = 4
     # The most chains a snapshot may grow to when the round trip asks for more (windows.py);
     # None: windows.MAX_CHAINS.  A daemon sharing its worker threads among merchants sets
@@ -42,3 +46,7 @@ class SyncOptions:
     # still commits one (its time, its projection_as_of) once this many seconds passed since
     # its last commit, so that the warehouse shows it alive (readiness, status).
     idle_commit_interval: float = 10.0
+
+    @property
+    def poll_interval(self) -> float:
+        return self.tail_pacing.interval

@@ -91,6 +91,9 @@ class PendingWindows:
         self.abandoned = False
         self.spawn: Callable[[int], None] | None = None
         self.on_progress: Callable[[int, int], None] | None = None
+        # Set by ``schedule_snapshot``: the job's stop, and who hears that its last worker ended.
+        self.stopper: Stopper | None = None
+        self.on_end: Callable[[], None] | None = None
         # Moving average of a page's time from its parsed answer to its chain's next request:
         # its wait for the writer and its commit.  It is part of every chain's cycle,
         # so chains_needed counts it (the commit alone, 0.1 s here, left out the wait behind
@@ -116,9 +119,12 @@ class PendingWindows:
                 self.reading[item.window] = None
                 return item
             self.running -= 1
-            if self.running == 0 and not self.abandoned:
+            ended = self.running == 0
+            if ended and not self.abandoned:
                 self.done.set()
-            return None
+        if ended:
+            self._ended()
+        return None
 
     def window_finished(self) -> None:
         with self.lock:
@@ -138,6 +144,20 @@ class PendingWindows:
             self.running -= 1
             if reading:
                 self.in_flight -= 1
+            ended = self.running == 0
+        if ended:
+            self._ended()
+
+    @property
+    def wants_budget(self) -> bool:
+        """Workers are reading (or waiting to read on) and the job was not stopped: the tail
+        leaves the budget to them (``demand``)."""
+        stopper = self.stopper
+        return self.running > 0 and not (stopper is not None and stopper.stopped)
+
+    def _ended(self) -> None:
+        if self.on_end is not None:
+            self.on_end()
 
     def committed(self, window: Window, seconds: float, *, finished: bool) -> None:
         """A page of ``window`` was answered ``seconds`` ago and is committed; ``finished``:
@@ -342,25 +362,39 @@ def backfill(
 
 
 def first_plan(ctx: SyncContext, start: datetime, end: datetime) -> list[Window]:
-    """A new job's windows: equal ones of at most 24 h, as many as the chains the round trip
-    measured so far needs, or the chains configured (``snapshot_concurrency``) when none was.
+    """A new job's windows: equal ones of at most 24 h, at least as many as the chains it
+    starts with (``starting_chains``).
 
     Equal, not UTC days: a job ends when its longest chain ends, and the chains that outlive
     the others run too few to keep the budget busy.  A week and an hour by days is six whole
     days and two partial ones, so at a 3 s round trip the last 100 s ran six chains where
-    seven were needed (bench/README.md, 1b).  And at least the chains configured: until the
-    first page is answered they are all the chains in flight, and a one-day job by days sent
-    two requests and idled the budget for the rest of the first round trip.  The chains cut
-    their windows further as they go when the round trip wants more."""
-    pace = ctx.client.pace()
+    seven were needed (bench/README.md, 1b).  The chains cut their windows further as they
+    go when the round trip wants more."""
+    return plan_for_chains(start, end, starting_chains(ctx))
+
+
+def starting_chains(ctx: SyncContext) -> int:
+    """The chains a job starts with: as many as the round trip needs from its first second
+    (issue 27), and at least the chains configured (``snapshot_concurrency``).
+
+    Before the first page is answered they are all the chains in flight: a one-day job at a
+    3 s round trip that started with 4 and cut more only once answers came back ran at 0.53
+    of the budget's ceiling.  The round trip known at the start is the capabilities call's
+    (``RecordSource.pace``); none is known in a process that has not read them, which then
+    starts with the chains configured.  The chains needed never exceed the job's share of
+    the worker threads (``snapshot_most_chains``)."""
     concurrency = ctx.options.snapshot_concurrency
+    pace = ctx.client.pace()
     if pace.round_trip is None:
-        return plan_for_chains(start, end, concurrency)
-    chains = chains_needed(
+        return concurrency
+    needed = chains_needed(
         requests=pace.requests, seconds=pace.seconds, margin=pace.margin, round_trip=pace.round_trip
     )
-    # No page was committed yet, so the work is unknown: no more chains than configured.
-    return plan_for_chains(start, end, min(chains, concurrency))
+    return max(concurrency, min(needed, most_chains(ctx)))
+
+
+def most_chains(ctx: SyncContext) -> int:
+    return max(ctx.options.snapshot_concurrency, ctx.options.snapshot_most_chains or MAX_CHAINS)
 
 
 def plan_snapshot(ctx: SyncContext, job: str, stopper: Stopper) -> PendingWindows | None:
@@ -375,12 +409,11 @@ def plan_snapshot(ctx: SyncContext, job: str, stopper: Stopper) -> PendingWindow
     if not pending:
         return None
     ctx.log.info("snapshot_started", job=job, windows=len(progress), pending=len(pending))
-    concurrency = ctx.options.snapshot_concurrency
     return PendingWindows(
         pending,
-        workers=min(concurrency, len(pending)),
+        workers=min(starting_chains(ctx), len(pending)),
         total=len(progress),
-        most_workers=max(concurrency, ctx.options.snapshot_most_chains or MAX_CHAINS),
+        most_workers=most_chains(ctx),
     )
 
 
@@ -413,7 +446,11 @@ def schedule_snapshot(
 
     snapshot.spawn = spawn
     snapshot.on_progress = lambda total, done: ctx.observer.windows_planned(job, total, done)
-    spawn(snapshot.start())
+    snapshot.stopper = stopper
+    snapshot.on_end = ctx.snapshots.changed
+    count = snapshot.start()
+    ctx.snapshots.add(snapshot)
+    spawn(count)
 
 
 class SnapshotWorker:

@@ -16,7 +16,6 @@ fifty empty transactions a second were most of an idle fleet's CPU.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -33,37 +32,61 @@ from recordsync.sync.plan import highest_sequence
 
 class TailWakeups:
     """Read-now requests for the tail (a round-end notification came), coalesced, and the
-    tail's wait for its next poll, which a request or a stop cuts short.
+    tail's wait for its next read, which a request, a stop or a change of the snapshot
+    demand (``nudge``) cuts short so the tail can decide again.
 
-    A request while the tail waits ends the wait at once (``request`` returns True); a
-    request while it reads makes it read once more when the read in hand ends, since that
-    read may have been answered before the round's change existed.  Any number of requests
-    during one read cause one more read, not one each: a burst of notifications costs the
-    rate budget one or two requests.
+    A request while the tail waits ends the wait (``request`` returns True); whether it reads
+    at once is the tail's decision (``tail_pace``: during a snapshot, not before the spacing).
+    A request while it reads makes it read once more after the read in hand, since that read
+    may have been answered before the round's change existed.  Any number of requests before
+    one read cause that one read, not one each: a burst of notifications costs the rate
+    budget one or two requests.
     """
 
     def __init__(self) -> None:
         self._changed = threading.Condition(threading.Lock())
         self._running = False
         self._wanted = False
+        self._version = 0
 
     def request(self) -> bool:
-        """Ask for a read now; True when the tail was waiting (it reads at once)."""
+        """Ask for a read now; True when the tail was waiting (it decides at once)."""
         with self._changed:
             self._wanted = True
-            self._changed.notify_all()
+            self._poke()
             return not self._running
 
-    def wait(self, seconds: float, stopper: Stopper) -> None:
-        """Until ``seconds`` passed, a read is asked for, or ``stopper`` stops (it must have
-        adopted this object, so that its stop ends the wait)."""
+    def nudge(self) -> None:
+        """A snapshot started or ended: the tail's wait is decided again (``demand``)."""
         with self._changed:
-            self._changed.wait_for(lambda: self._wanted or stopper.stopped, max(seconds, 0.0))
+            self._poke()
 
     def stop(self) -> None:
         """A stop: end the wait in hand (``Stopper.adopt``)."""
         with self._changed:
-            self._changed.notify_all()
+            self._poke()
+
+    def _poke(self) -> None:
+        self._version += 1
+        self._changed.notify_all()
+
+    @property
+    def wanted(self) -> bool:
+        with self._changed:
+            return self._wanted
+
+    @property
+    def version(self) -> int:
+        with self._changed:
+            return self._version
+
+    def wait(self, seconds: float, stopper: Stopper, *, since: int) -> None:
+        """Until ``seconds`` passed, ``stopper`` stops (it must have adopted this object), or
+        anything happened since ``version`` was ``since``: a request, a nudge, a stop."""
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._version != since or stopper.stopped, max(seconds, 0.0)
+            )
 
     def begin(self) -> None:
         with self._changed:
@@ -104,15 +127,6 @@ def _idle(page: ChangesPage, tail: Tail, interval: float) -> bool:
     return tail.committed_at is not None and time.monotonic() - tail.committed_at < interval
 
 
-def next_poll(due: float, interval: float, now: float) -> float:
-    """When the poll after the one due at ``due`` is: on the grid ``due + k * interval``,
-    the first point after ``now``, so a poll that outlasts its interval is followed by the
-    next one on time, never by a burst of the ones it missed."""
-    if now < due + interval:
-        return due + interval
-    return due + (math.floor((now - due) / interval) + 1) * interval
-
-
 def follow_tail(
     ctx: SyncContext,
     tail: Tail,
@@ -123,19 +137,48 @@ def follow_tail(
     wakeups: TailWakeups,
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
-    """The tail's loop, in the calling thread: drain, then wait for the next poll (every
-    ``poll_interval``) or a read-now request, until ``stopper`` stops or the change cursor
-    expires (``rebuild``).  ``stopper`` must have adopted ``wakeups``."""
-    interval = ctx.options.poll_interval
-    due = clock()
+    """The tail's loop, in the calling thread: drain, then wait for the next read, as long as
+    the pacing says (``tail_pace``: the interval while changes flow, stretched over empty
+    pages while a snapshot wants the budget, a safety poll with notifications) or until a
+    read-now request may be served, until ``stopper`` stops or the change cursor expires
+    (``rebuild``).  ``stopper`` must have adopted ``wakeups``.
+
+    The wait is decided again whenever something happens (a request, a snapshot starting or
+    ending), from when the last read began: a tail stretched to its ceiling by a backfill
+    reads again at its interval as soon as the backfill ends."""
+    pacing = ctx.options.tail_pacing
+    wait = pacing.interval
+    last_read: float | None = None
     while True:
-        wakeups.wait(due - clock(), stopper)
+        version = wakeups.version
+        snapshot = ctx.snapshots.running
+        now = clock()
+        if last_read is None:
+            due = now
+        else:
+            due = last_read + min(wait, pacing.longest(snapshot=snapshot))
+            if wakeups.wanted:
+                due = min(due, last_read + pacing.wake_spacing(snapshot=snapshot))
         if stopper.stopped:
             return
-        drain_tail(ctx, tail, stopper, rebuild, snapshot_done, wakeups=wakeups)
-        if rebuild.is_set():
+        if now < due:
+            wakeups.wait(due - now, stopper, since=version)
+            continue
+        last_read = clock()
+        changes = drain_tail(
+            ctx,
+            tail,
+            stopper,
+            rebuild,
+            snapshot_done,
+            wakeups=wakeups,
+            read_on_request=pacing.wake_spacing(snapshot=snapshot) == 0,
+        )
+        if rebuild.is_set() or stopper.stopped:
             return
-        due = next_poll(due, interval, clock())
+        snapshot = ctx.snapshots.running
+        wait = pacing.after(wait, changes=changes, snapshot=snapshot)
+        ctx.observer.tail_interval(wait)
 
 
 def drain_tail(
@@ -146,21 +189,25 @@ def drain_tail(
     snapshot_done: threading.Event | None,
     *,
     wakeups: TailWakeups | None = None,
-) -> None:
-    """Read changes until there is no backlog (and no read-now request came meanwhile); the
-    tail's loop polls again at its next interval.
+    read_on_request: bool = True,
+) -> bool:
+    """Read changes until there is no backlog (and, with ``read_on_request``, no read-now
+    request came meanwhile: otherwise the request waits for the tail's loop, which spaces
+    it); True when any page brought changes.
 
     ``snapshot_done`` is the running snapshot's end (None: no snapshot to wait for); with
     ``stop_when_caught_up`` the engine stops once both are through.
     """
     runner = ctx.runner(stopper, fatal_is_final=False)
     wakeups = wakeups or TailWakeups()
+    changes = False
     wakeups.begin()
     try:
         while not stopper.stopped:
             wakeups.take()
-            has_more = runner.run(lambda: tail_step(ctx, tail, stopper, rebuild), what="tail")
-            if rebuild.is_set() or (not has_more and wakeups.end()):
+            read = runner.run(lambda: tail_step(ctx, tail, stopper, rebuild), what="tail")
+            changes = changes or read.changes > 0
+            if rebuild.is_set() or (not read.has_more and (not read_on_request or wakeups.end())):
                 break
     finally:
         wakeups.finish()
@@ -169,10 +216,20 @@ def drain_tail(
         ctx.caught_up.set()
         ctx.log.info("caught_up")
         ctx.stopper.stop()
+    return changes
 
 
-def tail_step(ctx: SyncContext, tail: Tail, stopper: Stopper, rebuild: threading.Event) -> bool:
-    """Read and commit one page of changes; True when the platform has more at once."""
+@dataclass(frozen=True, slots=True)
+class TailRead:
+    """What one read of the change stream found."""
+
+    changes: int
+    has_more: bool
+
+
+def tail_step(ctx: SyncContext, tail: Tail, stopper: Stopper, rebuild: threading.Event) -> TailRead:
+    """Read and commit one page of changes: how many it brought, and whether the platform
+    has more at once."""
     try:
         page = ctx.client.changes(
             cursor=tail.position, limit=ctx.options.page_size, priority=Priority.TAIL
@@ -186,10 +243,10 @@ def tail_step(ctx: SyncContext, tail: Tail, stopper: Stopper, rebuild: threading
         )
         rebuild.set()
         stopper.stop()
-        return False
+        return TailRead(changes=0, has_more=False)
     if _idle(page, tail, ctx.options.idle_commit_interval):
         ctx.observer.tail_polled(has_more=page.has_more, projection_as_of=page.projection_as_of)
-        return page.has_more
+        return TailRead(changes=0, has_more=page.has_more)
     records = [change.record for change in page.changes]
     last_sequence = highest_sequence(page.changes)
     started = time.perf_counter()
@@ -223,4 +280,4 @@ def tail_step(ctx: SyncContext, tail: Tail, stopper: Stopper, rebuild: threading
             last_sequence=last_sequence,
             request_id=page.request_id,
         )
-    return page.has_more
+    return TailRead(changes=len(page.changes) + len(page.rejected), has_more=page.has_more)

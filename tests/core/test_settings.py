@@ -648,3 +648,55 @@ def test_a_previous_secret_outside_the_merchants_entries_is_refused(tmp_path):
     )
     with pytest.raises(ConfigurationError, match="RECORDSYNC_PREVIOUS_SECRET_FILE"):
         load_settings({"RECORDSYNC_PREVIOUS_SECRET_FILE": "/run/previous"}, config_path=config)
+
+
+# -- the tail's pace (issue 27) ------------------------------------------------------------------
+
+
+def test_the_tails_pace_has_its_defaults_and_comes_from_the_environment():
+    settings = load_settings(BASE)
+    assert (settings.poll_ceiling, settings.safety_poll, settings.snapshot_tail_interval) == (
+        10.0,
+        10.0,
+        5.0,
+    )
+    changed = load_settings(
+        {
+            **BASE,
+            "RECORDSYNC_POLL_CEILING": "30",
+            "RECORDSYNC_SAFETY_POLL": "15",
+            "RECORDSYNC_SNAPSHOT_TAIL_INTERVAL": "2.5",
+        }
+    )
+    assert (changed.poll_ceiling, changed.safety_poll, changed.snapshot_tail_interval) == (
+        30.0,
+        15.0,
+        2.5,
+    )
+
+
+@pytest.mark.parametrize(
+    "variable",
+    ["RECORDSYNC_POLL_CEILING", "RECORDSYNC_SAFETY_POLL", "RECORDSYNC_SNAPSHOT_TAIL_INTERVAL"],
+)
+@pytest.mark.parametrize("value", ["0", "-5", "inf", "nan", "soon"])
+def test_a_wait_of_the_tail_that_is_not_a_positive_finite_number_is_refused(variable, value):
+    with pytest.raises(ConfigurationError, match=variable):
+        load_settings({**BASE, variable: value})
+
+
+def test_readiness_allows_for_the_tails_longest_wait():
+    """An idle tail commits at its first read after 10 polls: with a ceiling of 60 s two
+    commits may be 70 s apart, which the default 30 poll intervals would call stuck."""
+    assert load_settings(BASE).readiness_multiple == 40.0  # 2 x (10 + 10) / 1
+    stretched = load_settings({**BASE, "RECORDSYNC_POLL_CEILING": "60"})
+    assert stretched.readiness_multiple == 2 * (10 + 60)
+    # The safety poll counts only where notifications are received.
+    quiet = load_settings({**BASE, "RECORDSYNC_SAFETY_POLL": "100"})
+    assert quiet.readiness_multiple == 40.0
+    notified = load_settings(
+        {**BASE, "RECORDSYNC_SAFETY_POLL": "100", "RECORDSYNC_EVENTS_PORT": "9109"}
+    )
+    assert notified.readiness_multiple == 2 * (10 + 100)
+    patient = load_settings({**BASE, "RECORDSYNC_READY_MULTIPLE": "500"})
+    assert patient.readiness_multiple == 500.0

@@ -553,23 +553,31 @@ def test_capabilities_are_outside_the_record_budget(fake_time):
     assert fake_time.sleeps == []
 
 
-def test_only_the_record_chains_round_trip_is_measured_for_the_pace(fake_time):
-    """A fast capabilities answer must not stand for the records' round trip: a backfill
-    plans its chains from the first measured one (sync.snapshot.first_plan)."""
+def test_the_capabilities_round_trip_stands_in_until_a_record_request_is_answered(fake_time):
+    """Before any page, the capabilities call's round trip is the pace's estimate, so a short
+    job starts as wide as its latency needs (issue 27, sync.snapshot.starting_chains); the
+    first records answer then replaces it as it is, never averaged with it."""
+
+    def slow_capabilities(request):
+        time.sleep(0.02)  # the network's latency, real time as the client measures it
+        return envelope(CAPABILITIES)
 
     def slow_records(request):
-        time.sleep(0.05)  # the records' own latency, real time as the client measures it
+        time.sleep(0.1)  # the network's and the page's own
         return envelope(RECORDS_PAGE)
 
-    platform = Platform(fake_time, envelope(CAPABILITIES), slow_records)
+    platform = Platform(fake_time, slow_capabilities, slow_records)
     with make_client(fake_time, platform) as client:
-        client.capabilities()
         assert client.pace().round_trip is None
+        client.capabilities()
+        estimate = client.pace().round_trip
         client.records_first(created_from=FROM, created_to=TO, limit=10)
         round_trip = client.pace().round_trip
-    # The first records answer is taken as it is, not averaged with the capabilities one.
+    assert estimate is not None
+    assert 0.02 <= estimate < 0.1
+    # Averaged, it would be under 0.02 + (0.1 - 0.02) / 4 = 0.04.
     assert round_trip is not None
-    assert round_trip >= 0.05
+    assert round_trip >= 0.1
 
 
 class SlowBody(httpx.SyncByteStream):

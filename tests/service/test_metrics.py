@@ -363,6 +363,12 @@ def test_drift_check_reports_rows_behind(metrics, merchant, registry):
     assert value(registry, MetricName.DRIFT_ROWS_BEHIND) == 3
 
 
+def test_the_tails_wait_is_a_gauge_per_merchant(metrics, merchant, registry):
+    SyncMetricsObserver(merchant).tail_interval(8.0)
+    value = registry.get_sample_value("recordsync_tail_wait_seconds", {"merchant_id": MERCHANT})
+    assert value == 8.0
+
+
 def test_every_named_metric_is_exposed_with_conventional_names(metrics, merchant, registry, clock):
     metrics.watch_budget(MERCHANT, RateBudget(2, 1.0, clock=clock, sleep=clock.sleep))
     observer = SyncMetricsObserver(merchant)
@@ -372,6 +378,7 @@ def test_every_named_metric_is_exposed_with_conventional_names(metrics, merchant
     observer.tail_page(
         1, has_more=False, projection_as_of=datetime.fromtimestamp(START, UTC), last_sequence="1"
     )
+    observer.tail_interval(4.0)
     observer.quarantined("tail", 1)
     observer.rebuild_started("x")
     observer.error("ServerError")
@@ -433,6 +440,7 @@ PER_MERCHANT = [
     (MetricName.SNAPSHOT_REMAINING, {"kind": "rebuild"}, 9 * 70 / 1, 13 * 10 / 2),
     (MetricName.TAIL_FRESHNESS, {}, 74, 78),
     (MetricName.TAIL_HAS_MORE, {}, 0, 1),
+    (MetricName.TAIL_WAIT, {}, 5.0, 10.0),
     (MetricName.TAIL_LAST_SEQUENCE, {}, 1000, 2000),
     (MetricName.REBUILDS, {}, 1, 2),
     (MetricName.ERRORS, {"kind": "ServerError"}, 1, 2),
@@ -458,6 +466,7 @@ GONE_WHEN_FORGOTTEN = frozenset(
         MetricName.SNAPSHOT_REMAINING,
         MetricName.TAIL_FRESHNESS,
         MetricName.TAIL_HAS_MORE,
+        MetricName.TAIL_WAIT,
         MetricName.TAIL_LAST_SEQUENCE,
         MetricName.DRIFT_ROWS_BEHIND,
         MetricName.CATALOGUE_AVAILABLE,
@@ -495,6 +504,7 @@ def feed(metrics, merchant_id, n, clock):
         projection_as_of=datetime.fromtimestamp(START - 4 * n, UTC),
         last_sequence=str(1000 * n),
     )
+    sync.tail_interval(5.0 * n)
     metrics.set_lease_held(merchant_id, held=n == 1)
     metrics.set_paused(merchant_id, paused=n != 1)
 

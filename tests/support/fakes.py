@@ -31,6 +31,7 @@ from recordsync.sync.context import SyncContext
 from recordsync.sync.engine import SyncEngine, SyncOptions
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.ports import RecordSource, SyncStore
+from recordsync.sync.tail_pace import TailPacing
 from support.warehouse_samples import make_change, make_record
 
 MERCHANT = "m-unit"
@@ -58,6 +59,9 @@ def options(**changes: object) -> SyncOptions:
         "stop_when_caught_up": True,
     }
     values.update(changes)
+    interval = values.pop("poll_interval")
+    if "tail_pacing" not in values:
+        values["tail_pacing"] = TailPacing(interval=float(interval))  # type: ignore[arg-type]
     return SyncOptions(**values)  # type: ignore[arg-type]
 
 

@@ -27,7 +27,13 @@ from recordsync.core.stopping import Stopper
 from recordsync.core.times import MILLISECOND, ceil_ms, floor_ms
 from recordsync.platform.budget import Pace
 from recordsync.sync.plan import plan_windows
-from recordsync.sync.snapshot import PendingWindows, plan_snapshot, read_window
+from recordsync.sync.snapshot import (
+    PendingWindows,
+    first_plan,
+    plan_snapshot,
+    read_window,
+    starting_chains,
+)
 from recordsync.sync.windows import (
     MAX_CHAINS,
     MAX_WINDOW,
@@ -279,6 +285,51 @@ def test_a_short_backfill_is_cut_for_more_chains_and_reads_every_record() -> Non
     assert all(item.done for item in windows)
     assert set(store.rows) == {item.record_id for item in DENSE}
     assert result.records >= len(DENSE)  # a cut may read its millisecond's records twice
+
+
+class StartsWide(FakePlatform):
+    """Counts the first pages asked before any was answered: the chains a job starts with."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.first_requests: list[str] = []
+
+    def records_first(self, created_from, created_to, **kwargs):  # type: ignore[no-untyped-def]
+        self.first_requests.append(created_from.isoformat())
+        return super().records_first(created_from, created_to, **kwargs)
+
+
+def test_a_short_job_starts_as_wide_as_the_round_trip_known_at_its_start_needs() -> None:
+    """Issue 27: a one-day job at a 3 s round trip (the capabilities call's, known before any
+    page) starts with 7 chains from its first second, not 4 that cut more once answered."""
+    store = FakeStore()
+    platform = StartsWide(records=DENSE)
+    platform.round_trip = 3.0
+    wanted = chains_needed(requests=2, seconds=1.0, margin=0.05, round_trip=3.0)
+    assert wanted == 7
+
+    make_engine(platform, store, page_size=5, snapshot_concurrency=4).backfill(START, END)
+
+    windows = store.windows(backfill_job(START, END))
+    assert len(windows) >= wanted
+    # Every one of the first plan's windows was read by a chain of its own from the start.
+    assert len(platform.first_requests) >= wanted
+    assert_tiles([item.window for item in windows], START, END)
+    assert set(store.rows) == {item.record_id for item in DENSE}
+
+
+def test_a_job_starts_no_wider_than_its_share_of_the_worker_threads() -> None:
+    platform = FakePlatform(records=DENSE)
+    platform.round_trip = 3.0
+    shared = make_context(
+        platform, FakeStore(), page_size=5, snapshot_concurrency=1, snapshot_most_chains=2
+    )
+    assert starting_chains(shared) == 2
+    assert len(first_plan(shared, START, END)) == 2
+    alone = make_context(platform, FakeStore(), page_size=5, snapshot_concurrency=4)
+    assert starting_chains(alone) == 7
+    platform.round_trip = None  # nothing known at the start: the chains configured
+    assert starting_chains(alone) == 4
 
 
 def test_a_short_backfill_with_no_round_trip_measured_is_planned_for_the_chains_configured():
