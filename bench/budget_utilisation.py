@@ -21,7 +21,7 @@ The records a run stored are counted in the warehouse and compared with the simu
 The load average is printed with every run: the machine is shared.
 
     .venv/bin/python bench/budget_utilisation.py [--size tiny|full] [--check]
-        [--histories 1,2,7] [--latencies 0,1000,3000] [--records N]
+        [--histories 1,2,7] [--latencies 0,1000,3000] [--records N] [--tree PATH]
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import math
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Final
 
 import harness
@@ -59,7 +60,7 @@ class Run:
     load: float
 
 
-def backfill(history_days: float, latency_ms: int, records: int) -> Run:
+def backfill(history_days: float, latency_ms: int, records: int, tree: Path | None = None) -> Run:
     rounds_per_day = math.ceil(records / history_days)
     with harness.sim_process(
         history_days=history_days,
@@ -70,8 +71,15 @@ def backfill(history_days: float, latency_ms: int, records: int) -> Run:
         end = datetime.now(UTC)
         start = end - timedelta(days=history_days, hours=1)
         with harness.database("sqlite") as url:
-            env = harness.environment_for(sim.base_url, url, RECORDSYNC_PAGE_SIZE=str(PAGE))
-            child = harness.run_child(harness.backfill_command(start, end), env, timeout=3600)
+            env = harness.daemon_environment(
+                tree, harness.environment_for(sim.base_url, url, RECORDSYNC_PAGE_SIZE=str(PAGE))
+            )
+            child = harness.run_child(
+                harness.backfill_command(start, end),
+                env,
+                timeout=3600,
+                cwd=harness.tree_root(tree),
+            )
             if child.returncode != 0:
                 raise RuntimeError(f"backfill exited {child.returncode}:\n{child.output[-2000:]}")
             stored, windows, requests = _warehouse_counts(url)
@@ -128,6 +136,14 @@ def main() -> int:
             ("--histories", {"default": None, "help": "days, comma-separated (default: size's)"}),
             ("--latencies", {"default": None, "help": "ms, comma-separated (default: size's)"}),
             ("--records", {"type": int, "default": None, "help": "records of every run"}),
+            (
+                "--tree",
+                {
+                    "type": Path,
+                    "default": None,
+                    "help": "run the backfill from another checkout (the simulator from this one)",
+                },
+            ),
         ],
     )
     histories, latencies, records_by_latency = SIZES[args.size]
@@ -137,6 +153,10 @@ def main() -> int:
         latencies = tuple(int(value) for value in _numbers(args.latencies, int))
     report = harness.Report("budget utilisation of a whole recordsync backfill", args.size)
     report.header()
+    code = harness.tree_code(args.tree)
+    report.note(
+        f"backfill from {code.package} ({code.commit}{' + uncommitted' if code.dirty else ''})"
+    )
     ceiling = PAGE * 2 / 1.0
     report.note(
         f"ceiling {ceiling:,.0f} records/s (2 requests per 1 s of {PAGE}); default settings "
@@ -146,7 +166,7 @@ def main() -> int:
     for latency in latencies:
         records = args.records or records_by_latency.get(latency, max(records_by_latency.values()))
         for days in histories:
-            run = backfill(days, latency, records)
+            run = backfill(days, latency, records, args.tree)
             name = f"{days:g} d, {latency} ms"
             utilisation = run.records / run.seconds / ceiling
             target = TARGETS.get(latency, 0.92)

@@ -14,8 +14,17 @@ its ``[[merchants]]``) syncs them all into a new PostgreSQL database, dropped af
   them all at once: aggregate records/s while every merchant is still snapshotting (the sum of
   the snapshot windows' committed records, a cheap read), and the CPU of the daemon, the
   simulator and the database server over the same seconds, which shows what limits it.
+  ``--replicas 2``: the same merchants over two daemons started together with the same
+  configuration (but for the port of their /metrics), sharing them through the warehouse's
+  leases as a fleet would, about half each: the aggregate, and each replica's share of it,
+  its requests and its CPU.
 
-    .venv/bin/python bench/fleet.py [--size tiny|full] [--check]
+``--tree PATH`` runs the daemons from another checkout (``PYTHONPATH=PATH``, so ``python -m
+recordsync`` imports that tree) with the simulator and this script from this one, so that a
+tree from before a change is measured by the same bench.
+
+    .venv/bin/python bench/fleet.py [--size tiny|full] [--check] [--part all|idle|backfill]
+        [--replicas N] [--tree PATH]
 """
 
 from __future__ import annotations
@@ -23,12 +32,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -62,17 +69,10 @@ TARGET_IDLE_CORE: Final = 0.15
 TARGET_IDLE_RSS_MB: Final = 300.0
 PLATFORM_LIMIT: Final = 2  # requests per second per merchant: the default limit
 PAGE: Final = 1000
-TARGET_BACKFILL_SHARE: Final = 0.9
-CATCH_UP_TIMEOUT: Final = 900.0
+TARGET_BACKFILL_SHARE: Final = 0.85  # of the merchants' whole limit (issue 27)
 
 
 # -- the daemon and its warehouse --------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def write_config(
@@ -102,27 +102,24 @@ def write_config(
     return path
 
 
-@contextlib.contextmanager
-def daemon(config: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """``python -m recordsync --config FILE run``; stopped with SIGTERM (a graceful stop)."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("RECORDSYNC_")}
-    with log.open("ab") as sink:
-        process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-            [sys.executable, "-m", "recordsync", "--config", str(config), "run"],
-            env=env,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            cwd=harness.ROOT,
-        )
-    try:
-        yield process
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+def imported_from(tree: Path) -> str:
+    """Where a daemon started with ``tree`` imports ``recordsync`` from, and the tree's commit:
+    printed with the figures, so a run says which code it measured."""
+    code = harness.tree_code(tree)
+    return f"{code.package} ({code.commit or 'no git commit'})"
+
+
+def daemon(
+    config: Path, log: Path, *, tree: Path | None = None, port: int | None = None
+) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+    """``python -m recordsync --config FILE run`` (``harness.daemon``).
+
+    ``tree``: the checkout to run it from; ``port``: its /metrics port instead of the file's,
+    so replicas of one configuration can share a host (the environment wins over the file)."""
+    env = harness.daemon_environment(tree)
+    if port is not None:
+        env["RECORDSYNC_HTTP_PORT"] = str(port)
+    return harness.daemon(["--config", str(config), "run"], log, tree=tree, env=env)
 
 
 class Warehouse:
@@ -154,6 +151,25 @@ class Warehouse:
             self.conn.rollback()
             return 0
 
+    def snapshot_records_by_merchant(self) -> dict[str, int]:
+        """``snapshot_records`` per merchant."""
+        query = text(
+            "SELECT merchant_id, coalesce(sum(records), 0) FROM snapshot_windows "
+            "GROUP BY merchant_id"
+        )
+        return {merchant: int(records) for merchant, records in self.conn.execute(query)}
+
+    def holders(self) -> dict[str, tuple[int, int]]:
+        """merchant -> (process id of the live replica holding it, its epoch): the warehouse's
+        leases (``merchant_leases``) and the replicas' rows, which carry their process id."""
+        query = text(
+            "SELECT l.merchant_id, r.pid, l.epoch FROM merchant_leases l "
+            "JOIN replicas r ON r.replica_id = l.holder WHERE l.released_at IS NULL"
+        )
+        return {
+            merchant: (int(pid), int(epoch)) for merchant, pid, epoch in self.conn.execute(query)
+        }
+
     def daemon_connections(self) -> int:
         """Sessions on this database other than the bench's own."""
         query = text(
@@ -173,7 +189,7 @@ class Requests:
     @classmethod
     def read(cls, port: int) -> Requests:
         body = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-        by_endpoint: collections.Counter[str] = collections.Counter()
+        by_endpoint: collections.defaultdict[str, float] = collections.defaultdict(float)
         limited = 0.0
         for family in text_string_to_metric_families(body):
             for sample in family.samples:
@@ -183,25 +199,17 @@ class Requests:
                     limited += sample.value
         return cls(dict(by_endpoint), limited)
 
+    @staticmethod
+    def served(port: int) -> bool:
+        """Whether the daemon's /metrics answers yet."""
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).is_success
+        except httpx.TransportError:
+            return False
+
     def per_second(self, earlier: Requests, endpoint: str, seconds: float) -> float:
         now, then = self.by_endpoint.get(endpoint, 0.0), earlier.by_endpoint.get(endpoint, 0.0)
         return (now - then) / seconds
-
-
-def wait_until(condition: object, process: subprocess.Popen[bytes], log: Path) -> float:
-    """Poll ``condition`` until true; its wall seconds.  A daemon that exits is an error."""
-    started = time.monotonic()
-    while not condition():  # type: ignore[operator]
-        if process.poll() is not None:
-            raise RuntimeError(f"the daemon exited {process.returncode}:\n{_tail(log)}")
-        if time.monotonic() - started > CATCH_UP_TIMEOUT:
-            raise RuntimeError(f"the daemon did not catch up:\n{_tail(log)}")
-        time.sleep(0.5)
-    return time.monotonic() - started
-
-
-def _tail(log: Path) -> str:
-    return log.read_text(errors="replace")[-3000:]
 
 
 # -- idle ----------------------------------------------------------------------------------
@@ -220,9 +228,16 @@ class Idle:
     connections: int
 
 
-def idle(merchants: int, size: Size, folder: Path, profile: Path | None = None) -> Idle:
+def idle(
+    merchants: int,
+    size: Size,
+    folder: Path,
+    profile: Path | None = None,
+    *,
+    tree: Path | None = None,
+) -> Idle:
     """``profile``: after the measurement (so py-spy does not weigh on it), sample the daemon
-    for as long again; raw collapsed stacks go there."""
+    for as long again; raw collapsed stacks go there.  ``tree``: the daemon's checkout."""
     days, rounds = IDLE_HISTORY
     with (
         harness.sim_process(
@@ -233,13 +248,15 @@ def idle(merchants: int, size: Size, folder: Path, profile: Path | None = None) 
         ) as sim,
         harness.database("postgres") as url,
     ):
-        port = free_port()
+        port = harness.free_port()
         config = write_config(sim, url, folder, days, port)
         log = folder / f"idle-{merchants}.log"
         warehouse = Warehouse(url)
         try:
-            with daemon(config, log) as process:
-                catch_up = wait_until(lambda: warehouse.tailing() == merchants, process, log)
+            with daemon(config, log, tree=tree) as process:
+                catch_up = harness.wait_until(
+                    lambda: warehouse.tailing() == merchants, (process, log)
+                )
                 time.sleep(size.settle_seconds)
                 ours, theirs = process.pid, sim.pid
                 requests = Requests.read(port)
@@ -273,12 +290,22 @@ def idle(merchants: int, size: Size, folder: Path, profile: Path | None = None) 
 
 
 @dataclass(frozen=True, slots=True)
-class Backfill:
+class Measured:
+    """What a backfill measured, one daemon or several."""
+
     merchants: int
     records: int  # in the simulator, every merchant
     measured_records: int
     measured_seconds: float
-    total_seconds: float  # from the daemon's start until every merchant tails
+    total_seconds: float  # from the daemons' start until every merchant tails
+
+    @property
+    def rate(self) -> float:
+        return self.measured_records / self.measured_seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Backfill(Measured):
     daemon_core: float
     simulator_core: float
     server_core: float
@@ -286,46 +313,63 @@ class Backfill:
     tail_requests: float  # record-changes requests per second, likewise
     rate_limited: float  # 429 answers over the whole run
 
-    @property
-    def rate(self) -> float:
-        return self.measured_records / self.measured_seconds
+
+def backfill_simulator(size: Size) -> contextlib.AbstractContextManager[harness.SimProcess]:
+    """The simulator of a backfill: ``size``'s merchants and history, the default limit."""
+    return harness.sim_process(
+        history_days=size.backfill_days,
+        rounds_per_day=size.backfill_rounds_per_day,
+        record_requests=PLATFORM_LIMIT,
+        merchants=size.backfill_merchants,
+    )
 
 
-def backfill(size: Size, folder: Path, concurrency: int | None) -> Backfill:
+def backfill_config(
+    sim: harness.SimProcess,
+    url: str,
+    folder: Path,
+    size: Size,
+    port: int,
+    *,
+    concurrency: int | None,
+) -> Path:
+    """``write_config`` for a backfill, with its ``snapshot_concurrency`` when given."""
+    extra = () if concurrency is None else (f"snapshot_concurrency = {concurrency}",)
+    return write_config(sim, url, folder, size.backfill_days, port, *extra)
+
+
+def backfill(
+    size: Size, folder: Path, concurrency: int | None, *, tree: Path | None = None
+) -> Backfill:
     """Measured from the first committed snapshot page until the first merchant finishes its
-    snapshot: the span in which all of them backfill at once."""
+    snapshot: the span in which all of them backfill at once.  ``tree``: the daemon's
+    checkout."""
     merchants = size.backfill_merchants
     with (
-        harness.sim_process(
-            history_days=size.backfill_days,
-            rounds_per_day=size.backfill_rounds_per_day,
-            record_requests=PLATFORM_LIMIT,
-            merchants=merchants,
-        ) as sim,
+        backfill_simulator(size) as sim,
         harness.database("postgres") as url,
     ):
-        port = free_port()
-        extra = () if concurrency is None else (f"snapshot_concurrency = {concurrency}",)
-        config = write_config(sim, url, folder, size.backfill_days, port, *extra)
+        port = harness.free_port()
+        config = backfill_config(sim, url, folder, size, port, concurrency=concurrency)
         log = folder / "backfill.log"
         warehouse = Warehouse(url)
         try:
-            with daemon(config, log) as process:
+            with daemon(config, log, tree=tree) as process:
                 started = time.monotonic()
-                wait_until(lambda: warehouse.snapshot_records() > 0, process, log)
+                harness.wait_until(lambda: warehouse.snapshot_records() > 0, (process, log))
                 first = warehouse.snapshot_records()
                 requests = Requests.read(port)
                 cpu = harness.process_cpu_seconds(process.pid)
                 sim_cpu, server_cpu = sim.cpu_seconds(), harness.server_cpu_seconds("postgres")
                 measure_started = time.monotonic()
-                wait_until(lambda: warehouse.tailing() > 0, process, log)
+                harness.wait_until(lambda: warehouse.tailing() > 0, (process, log))
                 wall = time.monotonic() - measure_started
                 last = warehouse.snapshot_records()
                 later = Requests.read(port)
                 cpu = harness.process_cpu_seconds(process.pid) - cpu
                 sim_cpu = sim.cpu_seconds() - sim_cpu
                 server_cpu = harness.server_cpu_seconds("postgres") - server_cpu
-                wait_until(lambda: warehouse.tailing() == merchants, process, log)
+                harness.wait_until(lambda: warehouse.tailing() == merchants, (process, log))
                 total = time.monotonic() - started
                 rate_limited = Requests.read(port).rate_limited
         finally:
@@ -342,6 +386,109 @@ def backfill(size: Size, folder: Path, concurrency: int | None) -> Backfill:
         snapshot_requests=later.per_second(requests, "records", wall),
         tail_requests=later.per_second(requests, "record-changes", wall),
         rate_limited=rate_limited,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaShare:
+    """One daemon's part of a shared backfill, over the measured seconds."""
+
+    held_before: int  # merchants it held when the measurement started
+    held: int  # merchants it held when the measurement ended
+    measured_records: int  # committed for the merchants it held at the end
+    core: float
+    snapshot_requests: float  # records requests per second, its merchants together
+    tail_requests: float  # record-changes requests per second, likewise
+    rate_limited: float  # 429 answers over the whole run
+
+
+@dataclass(frozen=True, slots=True)
+class SharedBackfill(Measured):
+    replicas: tuple[ReplicaShare, ...]
+    moved: int  # merchants taken or handed over while measured
+    simulator_core: float
+    server_core: float
+
+
+def shared_backfill(
+    size: Size,
+    folder: Path,
+    concurrency: int | None,
+    replicas: int,
+    *,
+    tree: Path | None = None,
+) -> SharedBackfill:
+    """``backfill`` with the merchants shared by ``replicas`` daemons, started together with
+    one configuration file (each its own /metrics port), measured over the same span.
+
+    A replica's share is what the merchants it held at the end of the span committed in it:
+    a merchant that changed hands meanwhile (``moved``; a replica that started late joins
+    after the other took everything) counts for its last holder."""
+    merchants = size.backfill_merchants
+    with (
+        backfill_simulator(size) as sim,
+        harness.database("postgres") as url,
+        contextlib.ExitStack() as stack,
+    ):
+        ports = harness.free_ports(replicas)
+        config = backfill_config(sim, url, folder, size, ports[0], concurrency=concurrency)
+        logs = [folder / f"backfill-replica-{number}.log" for number in range(1, replicas + 1)]
+        warehouse = Warehouse(url)
+        stack.callback(warehouse.close)
+        processes = [
+            stack.enter_context(daemon(config, log, tree=tree, port=port))
+            for log, port in zip(logs, ports, strict=True)
+        ]
+        watched = tuple(zip(processes, logs, strict=True))
+        started = time.monotonic()
+        # A replica slow to start may find the merchants taken, but its /metrics is read too.
+        harness.wait_until(lambda: all(Requests.served(port) for port in ports), *watched)
+        harness.wait_until(lambda: warehouse.snapshot_records() > 0, *watched)
+        first = warehouse.snapshot_records_by_merchant()
+        held_first = warehouse.holders()
+        requests = [Requests.read(port) for port in ports]
+        cpu = [harness.process_cpu_seconds(process.pid) for process in processes]
+        sim_cpu, server_cpu = sim.cpu_seconds(), harness.server_cpu_seconds("postgres")
+        measure_started = time.monotonic()
+        harness.wait_until(lambda: warehouse.tailing() > 0, *watched)
+        wall = time.monotonic() - measure_started
+        last = warehouse.snapshot_records_by_merchant()
+        held_last = warehouse.holders()
+        later = [Requests.read(port) for port in ports]
+        cpu = [
+            harness.process_cpu_seconds(process.pid) - before
+            for process, before in zip(processes, cpu, strict=True)
+        ]
+        sim_cpu = sim.cpu_seconds() - sim_cpu
+        server_cpu = harness.server_cpu_seconds("postgres") - server_cpu
+        harness.wait_until(lambda: warehouse.tailing() == merchants, *watched)
+        total = time.monotonic() - started
+        rate_limited = [Requests.read(port).rate_limited for port in ports]
+        pids = [process.pid for process in processes]
+    shares = []
+    for index, pid in enumerate(pids):
+        held = {merchant for merchant, (holder, _) in held_last.items() if holder == pid}
+        shares.append(
+            ReplicaShare(
+                held_before=sum(1 for holder, _ in held_first.values() if holder == pid),
+                held=len(held),
+                measured_records=sum(last.get(m, 0) - first.get(m, 0) for m in held),
+                core=cpu[index] / wall,
+                snapshot_requests=later[index].per_second(requests[index], "records", wall),
+                tail_requests=later[index].per_second(requests[index], "record-changes", wall),
+                rate_limited=rate_limited[index],
+            )
+        )
+    return SharedBackfill(
+        merchants=merchants,
+        records=sim.records,
+        measured_records=sum(last.values()) - sum(first.values()),
+        measured_seconds=wall,
+        total_seconds=total,
+        replicas=tuple(shares),
+        moved=sum(1 for merchant, lease in held_last.items() if held_first.get(merchant) != lease),
+        simulator_core=sim_cpu / wall,
+        server_core=server_cpu / wall,
     )
 
 
@@ -390,32 +537,104 @@ def report_idle(report: harness.Report, runs: list[Idle]) -> None:
         report.add(f"{name} added per merchant, {between}", added / more, "")
 
 
-def report_backfill(report: harness.Report, run: Backfill) -> None:
-    target = TARGET_BACKFILL_SHARE * run.merchants * PLATFORM_LIMIT * PAGE
-    report.note(
-        f"backfill: {run.merchants} merchants, {run.records:,} records in all, limit "
-        f"{PLATFORM_LIMIT} requests/s each; measured over {run.measured_seconds:.1f} s while "
-        f"all of them snapshot ({run.total_seconds:.1f} s until every one tails)"
-    )
+def backfill_target(merchants: int) -> float:
+    """Records/s: a share of what the merchants' limits allow, at a page per request."""
+    return TARGET_BACKFILL_SHARE * merchants * PLATFORM_LIMIT * PAGE
+
+
+def report_aggregate(
+    report: harness.Report,
+    label: str,
+    run: Measured,
+    *,
+    snapshot: float,
+    tail: float,
+    limited: float,
+) -> None:
+    """The aggregate against its target, and per merchant: records, records requests and
+    change polls a second (``snapshot``, ``tail``: every merchant's); the 429 answers."""
+    target = backfill_target(run.merchants)
     report.add(
-        f"backfill, {run.merchants} merchants: aggregate",
+        f"{label}, {run.merchants} merchants: aggregate",
         run.rate,
         "rec/s",
         target=f">= {target:,.0f}",
         met=run.rate >= target,
     )
-    report.add("backfill: per merchant", run.rate / run.merchants, "rec/s")
     each = run.merchants
-    report.add("backfill: records requests per merchant", run.snapshot_requests / each, "req/s")
-    report.add("backfill: change polls per merchant", run.tail_requests / each, "req/s")
-    report.add("backfill: 429 answers (whole run)", run.rate_limited, "")
-    report.add("backfill: daemon CPU", run.daemon_core * 100, "% core")
-    report.add("backfill: simulator CPU", run.simulator_core * 100, "% core")
-    report.add("backfill: PostgreSQL server CPU", run.server_core * 100, "% core")
-    busy = run.daemon_core + run.simulator_core + run.server_core
+    report.add(f"{label}: per merchant", run.rate / each, "rec/s")
+    report.add(f"{label}: records requests per merchant", snapshot / each, "req/s")
+    report.add(f"{label}: change polls per merchant", tail / each, "req/s")
+    report.add(f"{label}: 429 answers (whole run)", limited, "")
+
+
+def report_cpu(
+    report: harness.Report,
+    label: str,
+    together: str,
+    daemons: float,
+    run: Backfill | SharedBackfill,
+) -> None:
+    """The simulator's and the server's CPU, and with the daemons' (``daemons``) the share of
+    the machine's cores (the figure named ``together``)."""
+    report.add(f"{label}: simulator CPU", run.simulator_core * 100, "% core")
+    report.add(f"{label}: PostgreSQL server CPU", run.server_core * 100, "% core")
+    busy = daemons + run.simulator_core + run.server_core
     report.add(
-        "backfill: all three, of the machine's cores", busy / (os.cpu_count() or 1) * 100, "%"
+        f"{label}: {together}, of the machine's cores", busy / (os.cpu_count() or 1) * 100, "%"
     )
+
+
+def report_backfill(report: harness.Report, run: Backfill) -> None:
+    report.note(
+        f"backfill: {run.merchants} merchants, {run.records:,} records in all, limit "
+        f"{PLATFORM_LIMIT} requests/s each; measured over {run.measured_seconds:.1f} s while "
+        f"all of them snapshot ({run.total_seconds:.1f} s until every one tails)"
+    )
+    report_aggregate(
+        report,
+        "backfill",
+        run,
+        snapshot=run.snapshot_requests,
+        tail=run.tail_requests,
+        limited=run.rate_limited,
+    )
+    report.add("backfill: daemon CPU", run.daemon_core * 100, "% core")
+    report_cpu(report, "backfill", "all three", run.daemon_core, run)
+
+
+def report_shared_backfill(report: harness.Report, run: SharedBackfill) -> None:
+    count = len(run.replicas)
+    before = " + ".join(str(replica.held_before) for replica in run.replicas)
+    after = " + ".join(str(replica.held) for replica in run.replicas)
+    report.note(
+        f"backfill over {count} replicas: {run.merchants} merchants, {run.records:,} records in "
+        f"all, limit {PLATFORM_LIMIT} requests/s each; measured over "
+        f"{run.measured_seconds:.1f} s while all of them snapshot ({run.total_seconds:.1f} s "
+        f"until every one tails); merchants held at its start {before}, at its end {after}, "
+        f"{run.moved} taken or moved meanwhile"
+    )
+    if run.measured_seconds < 1:
+        report.note("measured over less than a second (a tiny history): the rates are noise")
+    label = f"backfill, {count} replicas"
+    snapshot = sum(replica.snapshot_requests for replica in run.replicas)
+    tail = sum(replica.tail_requests for replica in run.replicas)
+    limited = sum(replica.rate_limited for replica in run.replicas)
+    report_aggregate(report, label, run, snapshot=snapshot, tail=tail, limited=limited)
+    for number, replica in enumerate(run.replicas, 1):
+        name = f"replica {number}"
+        held = max(replica.held, 1)
+        report.add(f"{name}: merchants held at the end", replica.held, "")
+        report.add(f"{name}: aggregate", replica.measured_records / run.measured_seconds, "rec/s")
+        report.add(
+            f"{name}: records requests per merchant", replica.snapshot_requests / held, "req/s"
+        )
+        report.add(f"{name}: change polls per merchant", replica.tail_requests / held, "req/s")
+        report.add(f"{name}: 429 answers (whole run)", replica.rate_limited, "")
+        report.add(f"{name}: daemon CPU", replica.core * 100, "% core")
+    daemons = sum(replica.core for replica in run.replicas)
+    report.add(f"{label}: daemons' CPU together", daemons * 100, "% core")
+    report_cpu(report, label, "all", daemons, run)
 
 
 def main() -> int:
@@ -435,8 +654,32 @@ def main() -> int:
                 "--snapshot-concurrency",
                 {"type": int, "help": "backfill: the daemon's snapshot_concurrency (default 4)"},
             ),
+            (
+                "--replicas",
+                {
+                    "type": int,
+                    "default": 1,
+                    "help": "backfill: daemons sharing the merchants through the warehouse "
+                    "(default 1: one daemon holds them all)",
+                },
+            ),
+            (
+                "--tree",
+                {
+                    "type": Path,
+                    "help": "run the daemons from this checkout (PYTHONPATH=TREE), the "
+                    "simulator from this one: a tree from before a change, same bench",
+                },
+            ),
         ],
     )
+    if args.replicas < 1:
+        print("fleet.py: --replicas must be 1 or more", file=sys.stderr)
+        return 2
+    tree = None if args.tree is None else args.tree.resolve()
+    if tree is not None and not (tree / "recordsync" / "__main__.py").is_file():
+        print(f"fleet.py: --tree {tree} holds no recordsync package", file=sys.stderr)
+        return 2
     size = SIZES[args.size]
     report = harness.Report("a fleet of merchants in one daemon, PostgreSQL", args.size)
     report.header()
@@ -444,12 +687,25 @@ def main() -> int:
         "one `recordsync run` process, default poll interval (1 s), page size and limit; "
         "simulator in its own process"
     )
+    if args.replicas > 1 and args.part in {"all", "backfill"}:
+        report.note(
+            f"backfill: {args.replicas} `recordsync run` processes started together, one "
+            "configuration, sharing the merchants through the warehouse's leases"
+        )
+    if tree is not None:
+        report.note(f"daemons from {imported_from(tree)}; simulator from {harness.ROOT}")
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
         counts = (args.merchants,) if args.merchants else size.idle_merchants
         if args.part in {"all", "idle"}:
             runs = [
-                idle(count, size, folder, args.profile if count == max(counts) else None)
+                idle(
+                    count,
+                    size,
+                    folder,
+                    args.profile if count == max(counts) else None,
+                    tree=tree,
+                )
                 for count in counts
             ]
             report_idle(report, runs)
@@ -459,7 +715,12 @@ def main() -> int:
                     print(f"    {share * 100:5.1f}%  {layer}")
                 print(f"  raw samples: {args.profile}")
         if args.part in {"all", "backfill"}:
-            report_backfill(report, backfill(size, folder, args.snapshot_concurrency))
+            concurrency = args.snapshot_concurrency
+            if args.replicas == 1:
+                report_backfill(report, backfill(size, folder, concurrency, tree=tree))
+            else:
+                run = shared_backfill(size, folder, concurrency, args.replicas, tree=tree)
+                report_shared_backfill(report, run)
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     report.note(f"load average at the end: {load}")
     return report.finish(check=args.check)

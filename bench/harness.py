@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -156,13 +158,18 @@ def sim_process(
     live_rate: float = 0.0,
     merchants: int = 1,
     extra: Sequence[str] = (),
+    launcher: Sequence[str] = ("-m", "recordsync.sim"),
+    commands: bool = False,
 ) -> Iterator[SimProcess]:
     """The simulator; with ``merchants`` > 1 it serves that many derived merchants (their ids
-    and secrets as it announces them, ``records`` summed over all)."""
+    and secrets as it announces them, ``records`` summed over all).
+
+    ``launcher``: what the interpreter runs, another entry point that takes the simulator's
+    options and announces as it does; ``commands``: its standard input is a pipe
+    (``SimProcess.process.stdin``), for such an entry point that takes commands there."""
     command = [
         sys.executable,
-        "-m",
-        "recordsync.sim",
+        *launcher,
         "--host",
         "127.0.0.1",
         "--port",
@@ -179,7 +186,11 @@ def sim_process(
         *extra,
     ]
     process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-        command, stdout=subprocess.PIPE, text=True, cwd=ROOT
+        command,
+        stdin=subprocess.PIPE if commands else None,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
     )
     try:
         announced: list[dict[str, str]] = []  # one line per merchant, "records=" in each
@@ -208,6 +219,154 @@ def sim_process(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` free ports, all different."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+# -- a daemon, from this tree or another (``--tree PATH``) -----------------------------------
+
+
+def tree_root(tree: Path | None) -> Path:
+    """Where a daemon of ``tree`` starts (this checkout without one): ``python -m`` puts the
+    working directory first on the path."""
+    return ROOT if tree is None else tree
+
+
+def daemon_environment(tree: Path | None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A daemon's environment: ``base`` (by default ours without any RECORDSYNC_*); with
+    ``tree``, ``PYTHONPATH`` names it, so its ``recordsync`` comes before the one this venv
+    installs (the daemon starts in it too: ``tree_root``)."""
+    if base is None:
+        base = {
+            key: value for key, value in os.environ.items() if not key.startswith("RECORDSYNC_")
+        }
+    env = dict(base)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    return env
+
+
+PACKAGE_PROBE: Final = (
+    "import json, recordsync; print(json.dumps({'package': recordsync.__file__}))"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TreeCode:
+    """Which code a daemon of a tree runs: printed with the figures, so a run says what it
+    measured."""
+
+    package: Path  # the recordsync package it imports
+    commit: str  # the tree's last commit, "%h %s"; "" outside git
+    dirty: bool  # uncommitted changes to tracked files
+    facts: dict[str, Any]  # whatever else the probe printed
+
+
+def tree_code(
+    tree: Path | None, *, env: Mapping[str, str] | None = None, probe: str = PACKAGE_PROBE
+) -> TreeCode:
+    """Run ``probe`` (``python -c``) as a daemon of ``tree`` would run, with ``env`` (by
+    default ``daemon_environment(tree)``): its last line of output is a JSON object whose
+    "package" is ``recordsync.__file__``; that tree's commit with it."""
+    where = tree_root(tree)
+    answer = subprocess.run(  # noqa: S603 - our own interpreter and a fixed script
+        [sys.executable, "-c", probe],
+        env=daemon_environment(tree) if env is None else dict(env),
+        cwd=where,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if answer.returncode != 0:
+        raise RuntimeError(f"the daemon's probe failed in {where}:\n{answer.stderr[-2000:]}")
+    facts = json.loads(answer.stdout.strip().splitlines()[-1])
+    package = Path(facts.pop("package")).parent
+    if not package.is_relative_to(where.resolve()):
+        raise RuntimeError(f"python -m recordsync would import {package}, not {where}'s")
+    git = ["git", "-C", str(where)]
+    commit = subprocess.run(  # noqa: S603 - git, reading only
+        [*git, "log", "-1", "--format=%h %s"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    dirty = subprocess.run(  # noqa: S603 - git, reading only
+        [*git, "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return TreeCode(package, commit, bool(dirty), facts)
+
+
+@contextlib.contextmanager
+def daemon(
+    arguments: Sequence[str],
+    log: Path,
+    *,
+    tree: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``python -m recordsync ARGUMENTS`` of ``tree`` (``tree_root``), with ``env`` (by default
+    ``daemon_environment(tree)``), its output appended to ``log``; stopped with SIGTERM (a
+    graceful stop)."""
+    with log.open("ab") as sink:
+        process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            [sys.executable, "-m", "recordsync", *arguments],
+            env=daemon_environment(tree) if env is None else dict(env),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=tree_root(tree),
+        )
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def log_tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:]
+
+
+def check_running(process: subprocess.Popen[bytes], log: Path, *, which: str = "the") -> None:
+    """A daemon that exited is an error, its log's tail in it."""
+    if process.poll() is not None:
+        raise RuntimeError(f"{which} daemon exited {process.returncode}:\n{log_tail(log)}")
+
+
+def wait_until(
+    condition: Callable[[], bool],
+    *daemons: tuple[subprocess.Popen[bytes], Path],
+    period: float = 0.5,
+    timeout: float = 900.0,
+) -> float:
+    """Poll ``condition`` every ``period`` seconds until true; its wall seconds.  A daemon
+    (process, log) that exits, or a wait past ``timeout``, is an error."""
+    started = time.monotonic()
+    while not condition():
+        for process, log in daemons:
+            check_running(process, log, which="a" if len(daemons) > 1 else "the")
+        if time.monotonic() - started > timeout:
+            logs = "\n".join(log_tail(log) for _, log in daemons)
+            raise RuntimeError(f"the daemon did not get there in {timeout:.0f} s:\n{logs}")
+        time.sleep(period)
+    return time.monotonic() - started
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -323,7 +482,7 @@ def mariadb_counters() -> dict[str, int]:
             rows = conn.execute(text("SHOW GLOBAL STATUS LIKE 'Innodb%'")).all()
     finally:
         admin.dispose()
-    values = dict(rows)
+    values = {str(name): value for name, value in rows}
     return {name: int(values[name]) for name in MARIADB_COUNTERS}
 
 
@@ -405,13 +564,15 @@ class ChildRun:
     output: str
 
 
-def run_child(command: Sequence[str], env: dict[str, str], *, timeout: float) -> ChildRun:
-    """Run ``command`` to the end; its wall time, peak RSS and CPU from ``wait4`` (exact, this
-    child only: no sampling, no other process counted)."""
+def run_child(
+    command: Sequence[str], env: dict[str, str], *, timeout: float, cwd: Path = ROOT
+) -> ChildRun:
+    """Run ``command`` to the end (in ``cwd``); its wall time, peak RSS and CPU from
+    ``wait4`` (exact, this child only: no sampling, no other process counted)."""
     started = time.monotonic()
     with tempfile.TemporaryFile(mode="w+") as sink:
         process = subprocess.Popen(  # noqa: S603 - the benchmark's own commands
-            list(command), env=env, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT
+            list(command), env=env, stdout=sink, stderr=subprocess.STDOUT, cwd=cwd
         )
         deadline = started + timeout
         while True:

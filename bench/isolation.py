@@ -33,7 +33,7 @@ from typing import Final
 
 import harness
 import httpx
-from fleet import Warehouse, daemon, free_port, wait_until
+from fleet import Warehouse, daemon
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
@@ -171,7 +171,7 @@ def catalogue(size: Size, folder: Path) -> Catalogue:
         ) as sim,
         harness.database("postgres") as url,
     ):
-        port = free_port()
+        port = harness.free_port()
         config = write_config(
             sim.base_url,
             sim.merchants,
@@ -184,7 +184,7 @@ def catalogue(size: Size, folder: Path) -> Catalogue:
         warehouse = Warehouse(url)
         try:
             with daemon(config, log) as process:
-                wait_until(lambda: warehouse.tailing() == merchants, process, log)
+                harness.wait_until(lambda: warehouse.tailing() == merchants, (process, log))
                 time.sleep(size.settle_seconds)
                 polls, drift = (
                     requests_by_merchant(port, "record-changes"),
@@ -277,13 +277,13 @@ def refused(size: Size, folder: Path) -> Refused:
     ):
         served = [(profile.merchant_id, profile.secret) for profile in sim.config.profiles]
         bad = {merchant_id for merchant_id, _ in served[: merchants // 2]}
-        port = free_port()
+        port = harness.free_port()
         config = write_config(sim.base_url, served, url, folder, port, "catalogue_interval = 0")
         log = folder / "refused.log"
         warehouse = Warehouse(url)
         try:
             with daemon(config, log) as process:
-                wait_until(lambda: warehouse.tailing() == merchants, process, log)
+                harness.wait_until(lambda: warehouse.tailing() == merchants, (process, log))
                 for merchant_id in bad:  # rotated at the platform, not in the daemon's files
                     sim.rotate_secret(merchant_id, WRONG_SECRET)
                     sim.retire_secret(merchant_id)
@@ -358,7 +358,7 @@ def idle(size: Size, folder: Path) -> Idle:
         ) as sim,
         harness.database("postgres") as url,
     ):
-        port = free_port()
+        port = harness.free_port()
         config = write_config(
             sim.base_url, sim.merchants, url, folder, port, f"poll_interval = {IDLE_POLL}"
         )
@@ -366,7 +366,7 @@ def idle(size: Size, folder: Path) -> Idle:
         warehouse = Warehouse(url)
         try:
             with daemon(config, log) as process:
-                wait_until(lambda: warehouse.tailing() == merchants, process, log)
+                harness.wait_until(lambda: warehouse.tailing() == merchants, (process, log))
                 time.sleep(size.settle_seconds)
                 polls = requests_by_merchant(port, "record-changes")
                 cpu = harness.process_cpu_seconds(process.pid)

@@ -18,5 +18,8 @@ run freshness --events   # issue 12: poll every 20 s, woken by round-end notific
 run memory
 run peer_dlt
 run fleet
+run fleet --part backfill --replicas 2   # issue 27: 10 merchants over 2 replicas
 run isolation
+run fairness  # issue 27: one merchant's burst of changes among others
+run budget_share  # issue 27: a backfill's share of the budget, the tail fresh
 run chaos     # issue 30: pauses and cuts of a replica, some inside a write
