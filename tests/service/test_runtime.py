@@ -65,8 +65,12 @@ def test_a_daemon_and_a_command_differ_only_where_their_purpose_says() -> None:
     assert command.event_grace is None  # no receiver in a command
     assert command.give_up_unreachable == 45.0
     assert command.page_size == daemon.page_size == 2000  # the platform's bound
+    # Notifications wake the daemon's tail: when idle it only polls for safety (issue 27).
+    assert daemon.tail_pacing.safety == SETTINGS.safety_poll
+    assert command.tail_pacing.safety is None
     same_otherwise = dataclasses.replace(
         daemon,
+        tail_pacing=dataclasses.replace(daemon.tail_pacing, safety=None),
         snapshot_concurrency=command.snapshot_concurrency,
         snapshot_most_chains=None,
         event_grace=None,

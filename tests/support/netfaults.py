@@ -149,9 +149,11 @@ class FaultProxy:
                 if self._latency:
                     time.sleep(self._latency)
                 self._flowing.wait()  # a cut that began meanwhile holds this chunk too
-                sink.sendall(data)
                 if from_client:
+                    # Decided before the chunk goes on: once it is sent, its answer may
+                    # come back and pass the other pump before a freeze decided after.
                     self._maybe_freeze(data)
+                sink.sendall(data)
         except (OSError, ValueError):  # reset or closed meanwhile (a closed socket's fd is -1)
             pass
         finally:
