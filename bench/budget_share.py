@@ -76,6 +76,11 @@ from freshness import percentile
 from sqlalchemy import Connection, Executable, Row, bindparam, create_engine, func, pool, select
 from sqlalchemy.exc import DBAPIError
 
+from recordsync.core.settings import (
+    DEFAULT_POLL_CEILING,
+    DEFAULT_SAFETY_POLL,
+    DEFAULT_SNAPSHOT_TAIL_INTERVAL,
+)
 from recordsync.core.state import Phase
 from recordsync.sim import DEMO_MERCHANT_ID
 from recordsync.warehouse.schema import (
@@ -102,10 +107,14 @@ HISTORY_DAYS: Final = 2.0
 PLATFORM_LIMIT: Final = 2  # requests a second: the platform's default limit
 PAGE: Final = 1000  # the default page size
 CEILING: Final = PLATFORM_LIMIT * PAGE  # records a second
-# The defaults of the adaptive tail (RECORDSYNC_POLL_CEILING, RECORDSYNC_SAFETY_POLL,
-# RECORDSYNC_SNAPSHOT_TAIL_INTERVAL): the targets are built from them.
+# The defaults of the adaptive tail (RECORDSYNC_POLL_CEILING, RECORDSYNC_SAFETY_POLL,
+# RECORDSYNC_SNAPSHOT_TAIL_INTERVAL), this tree's: the targets are built from them.
 SETTINGS: Final = ("poll_interval", "poll_ceiling", "safety_poll", "snapshot_tail_interval")
-DEFAULTS: Final = {"poll_ceiling": 10.0, "safety_poll": 10.0, "snapshot_tail_interval": 5.0}
+DEFAULTS: Final = {
+    "poll_ceiling": DEFAULT_POLL_CEILING,
+    "safety_poll": DEFAULT_SAFETY_POLL,
+    "snapshot_tail_interval": DEFAULT_SNAPSHOT_TAIL_INTERVAL,
+}
 TARGET_RATE_SHARE: Final = 0.85
 TARGET_REQUEST_SHARE: Final = 0.9
 TARGET_DURING_P95: Final = DEFAULTS["snapshot_tail_interval"] + 1.0

@@ -19,7 +19,7 @@ a backfill that half mostly fetches empty pages.  So the interval follows the st
   at least ``snapshot_spacing`` after the one before: any number of notifications in that
   time make one read (coalesced), and flowing changes are read at that spacing too.  The
   snapshot then keeps at least ``1 - 1 / (snapshot_spacing x requests per second)`` of the
-  budget: 0.9 with the defaults (5 s, 2 a second).
+  budget: 0.95 with the defaults (10 s, 2 a second).
 
 A backlog (a page that says ``has_more``) is always read on at once: that is catching up, not
 polling.  Pure functions of the last wait and what the last read found; the tail's loop

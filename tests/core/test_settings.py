@@ -658,7 +658,7 @@ def test_the_tails_pace_has_its_defaults_and_comes_from_the_environment():
     assert (settings.poll_ceiling, settings.safety_poll, settings.snapshot_tail_interval) == (
         10.0,
         10.0,
-        5.0,
+        10.0,
     )
     changed = load_settings(
         {
