@@ -9,9 +9,9 @@ read from the ``sqlalchemy.url`` option.
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import Connection, create_engine, pool
+from sqlalchemy import Connection, create_engine, insert, inspect, pool, select
 
-from recordsync.warehouse.schema import VERSION_TABLE, metadata
+from recordsync.warehouse.schema import VERSION_TABLE, metadata, schema_revisions
 
 config = context.config
 
@@ -25,6 +25,31 @@ def _run(connection: Connection) -> None:
     )
     with context.begin_transaction():
         context.run_migrations()
+        _record_revisions(connection)
+
+
+def _record_revisions(connection: Connection) -> None:
+    """One ``schema_revisions`` row for each revision up to the one now applied, with its
+    script's ``additive`` flag (a script without one is taken as not additive): what a
+    replica of an older version reads to know whether it may run on this schema."""
+    if not inspect(connection).has_table(schema_revisions.name):
+        return  # below revision 0014
+    applied = context.get_context().get_current_revision()
+    known = set(connection.execute(select(schema_revisions.c.revision)).scalars())
+    rows = []
+    for script in context.script.iterate_revisions(applied, "base"):
+        if script.revision in known:
+            continue
+        down = script.down_revision
+        rows.append(
+            {
+                "revision": script.revision,
+                "down_revision": down if isinstance(down, str) else None,
+                "additive": bool(getattr(script.module, "additive", False)),
+            }
+        )
+    if rows:
+        connection.execute(insert(schema_revisions), rows)
 
 
 def run_migrations_offline() -> None:

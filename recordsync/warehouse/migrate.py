@@ -13,11 +13,11 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, inspect, select
 
 from recordsync import __version__
 from recordsync.core.errors import ConfigurationError, SchemaVersionError
-from recordsync.warehouse.schema import VERSION_TABLE
+from recordsync.warehouse.schema import VERSION_TABLE, schema_revisions
 from recordsync.warehouse.schema_lock import DEFAULT_WAIT_SECONDS, schema_lock
 
 _PACKAGE = Path(__file__).resolve().parent.parent
@@ -48,10 +48,13 @@ class SchemaState:
     current: str | None  # None: never migrated by recordsync
     head: str
     known: bool  # the current revision is one of this version's scripts (or None)
+    # A revision this version does not know, but only additive ones above this version's head
+    # (``schema_revisions``): a newer version migrated it, and this one may still run on it.
+    additive_above_head: bool = False
 
     @property
     def up_to_date(self) -> bool:
-        return self.current == self.head
+        return self.current == self.head or self.additive_above_head
 
     def problem(self) -> SchemaVersionError | None:
         """Why this version cannot use the schema as it is, or None when it can."""
@@ -76,10 +79,35 @@ def schema_state(connection: Connection) -> SchemaState:
     head = scripts.get_current_head()
     assert head is not None
     current = current_revision(connection)
-    known = current is None or any(
-        script.revision == current for script in scripts.walk_revisions()
-    )
-    return SchemaState(current=current, head=head, known=known)
+    ours = {script.revision for script in scripts.walk_revisions()}
+    known = current is None or current in ours
+    additive = not known and _only_additive_above(connection, current, ours) == head
+    return SchemaState(current=current, head=head, known=known, additive_above_head=additive)
+
+
+def _only_additive_above(connection: Connection, current: str | None, ours: set[str]) -> str | None:
+    """The revision of ours that ``current`` rests on through additive revisions only, as the
+    database's ``schema_revisions`` rows say (written by the version that applied them); None
+    when one of them is not additive, or not described."""
+    if not inspect(connection).has_table(schema_revisions.name):
+        return None
+    described = {
+        row.revision: row
+        for row in connection.execute(
+            select(
+                schema_revisions.c.revision,
+                schema_revisions.c.down_revision,
+                schema_revisions.c.additive,
+            )
+        )
+    }
+    revision = current
+    while revision is not None and revision not in ours:
+        row = described.pop(revision, None)  # popped: a cycle in the rows ends the walk
+        if row is None or not row.additive:
+            return None
+        revision = row.down_revision
+    return revision
 
 
 def upgrade(
@@ -106,7 +134,10 @@ def upgrade(
 
 
 def _current_enough(state: SchemaState, revision: str) -> bool:
-    """Nothing to do: the schema is at the head asked for (raises for an unknown one)."""
+    """Nothing to do: the schema is at the head asked for, or above it by additive revisions
+    only (never taken down); raises for an unknown one that is not additive."""
+    if state.additive_above_head:
+        return True
     if not state.known:
         problem = state.problem()
         assert problem is not None

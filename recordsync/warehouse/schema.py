@@ -54,6 +54,8 @@ CODE_LENGTH: Final = 64
 PHASE_LENGTH: Final = 16
 # An event id equals its Idempotency-Key: 1-128 characters (spec: Authentication, Headers).
 EVENT_ID_LENGTH: Final = 128
+# A version string, a schema revision, a warehouse id.
+REVISION_LENGTH: Final = 64
 # A quarantined item's key (``quarantine.item_key``): a SHA-256 in hex.
 ITEM_KEY_LENGTH: Final = 64
 
@@ -202,6 +204,10 @@ replicas = Table(
     # Revision 0010: the merchants the replica is configured with, a JSON array; NULL for an
     # older replica (``fleet.share`` takes it to know the asking replica's merchants).
     Column("merchants", large_text(), nullable=True),
+    # Revision 0014: the version the replica runs and the kinds of handed-over work it takes
+    # (comma-separated ``values.RequestKind``); NULL for a replica of an earlier version.
+    Column("version", String(REVISION_LENGTH), nullable=True),
+    Column("request_kinds", String(ID_LENGTH), nullable=True),
 )
 
 
@@ -357,6 +363,27 @@ endpoint_availability = Table(
     Column("since", utc_datetime(), nullable=False),
     Column("checked_at", utc_datetime(), nullable=False),
     Column("next_check_at", utc_datetime(), nullable=True),
+)
+
+# Revision 0014: the warehouse's identity, one row drawn at its migration to 0014; a state
+# export names it, so that an import knows whether its cursors cover this warehouse's rows
+# (``sync.state_import``).
+warehouse_identity = Table(
+    "warehouse_identity",
+    metadata,
+    Column("warehouse_id", String(REVISION_LENGTH), primary_key=True),
+    Column("created_at", utc_datetime(), nullable=False),
+)
+
+# Revision 0014: every revision applied and whether it only adds to the one before it
+# (``migrate.SchemaState``: an older version keeps running on additive revisions above its
+# own); written by migrations/env.py after each upgrade.
+schema_revisions = Table(
+    "schema_revisions",
+    metadata,
+    Column("revision", String(REVISION_LENGTH), primary_key=True),
+    Column("down_revision", String(REVISION_LENGTH), nullable=True),
+    Column("additive", Boolean, nullable=False),
 )
 
 # Revision 0008, MariaDB / MySQL only: InnoDB stores a table's rows in its primary key's

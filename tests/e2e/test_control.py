@@ -8,19 +8,15 @@ simulator sees no request for it while it is paused; resumed, a replica syncs it
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import signal
 import time
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-import structlog
 from sqlalchemy import delete
 from support.checksums import table_checksums
+from support.cli_runs import Ran, merchant, recordsync_cli
 from support.dbfixtures import BACKEND_PARAMS, SERVER_PARAMS
 from support.fleetcheck import (
     Replica,
@@ -32,7 +28,6 @@ from support.fleetcheck import (
 )
 from support.synccheck import stop_gracefully
 
-from recordsync import cli, logs
 from recordsync.sim import SimConfig, Simulator
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.schema import records
@@ -41,36 +36,6 @@ pytestmark = pytest.mark.slow
 
 RESUMED_WITHIN = 15.0
 HEARTBEATS = frozenset({"replicas"})  # a running daemon writes its heartbeat there by itself
-
-
-@dataclass(frozen=True)
-class Ran:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def recordsync_cli(config: Path, *args: str) -> Ran:
-    """``recordsync --config CONFIG ARGS`` through the CLI's own ``main`` in this process: the
-    code a shell runs, without an interpreter's start per call (about 1 s each on a loaded
-    machine, some 80 calls in this module).  What ``main`` sets process-wide (the log, the
-    signal handlers of the graceful commands) is put back after each call."""
-    out, err = io.StringIO(), io.StringIO()
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = cli.main(["--config", str(config), *args])
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-        logs.reset_logging()
-        structlog.reset_defaults()
-    return Ran(code, out.getvalue(), err.getvalue())
-
-
-def merchant(config: Path, *args: str) -> Ran:
-    """``recordsync --config CONFIG merchant ARGS``, its output captured."""
-    return recordsync_cli(config, "merchant", *args)
 
 
 def status(config: Path) -> dict[str, dict[str, object]]:

@@ -29,6 +29,7 @@ import secrets
 import shutil
 import tempfile
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -128,6 +129,7 @@ def fresh_database(kind: str, tmp_path: Path, *, migrated: bool = False) -> Iter
         path = tmp_path / "warehouse.db"
         if migrated:
             shutil.copyfile(_sqlite_template(), path)
+            _new_identity(f"sqlite:///{path}")
         yield f"sqlite:///{path}"
         return
     url = require_server(kind)
@@ -139,8 +141,11 @@ def fresh_database(kind: str, tmp_path: Path, *, migrated: bool = False) -> Iter
             conn.execute(text(f"CREATE DATABASE {name}{copied}"))
             if migrated and kind == "mariadb":
                 copy_mariadb_schema(conn, _mariadb_template(url), name)
+        made = url.set(database=name).render_as_string(hide_password=False)
+        if migrated:
+            _new_identity(made)
         try:
-            yield url.set(database=name).render_as_string(hide_password=False)
+            yield made
         finally:
             drop = (
                 f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"
@@ -151,6 +156,19 @@ def fresh_database(kind: str, tmp_path: Path, *, migrated: bool = False) -> Iter
                 conn.execute(text(drop))
     finally:
         admin.dispose()
+
+
+def _new_identity(url: str) -> None:
+    """A copy of the template is a warehouse of its own, as a new one migrated would be: an
+    identity of its own (``warehouse_identity``), not the template's."""
+    engine = create_engine(url, poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text("UPDATE warehouse_identity SET warehouse_id = :id"), {"id": str(uuid.uuid4())}
+            )
+    finally:
+        engine.dispose()
 
 
 # -- migrated templates, one per worker process and backend ----------------------------------

@@ -20,6 +20,7 @@ EVENT_TABLES = {"round_events"}  # revision 0005
 VERIFY_TABLES = {"verify_requests"}  # revision 0007
 REQUEST_TABLES = {"sync_requests"}  # revision 0012
 CONTROL_TABLES = {"merchant_controls"}  # revision 0013
+IDENTITY_TABLES = {"warehouse_identity", "schema_revisions"}  # revision 0014
 CATALOGUE_TABLES = {"games", "game_localizations"}
 AVAILABILITY_TABLES = {"endpoint_availability"}  # revision 0009
 TABLES = {
@@ -34,6 +35,7 @@ TABLES = {
     *VERIFY_TABLES,
     *REQUEST_TABLES,
     *CONTROL_TABLES,
+    *IDENTITY_TABLES,
     *CATALOGUE_TABLES,
     *AVAILABILITY_TABLES,
 }
@@ -72,7 +74,7 @@ def test_migrations_build_the_schema_on_an_empty_database_and_are_idempotent(war
         store.close()
     assert tables == TABLES
     assert views == VIEWS
-    assert revision == head_revision() == "0013"
+    assert revision == head_revision() == "0014"
 
 
 def test_migrated_schema_matches_the_tables_the_code_uses(warehouse):
@@ -154,6 +156,7 @@ def test_scripts_are_found_from_the_source_checkout():
         "0011_idempotent_rows.py",
         "0012_sync_requests.py",
         "0013_merchant_controls.py",
+        "0014_warehouse_identity.py",
     ):
         assert (versions / name).is_file()
 
@@ -208,6 +211,7 @@ def test_the_bi_revisions_downgrade_to_0001_and_upgrade_again(warehouse):
         *VERIFY_TABLES,
         *REQUEST_TABLES,
         *CONTROL_TABLES,
+        *IDENTITY_TABLES,
         *CATALOGUE_TABLES,
         *AVAILABILITY_TABLES,
     }
@@ -230,6 +234,8 @@ REVISIONS = [
     "0010",
     "0011",
     "0012",
+    "0013",
+    "0014",
 ]
 
 
