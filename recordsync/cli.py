@@ -149,6 +149,18 @@ def _add_merchant_commands(
     state.add_argument(
         "file", nargs="?", type=Path, help="export: where to write; import: what to read"
     )
+    state.add_argument(
+        "--accept-foreign",
+        action="store_true",
+        help="import: take a file exported from another warehouse (or by an earlier version); "
+        "what it marks done is read again here, changes before its cursor are not",
+    )
+    state.add_argument(
+        "--accept-ahead",
+        action="store_true",
+        help="import: take a file whose tail is ahead of this warehouse's; the changes in "
+        "between are never read",
+    )
     resync = actions.add_parser(
         "resync",
         help="read a creation range again from the platform, through the holder; nothing is "
@@ -261,7 +273,15 @@ def _state(service: Any, settings: Any, args: argparse.Namespace) -> int:
         raise ConfigurationError(f"merchant state {args.operation}: name the FILE")
     if args.operation == "export":
         return int(service.export_state(settings, args.merchant_id, args.file))
-    return int(service.import_state(settings, args.merchant_id, args.file))
+    return int(
+        service.import_state(
+            settings,
+            args.merchant_id,
+            args.file,
+            accept_foreign=args.accept_foreign,
+            accept_ahead=args.accept_ahead,
+        )
+    )
 
 
 def _dispatch(args: argparse.Namespace) -> int:  # noqa: PLR0911 - one return per command

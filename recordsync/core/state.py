@@ -70,6 +70,17 @@ class WindowProgress:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredState:
+    """A merchant's sync state as one warehouse holds it, or as a state file says the warehouse
+    it came from held it: the ``sync_state`` row (None: never synced), every job's windows,
+    and that warehouse's id (None: a file of an earlier version, which named none)."""
+
+    state: SyncState | None
+    windows: Sequence[WindowProgress]
+    warehouse_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class WindowPage:
     """One snapshot page to store with the cursor that covers it: ``next_cursor`` None and
     ``done`` when it was its window's last page; ``position`` names it in the quarantine."""

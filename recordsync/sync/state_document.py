@@ -17,11 +17,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from recordsync.core.errors import RecordSyncError
-from recordsync.core.state import REBUILD_JOB, Phase, SyncState, Window, WindowProgress
+from recordsync.core.state import (
+    REBUILD_JOB,
+    Phase,
+    StoredState,
+    SyncState,
+    Window,
+    WindowProgress,
+)
 
 FORMAT: Final = "recordsync-state/1"
 MAX_CURSOR: Final = 4096  # spec: Limits, "Cursor length"
@@ -29,32 +36,35 @@ MAX_WINDOW: Final = timedelta(hours=24)  # spec: GET /v1/records, windows of at 
 _RANGE_JOB: Final = re.compile(r"^(backfill:|resync:[0-9a-f]+:)[^/]+/[^/]+$")
 _SEQUENCE: Final = re.compile(r"^[0-9]{1,64}$")
 _MILLISECOND: Final = timedelta(milliseconds=1)
+# What the warehouse's columns hold (``warehouse.schema``; a test keeps the two equal): a value
+# past them is refused here with its name, not by the database in mid-import.
+MAX_NAME: Final = 255  # a job's name, as snapshot_windows.job
+MAX_WAREHOUSE_ID: Final = 64
+MAX_COUNT: Final = 2**63 - 1  # BIGINT
+MAX_REBUILDS: Final = 2**31 - 1  # INTEGER
+EARLIEST: Final = datetime(1970, 1, 1, tzinfo=UTC)  # no platform time is earlier
 
 
 class InvalidStateError(RecordSyncError):
     """A state document the sync could not resume from; the message says why."""
 
 
-def to_document(
-    merchant_id: str,
-    state: SyncState | None,
-    windows: Sequence[WindowProgress],
-    *,
-    epoch: int | None,
-) -> dict[str, Any]:
-    """The document of ``merchant_id``'s state (None: never synced) and windows."""
+def to_document(merchant_id: str, stored: StoredState, *, epoch: int | None) -> dict[str, Any]:
+    """The document of ``merchant_id``'s state as ``stored`` holds it."""
     return {
         "format": FORMAT,
         "merchant_id": merchant_id,
+        "warehouse_id": stored.warehouse_id,
         "epoch": epoch,
-        "state": None if state is None else _state_member(state),
-        "windows": [_window_member(window) for window in windows],
+        "state": None if stored.state is None else _state_member(stored.state),
+        "windows": [_window_member(window) for window in stored.windows],
     }
 
 
-def parse(document: object, merchant_id: str) -> tuple[SyncState | None, list[WindowProgress]]:
-    """The state and windows ``document`` holds for ``merchant_id``, validated (module
-    docstring); ``InvalidStateError`` naming the first problem otherwise."""
+def parse(document: object, merchant_id: str) -> StoredState:
+    """The state ``document`` holds for ``merchant_id``, validated (module docstring);
+    ``InvalidStateError`` naming the first problem otherwise.  A document of an earlier
+    version names no warehouse (``warehouse_id`` None)."""
     doc = _mapping(document, "the document")
     if doc.get("format") != FORMAT:
         raise InvalidStateError(f"not a {FORMAT} document (format: {doc.get('format')!r})")
@@ -71,7 +81,14 @@ def parse(document: object, merchant_id: str) -> tuple[SyncState | None, list[Wi
         raise InvalidStateError("windows: not a list")
     windows = [_parse_window(item, merchant_id, n) for n, item in enumerate(raw_windows)]
     _check_plan(state, windows)
-    return state, windows
+    warehouse_id = doc.get("warehouse_id")
+    if warehouse_id is not None and (
+        not isinstance(warehouse_id, str) or not 1 <= len(warehouse_id) <= MAX_WAREHOUSE_ID
+    ):
+        raise InvalidStateError(
+            f"warehouse_id: not a warehouse id (a string of 1 to {MAX_WAREHOUSE_ID} characters)"
+        )
+    return StoredState(state=state, windows=windows, warehouse_id=warehouse_id)
 
 
 def _state_member(state: SyncState) -> dict[str, Any]:
@@ -105,9 +122,7 @@ def _parse_state(raw: object, merchant_id: str) -> SyncState:
     phase_text = item.get("phase")
     if phase_text not in {phase.value for phase in Phase}:
         raise InvalidStateError(f"state.phase: {phase_text!r} is not one of snapshot, tailing")
-    rebuilds = item.get("rebuilds")
-    if not isinstance(rebuilds, int) or isinstance(rebuilds, bool) or rebuilds < 0:
-        raise InvalidStateError("state.rebuilds: not a whole number of 0 or more")
+    rebuilds = _count(item.get("rebuilds"), "state.rebuilds", MAX_REBUILDS)
     sequence = item.get("last_sequence")
     if sequence is not None and (not isinstance(sequence, str) or not _SEQUENCE.match(sequence)):
         raise InvalidStateError("state.last_sequence: not a decimal string")
@@ -141,7 +156,11 @@ def _parse_window(raw: object, merchant_id: str, n: int) -> WindowProgress:
     job = item.get("job")
     if not isinstance(job, str) or not (job == REBUILD_JOB or _RANGE_JOB.match(job)):
         raise InvalidStateError(
-            f"{where}.job: {job!r} is none of 'rebuild', 'backfill:...', 'resync:...'"
+            f"{where}.job: {str(job)[:60]!r} is none of 'rebuild', 'backfill:...', 'resync:...'"
+        )
+    if len(job) > MAX_NAME:
+        raise InvalidStateError(
+            f"{where}.job: {len(job)} characters, longer than the {MAX_NAME} the warehouse holds"
         )
     window = Window(
         _time(item.get("start"), f"{where}.start"), _time(item.get("end"), f"{where}.end")
@@ -150,11 +169,10 @@ def _parse_window(raw: object, merchant_id: str, n: int) -> WindowProgress:
         raise InvalidStateError(f"{where}: empty (start is not before end)")
     if window.end - window.start > MAX_WINDOW:
         raise InvalidStateError(f"{where}: longer than 24 h (the platform's records window)")
-    done, records = item.get("done"), item.get("records")
+    done = item.get("done")
     if not isinstance(done, bool):
         raise InvalidStateError(f"{where}.done: not true or false")
-    if not isinstance(records, int) or isinstance(records, bool) or records < 0:
-        raise InvalidStateError(f"{where}.records: not a whole number of 0 or more")
+    records = _count(item.get("records"), f"{where}.records", MAX_COUNT)
     return WindowProgress(
         merchant_id=merchant_id,
         job=job,
@@ -208,6 +226,12 @@ def _cursor(raw: object, where: str, *, required: bool) -> Any:
     return raw
 
 
+def _count(raw: object, where: str, most: int) -> int:
+    if not isinstance(raw, int) or isinstance(raw, bool) or not 0 <= raw <= most:
+        raise InvalidStateError(f"{where}: not a whole number from 0 to {most}")
+    return raw
+
+
 def _time(raw: object, where: str) -> datetime:
     if not isinstance(raw, str):
         raise InvalidStateError(f"{where}: not an RFC3339 time")
@@ -217,6 +241,12 @@ def _time(raw: object, where: str) -> datetime:
         raise InvalidStateError(f"{where}: {raw[:40]!r} is not an RFC3339 time") from None
     if value.tzinfo is None:
         raise InvalidStateError(f"{where}: {raw[:40]!r} has no offset")
+    try:
+        if value < EARLIEST:
+            raise InvalidStateError(f"{where}: {raw[:40]!r} is before 1970")
+        value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidStateError(f"{where}: {raw[:40]!r} is out of range") from None
     return value
 
 

@@ -9,8 +9,17 @@ from typing import Any
 
 import pytest
 
-from recordsync.core.state import REBUILD_JOB, Phase, SyncState, Window, WindowProgress
+from recordsync.core.state import (
+    REBUILD_JOB,
+    Phase,
+    StoredState,
+    SyncState,
+    Window,
+    WindowProgress,
+)
+from recordsync.sync import state_document
 from recordsync.sync.state_document import FORMAT, InvalidStateError, parse, to_document
+from recordsync.warehouse import schema
 
 MERCHANT = "m-state"
 ANCHOR = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
@@ -58,14 +67,31 @@ WINDOWS = [
 ]
 
 
+WAREHOUSE = "2b0c8c1e-5a55-4c3f-9d44-0f6f3bd1c0de"
+STORED = StoredState(state=STATE, windows=WINDOWS, warehouse_id=WAREHOUSE)
+
+
 def document() -> dict[str, Any]:
-    return to_document(MERCHANT, STATE, WINDOWS, epoch=1764331200000)
+    return to_document(MERCHANT, STORED, epoch=1764331200000)
 
 
-def test_an_export_parses_back_to_the_same_state_and_windows():
+def test_an_export_parses_back_to_the_same_state_windows_and_warehouse():
     assert document()["format"] == FORMAT
-    assert parse(document(), MERCHANT) == (STATE, WINDOWS)
-    assert parse(to_document(MERCHANT, None, [], epoch=None), MERCHANT) == (None, [])
+    assert document()["warehouse_id"] == WAREHOUSE
+    assert parse(document(), MERCHANT) == STORED
+    never = StoredState(state=None, windows=[], warehouse_id=None)
+    assert parse(to_document(MERCHANT, never, epoch=None), MERCHANT) == never
+
+
+def test_an_earlier_version_s_export_names_no_warehouse():
+    earlier = document()
+    del earlier["warehouse_id"]
+    assert parse(earlier, MERCHANT).warehouse_id is None
+
+
+def test_the_limits_are_the_warehouse_columns():
+    assert state_document.MAX_NAME == schema.ID_LENGTH
+    assert state_document.MAX_WAREHOUSE_ID == schema.REVISION_LENGTH
 
 
 def _with(change) -> dict[str, Any]:
@@ -121,6 +147,15 @@ def _set(path: str, value: object):
         (_set("windows", {"a": 1}), "windows: not a list"),
         (_set("windows.2", "not an object"), "windows[2]: not a JSON object"),
         (lambda doc: doc["windows"].append(copy.deepcopy(doc["windows"][0])), "two windows"),
+        (
+            _set("windows.2.job", f"backfill:{'x' * 200}/{'y' * 60}"),
+            "270 characters, longer than the 255 the warehouse holds",
+        ),
+        (_set("windows.0.records", 2**63), "records: not a whole number from 0 to"),
+        (_set("state.rebuilds", 2**31), "state.rebuilds: not a whole number from 0 to"),
+        (_set("windows.0.end", "0001-01-01T00:00:00+00:00"), "is before 1970"),
+        (_set("warehouse_id", 7), "warehouse_id: not a warehouse id"),
+        (_set("warehouse_id", "w" * 65), "warehouse_id: not a warehouse id"),
     ],
     ids=[
         "format",
@@ -144,6 +179,12 @@ def _set(path: str, value: object):
         "windows-not-a-list",
         "window-not-an-object",
         "duplicate-window",
+        "job-name-too-long",
+        "records-past-bigint",
+        "rebuilds-past-integer",
+        "time-before-1970",
+        "warehouse-id-not-text",
+        "warehouse-id-too-long",
     ],
 )
 def test_what_the_sync_could_not_resume_from_is_refused_with_its_reason(change, reason):
