@@ -71,8 +71,12 @@ def open_app(
     observer: SyncObserver | None = None,
     client_observer: ClientObserver | None = None,
     stop_when_caught_up: bool = False,
+    migrate: bool = True,
 ) -> Iterator[App]:
-    """The parts for ``merchant_id`` (the only merchant when None), closed on exit."""
+    """The parts for ``merchant_id`` (the only merchant when None), closed on exit.
+
+    ``migrate`` False: the schema is checked, never upgraded (the control commands: during a
+    rolling upgrade only ``recordsync migrate`` may move it under the older replicas)."""
     merchant = settings.merchant(merchant_id)
     if merchant.base_url is None or merchant.secret is None:
         raise ConfigurationError("the platform settings were not loaded for this command")
@@ -93,7 +97,8 @@ def open_app(
     try:
         # A warehouse that is down at start-up is waited for, like one that goes down later.
         StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=False).run(
-            warehouse.migrate, what="migrate"
+            warehouse.migrate if migrate else warehouse.check_schema,
+            what="migrate" if migrate else "check the schema",
         )
         store = warehouse.for_merchant(merchant.merchant_id)
         sync = merchant_sync(

@@ -33,6 +33,7 @@ from recordsync.core.stopping import Stopper
 from recordsync.logs import json_lines, process_context
 from recordsync.service.app import App, open_app
 from recordsync.service.handover import DoneThere, hold_or_hand_over, refuse_if_paused
+from recordsync.service.holder_versions import ask_if_holder_takes
 from recordsync.service.progress import RichProgress
 from recordsync.service.signals import Received, stop_on_signals
 from recordsync.sync.engine import BackfillResult
@@ -82,7 +83,11 @@ def run_range_job(
         with (
             stop_on_signals(stopper) as signals,
             open_app(
-                settings, merchant_id=merchant.merchant_id, stopper=stopper, observer=progress
+                settings,
+                merchant_id=merchant.merchant_id,
+                stopper=stopper,
+                observer=progress,
+                migrate=kind is RequestKind.BACKFILL,  # a resync is a control command
             ) as app,
             progress or nullcontext(),
         ):
@@ -102,8 +107,13 @@ def run_range_job(
                 outcome = hold_or_hand_over(
                     kind,
                     try_hold=lambda: session.try_hold(merchant.merchant_id),
-                    ask=lambda: app.warehouse.requests.ask(
-                        merchant.merchant_id, kind, start, end, key=job
+                    ask=lambda: ask_if_holder_takes(
+                        session,
+                        merchant.merchant_id,
+                        kind,
+                        lambda: app.warehouse.requests.ask(
+                            merchant.merchant_id, kind, start, end, key=job
+                        ),
                     ),
                     requests=app.warehouse.requests,
                     stopper=stopper,

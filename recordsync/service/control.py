@@ -21,6 +21,7 @@ from typing import Final
 import structlog
 
 from recordsync.core.settings import Settings
+from recordsync.service.holder_versions import refuse_unless_holder_obeys_pause
 from recordsync.warehouse import FleetSession, Pause, Warehouse
 from recordsync.warehouse.timeouts import LEASE_SECONDS
 
@@ -59,11 +60,14 @@ def pause_merchant(
     merchant = settings.merchant(merchant_id)
     warehouse = Warehouse.connect(settings.database_url)
     try:
-        warehouse.migrate()
-        pause = warehouse.controls.pause(merchant.merchant_id, by=operator(), reason=reason)
-        log.info("merchant_paused", merchant_id=merchant.merchant_id, by=pause.by, reason=reason)
+        warehouse.check_schema()
         session = watching_session(warehouse)
         try:
+            refuse_unless_holder_obeys_pause(session, merchant.merchant_id)
+            pause = warehouse.controls.pause(merchant.merchant_id, by=operator(), reason=reason)
+            log.info(
+                "merchant_paused", merchant_id=merchant.merchant_id, by=pause.by, reason=reason
+            )
             started = clock()
             holder = session.holders().get(merchant.merchant_id)
             while holder is not None and clock() - started < wait:
@@ -104,7 +108,7 @@ def resume_merchant(
     merchant = settings.merchant(merchant_id)
     warehouse = Warehouse.connect(settings.database_url)
     try:
-        warehouse.migrate()
+        warehouse.check_schema()
         ended = warehouse.controls.resume(merchant.merchant_id, by=operator())
         if ended is None:
             print(f"merchant {merchant.merchant_id} was not paused: nothing to do")  # noqa: T201

@@ -25,6 +25,7 @@ from recordsync.core.stopping import Stopper
 from recordsync.logs import process_context
 from recordsync.service.app import open_app
 from recordsync.service.handover import DoneThere, hold_or_hand_over, refuse_if_paused
+from recordsync.service.holder_versions import ask_if_holder_takes
 from recordsync.service.requested_work import reset_plan
 from recordsync.service.signals import stop_on_signals
 from recordsync.warehouse import RequestKind
@@ -45,7 +46,7 @@ def run_reset(settings: Settings, merchant_id: str, *, yes: bool) -> int:
     process_context.update(merchant_id=merchant.merchant_id, phase="reset")
     with (
         stop_on_signals(stopper),
-        open_app(settings, merchant_id=merchant.merchant_id, stopper=stopper) as app,
+        open_app(settings, merchant_id=merchant.merchant_id, stopper=stopper, migrate=False) as app,
     ):
         state = app.warehouse.load_state(merchant.merchant_id)
         if state is None:
@@ -59,8 +60,16 @@ def run_reset(settings: Settings, merchant_id: str, *, yes: bool) -> int:
             outcome = hold_or_hand_over(
                 RequestKind.RESET,
                 try_hold=lambda: session.try_hold(merchant.merchant_id),
-                ask=lambda: app.warehouse.requests.ask(
-                    merchant.merchant_id, RequestKind.RESET, state.history_from, state.snapshot_to
+                ask=lambda: ask_if_holder_takes(
+                    session,
+                    merchant.merchant_id,
+                    RequestKind.RESET,
+                    lambda: app.warehouse.requests.ask(
+                        merchant.merchant_id,
+                        RequestKind.RESET,
+                        state.history_from,
+                        state.snapshot_to,
+                    ),
                 ),
                 requests=app.warehouse.requests,
                 stopper=stopper,

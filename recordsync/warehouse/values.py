@@ -194,3 +194,19 @@ class GameName:
     provider_name: str | None
     category: str | None
     listed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaVersion:
+    """What a replica said of itself; ``version`` None: a replica of a version before 0014's,
+    which reads no pause and takes only the kinds of its own time."""
+
+    version: str | None
+    request_kinds: frozenset[str]
+
+    @property
+    def obeys_pause(self) -> bool:
+        return self.version is not None
+
+    def takes(self, kind: RequestKind) -> bool:
+        return kind.value in self.request_kinds

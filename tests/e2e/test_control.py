@@ -69,6 +69,10 @@ def test_pause_and_resume_with_no_daemon_running(warehouse_url: str, tmp_path: P
     try:
         config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
         first, second = sim.merchant_ids
+        unmigrated = merchant(config, "pause", first)  # a control command never migrates
+        assert unmigrated.returncode == 2
+        assert "run `recordsync migrate`" in unmigrated.stderr
+        assert recordsync_cli(config, "migrate").returncode == 0
         paused = merchant(config, "pause", first, "--reason", "contract on hold")
         assert paused.returncode == 0, paused.stderr
         assert paused.stdout.startswith(f"merchant {first} paused (since ")

@@ -18,10 +18,18 @@ from typing import Final
 import orjson
 from sqlalchemy import Connection, delete, insert, select, update
 
+from recordsync import __version__
 from recordsync.warehouse.database_clock import database_now, read_database_now
 from recordsync.warehouse.schema import replicas
+from recordsync.warehouse.values import ReplicaVersion, RequestKind
 
 FORGET_AFTER: Final = timedelta(days=1)
+# What this version's replicas say of themselves (revision 0014): a command asks before it hands
+# a holder work it might not do (a kind it does not know, a pause it does not read).
+THIS_VERSION: Final = __version__
+REQUEST_KINDS: Final = ",".join(kind.value for kind in RequestKind)
+# The kinds a holder of 0013's version takes (it skips resync and reset, which it lists).
+_EARLIER_KINDS: Final = frozenset({RequestKind.BACKFILL.value, RequestKind.VERIFY.value})
 
 
 def beat(
@@ -41,7 +49,14 @@ def beat(
     beaten = conn.execute(
         update(replicas)
         .where(replicas.c.replica_id == replica_id)
-        .values(heartbeat_at=database_now(), merchants_held=merchants_held)
+        .values(
+            heartbeat_at=database_now(),
+            merchants_held=merchants_held,
+            # Every beat, not only at the join: a replica id that outlives a process (a pod's
+            # name) must not keep the row an earlier version wrote.
+            version=THIS_VERSION,
+            request_kinds=REQUEST_KINDS,
+        )
     )
     if beaten.rowcount == 1:
         return False
@@ -55,6 +70,8 @@ def beat(
             heartbeat_at=now,
             merchants_held=merchants_held,
             merchants=None if merchants is None else orjson.dumps(sorted(merchants)).decode(),
+            version=THIS_VERSION,
+            request_kinds=REQUEST_KINDS,
         )
     )
     _forget_long_dead(conn, now - FORGET_AFTER)
@@ -71,6 +88,24 @@ def live(conn: Connection, stale_after: float) -> dict[str, frozenset[str] | Non
     found = {row.replica_id: _merchants(row.merchants) for row in conn.execute(query)}
     # Sorted here, not by the database's collation, so every backend and replica agrees.
     return {replica_id: found[replica_id] for replica_id in sorted(found)}
+
+
+def version_of(conn: Connection, replica_id: str) -> ReplicaVersion | None:
+    """What ``replica_id`` said of itself; None when it has no row (it left, or never beat)."""
+    row = conn.execute(
+        select(replicas.c.version, replicas.c.request_kinds).where(
+            replicas.c.replica_id == replica_id
+        )
+    ).one_or_none()
+    if row is None:
+        return None
+    if row.version is None:
+        # Before revision 0014 a holder took the kinds that existed then.
+        return ReplicaVersion(
+            None, frozenset({RequestKind.BACKFILL.value, RequestKind.VERIFY.value})
+        )
+    kinds = frozenset(filter(None, (row.request_kinds or "").split(",")))
+    return ReplicaVersion(row.version, kinds)
 
 
 def _merchants(stored: str | None) -> frozenset[str] | None:

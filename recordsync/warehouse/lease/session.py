@@ -51,6 +51,7 @@ from recordsync.warehouse.lease import epochs, replicas
 from recordsync.warehouse.lease.backends import FLEET_CHANNEL, MerchantLocks
 from recordsync.warehouse.schema import ID_LENGTH
 from recordsync.warehouse.timeouts import LEASE_SECONDS
+from recordsync.warehouse.values import ReplicaVersion
 
 _T = TypeVar("_T")
 _log = structlog.get_logger(__name__)
@@ -324,6 +325,12 @@ class FleetSession:
         merchants it is configured with (None: an older replica that did not say)."""
         with translate_errors("live replicas"), self._engine.begin() as conn:
             return replicas.live(conn, stale_after)
+
+    def replica_version(self, replica_id: str) -> ReplicaVersion | None:
+        """What ``replica_id`` said of itself (its version, the request kinds it takes); None
+        when it has no row."""
+        with translate_errors("read replicas"), self._engine.begin() as conn:
+            return replicas.version_of(conn, replica_id)
 
     def holders(self) -> dict[str, str]:
         """merchant -> replica, for the merchants whose lock is held right now (for status)."""

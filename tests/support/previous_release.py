@@ -1,0 +1,61 @@
+"""The previous release of this repository, checked out from git, as a real peer: its
+``recordsync`` package and migrations extracted into a folder, run with this interpreter and
+its installed dependencies (``PYTHONPATH`` puts its package before this checkout's)."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+# The last commit that landed before revision 0014 (schema 0013): what the replicas of a
+# rolling upgrade run until they are replaced.
+PREVIOUS_RELEASE: Final = "73fb19c"
+PREVIOUS_REVISION: Final = "0013"
+_REPO: Final = Path(__file__).resolve().parents[2]
+
+
+def previous_release(where: Path) -> Path:
+    """The previous release's package and migrations under ``where``; skipped where this is
+    not a git checkout with that commit (an unpacked archive)."""
+    try:
+        archive = subprocess.run(  # noqa: S603 - git, fixed arguments
+            [  # noqa: S607 - git from PATH, as a developer runs it
+                "git",
+                "-C",
+                str(_REPO),
+                "archive",
+                "--format=tar",
+                PREVIOUS_RELEASE,
+                "recordsync",
+                "migrations",
+            ],
+            check=True,
+            capture_output=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"the previous release {PREVIOUS_RELEASE} is not in git here: {exc}")
+    target = where / "previous-release"
+    target.mkdir()
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(target, filter="data")
+    return target
+
+
+def start_previous(checkout: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """``recordsync ARGS`` of the previous release, its output in ``log``."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    with log.open("ab") as sink:
+        return subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            [sys.executable, "-m", "recordsync", *args],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=checkout,
+        )
