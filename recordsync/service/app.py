@@ -22,7 +22,7 @@ from recordsync.core.errors import ConfigurationError
 from recordsync.core.settings import MerchantSettings, Settings
 from recordsync.core.stopping import Stopper
 from recordsync.platform.client import ClientObserver, PlatformClient
-from recordsync.service.runtime import Purpose, merchant_client, merchant_sync
+from recordsync.service.runtime import MerchantSync, Purpose, merchant_client, merchant_sync
 from recordsync.service.secrets import SecretKeeper
 from recordsync.sync.engine import SyncEngine, SyncOptions
 from recordsync.sync.events import SyncObserver
@@ -38,27 +38,31 @@ class App:
     merchant: MerchantSettings
     client: PlatformClient
     warehouse: Warehouse
-    engine: SyncEngine
+    sync: MerchantSync
     stopper: Stopper
-    options: SyncOptions
     observer: SyncObserver | None
 
+    @property
+    def engine(self) -> SyncEngine:
+        """The merchant's sync: its tail, when the command runs one (the demo)."""
+        return self.sync.engine
+
+    @property
+    def options(self) -> SyncOptions:
+        return self.sync.options
+
     def engine_for(self, stopper: Stopper, *, epoch: int | None = None) -> SyncEngine:
-        """A fresh engine stopped by ``stopper``; with ``epoch``, every commit is fenced by
-        the merchant's lease epoch (the lease was taken by this process)."""
+        """A fresh engine for one job stopped by ``stopper`` (``MerchantSync.job_engine``: the
+        client, the options and the merchant's demand shared with ``engine``); with ``epoch``,
+        every commit is fenced by the merchant's lease epoch (the lease was taken by this
+        process)."""
         merchant_id = self.merchant.merchant_id
         store = (
             self.warehouse.for_merchant(merchant_id)
             if epoch is None
             else self.warehouse.fenced(merchant_id, epoch)
         )
-        return SyncEngine(
-            client=self.client,
-            warehouse=store,
-            options=self.options,
-            stopper=stopper,
-            observer=self.observer,
-        )
+        return self.sync.job_engine(store, stopper=stopper, observer=self.observer)
 
 
 @contextmanager
@@ -112,9 +116,7 @@ def open_app(
             stop_when_caught_up=stop_when_caught_up,
         )
         _settle_heap()
-        yield App(
-            settings, merchant, client, warehouse, sync.engine, stopper, sync.options, observer
-        )
+        yield App(settings, merchant, client, warehouse, sync, stopper, observer)
     finally:
         client.close()
         warehouse.close()

@@ -48,9 +48,15 @@ from recordsync.service.observers import ClientMetricsObserver, SyncMetricsObser
 from recordsync.service.requested_work import POLL as REQUEST_POLL
 from recordsync.service.requested_work import RequestedWork
 from recordsync.service.round_events.wakeups import CrossCheckMetricsObserver
-from recordsync.service.runtime import Purpose, Share, merchant_client, merchant_sync
+from recordsync.service.runtime import (
+    MerchantSync,
+    Purpose,
+    Share,
+    merchant_client,
+    merchant_sync,
+)
 from recordsync.service.secrets import SecretKeeper
-from recordsync.sync.engine import SyncEngine, SyncOptions
+from recordsync.sync.demand import SnapshotDemand
 from recordsync.sync.events import MultiObserver, SyncObserver
 from recordsync.sync.jobs import JobHost
 from recordsync.warehouse import Warehouse
@@ -98,11 +104,12 @@ class _Run:
     stopper: Stopper
     started_at: float
     thread: threading.Thread | None = None
-    engine: SyncEngine | None = field(default=None)
-    # What a request handed to this holder reuses: the same client (so the same budget) and
-    # options (``requested_work``).
-    client: PlatformClient | None = None
-    options: SyncOptions | None = None
+    # The attempt syncing now, which a request handed to this holder builds its engine from:
+    # the same client (so the same budget), options and demand (``requested_work``).
+    sync: MerchantSync | None = None
+    # The merchant's one demand here, for every attempt: a backfill handed over during one
+    # attempt still stretches the tail of the next.
+    demand: SnapshotDemand = field(default_factory=SnapshotDemand)
     requests: set[int] = field(default_factory=set)  # request ids running here
 
 
@@ -146,7 +153,6 @@ class MerchantSyncs:
             warehouse=warehouse,
             replica_id=replica_id,
             metrics=metrics,
-            host=host,
             stopper=stopper,
             held=self._built,
             backoff=lambda failures: self._restart.delay(failures, self._rng),
@@ -186,7 +192,7 @@ class MerchantSyncs:
 
     def _built(self) -> dict[str, _Run]:
         """The merchants whose sync runs here (its client built or not: ``requested_work``
-        waits for ``options``)."""
+        waits for ``sync``)."""
         with self._lock:
             return dict(self._runs)
 
@@ -201,9 +207,10 @@ class MerchantSyncs:
         """Read the merchant's changes now; False when this process does not sync it."""
         with self._lock:
             run = self._runs.get(merchant_id)
-        if run is None or run.engine is None:
+        sync = None if run is None else run.sync
+        if sync is None:
             return False
-        run.engine.wake_tail()
+        sync.engine.wake_tail()
         return True
 
     # -- one merchant's sync ----------------------------------------------------------------------
@@ -248,7 +255,7 @@ class MerchantSyncs:
                     )
                 else:
                     return  # stopped: a hand-over or the process's stop
-                run.engine = None  # the failed engine (and its frames) go before the wait
+                run.sync = None  # the failed engine (and its frames) go before the wait
                 run.stopper.sleep(delay)
         except LeaseSupersededError as exc:
             bound.error(
@@ -310,9 +317,9 @@ class MerchantSyncs:
             host=self._host,
             share=Share(self._host.worker_threads, len(settings.merchants)),
             receives_events=bool(settings.events_port),
+            demand=run.demand,
             logger=bound,
         )
-        run.engine = sync.engine
-        run.client, run.options = client, sync.options
+        run.sync = sync
         bound.info("merchant_sync_started")
-        run.engine.run()
+        sync.engine.run()

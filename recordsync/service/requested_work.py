@@ -5,7 +5,9 @@ budget beside its tail.
 One watcher thread for the process and one query for every merchant held, however many;
 each request runs in a thread of its own, on its merchant's client (the same rate budget as
 its tail: a backfill at the tail's priority, a verify at the lowest) and fenced by its
-merchant's epoch.  Every kind has the same life: started (``running`` under this replica),
+merchant's epoch.  A backfill, a resync or a repairing verify registers with the merchant's
+one demand (``sync.demand``), so the tail stretches its idle polls for it as for its own
+rebuild.  Every kind has the same life: started (``running`` under this replica),
 then done with its result, or failed with a reason the command prints.  A request whose
 merchant is handed over or stopped mid-way stays ``running``, and the next holder takes it up
 (a backfill from its job's windows, a verify from the start).
@@ -33,12 +35,10 @@ from recordsync.core.errors import (
 from recordsync.core.state import REBUILD_JOB, SyncState
 from recordsync.core.stopping import Stopper
 from recordsync.metrics import Metrics
-from recordsync.platform.client import PlatformClient
 from recordsync.service.observers import SyncMetricsObserver
+from recordsync.service.runtime import MerchantSync
 from recordsync.service.verify import verify_document
-from recordsync.sync.engine import SyncEngine, SyncOptions
 from recordsync.sync.events import SyncObserver
-from recordsync.sync.jobs import JobHost
 from recordsync.sync.resilience import StepRunner
 from recordsync.sync.verify import verify_range
 from recordsync.warehouse import HolderRequest, RequestKind, Warehouse
@@ -56,9 +56,9 @@ class HeldMerchant(Protocol):
     merchant_id: str
     epoch: int
     stopper: Stopper  # stopped when the merchant is handed over
-    client: PlatformClient | None  # its tail's client (so its budget); None until built
-    options: SyncOptions | None
-    engine: SyncEngine | None  # its tail's engine (a reset asks it to rebuild)
+    # Its tail's sync: the client (so the budget), the options, the demand its jobs register
+    # with, the engine a reset asks to rebuild; None until built (and while it restarts).
+    sync: MerchantSync | None
     requests: set[int]  # the requests running for it here
 
 
@@ -73,7 +73,6 @@ class RequestedWork:
         warehouse: Warehouse,
         replica_id: str,
         metrics: Metrics,
-        host: JobHost,
         stopper: Stopper,
         held: Callable[[], Mapping[str, HeldMerchant]],
         backoff: Callable[[int], float],
@@ -85,7 +84,6 @@ class RequestedWork:
         self._warehouse = warehouse
         self._replica_id = replica_id
         self._metrics = metrics
-        self._host = host
         self._stopper = stopper
         self._held = held
         self._backoff = backoff
@@ -141,7 +139,7 @@ class RequestedWork:
         ready = {
             merchant_id: merchant
             for merchant_id, merchant in self._held().items()
-            if merchant.options is not None and not merchant.stopper.stopped
+            if merchant.sync is not None and not merchant.stopper.stopped
         }
         held = tuple(ready)
         if not held:
@@ -204,16 +202,14 @@ class RequestedWork:
         self, merchant: HeldMerchant, request: HolderRequest
     ) -> tuple[str | None, dict[str, Any]] | None:
         """``recordsync backfill`` and ``merchant resync``: the job's windows (the request's
-        key), through the usual fenced commits (a takeover resumes them)."""
-        assert merchant.client is not None
-        assert merchant.options is not None
-        engine = SyncEngine(
-            client=merchant.client,
-            warehouse=self._warehouse.fenced(merchant.merchant_id, merchant.epoch),
-            options=merchant.options,
+        key), through the usual fenced commits (a takeover resumes them), on an engine built
+        from the tail's sync: registered with the merchant's one demand, so the tail gives it
+        the budget as to its own rebuild."""
+        assert merchant.sync is not None
+        engine = merchant.sync.job_engine(
+            self._warehouse.fenced(merchant.merchant_id, merchant.epoch),
             stopper=Stopper(parent=merchant.stopper),
             observer=SyncMetricsObserver(self._metrics.merchant(merchant.merchant_id)),
-            host=self._host,
         )
         result = engine.backfill(request.created_from, request.created_to, job=request.key)
         return None, {"records": result.records, "job": result.job}
@@ -224,9 +220,9 @@ class RequestedWork:
         """``recordsync merchant reset``: the merchant's engine ends its generation (pages in
         hand committed) and rebuilds, as after an expired change cursor; done once the new
         anchor is committed (``rebuilds`` counted up).  The new plan goes back as JSON."""
-        while merchant.engine is None:  # its sync restarting after a failure: built again soon
+        while merchant.sync is None:  # its sync restarting after a failure: built again soon
             merchant.stopper.sleep(RESET_LOOK_EVERY)
-        engine = merchant.engine
+        engine = merchant.sync.engine
         runner = StepRunner(stopper=merchant.stopper, observer=SyncObserver(), fatal_is_final=False)
         before = runner.run(
             lambda: self._warehouse.load_state(merchant.merchant_id), what="read sync state"
@@ -247,17 +243,19 @@ class RequestedWork:
         self, merchant: HeldMerchant, request: HolderRequest
     ) -> tuple[str | None, dict[str, Any]] | None:
         """``recordsync verify``: the same ``verify_range`` as the command's, at the lowest
-        priority, repairs fenced by this holder's epoch; the findings go back as JSON."""
-        assert merchant.client is not None
-        assert merchant.options is not None
+        priority, repairs fenced by this holder's epoch (a repair registered with the
+        merchant's demand); the findings go back as JSON."""
+        sync = merchant.sync
+        assert sync is not None
         result = verify_range(
-            merchant.client,
+            sync.client,
             self._warehouse.fenced(merchant.merchant_id, merchant.epoch),
             request.created_from,
             request.created_to,
-            page_size=merchant.options.page_size,
+            page_size=sync.options.page_size,
             repair=request.repair,
             stopper=Stopper(parent=merchant.stopper),
+            demand=sync.demand,
         )
         document = verify_document(
             result, merchant.merchant_id, request.created_from, request.created_to

@@ -15,6 +15,11 @@ never by a second copy:
   slowly, since one merchant's wrong secret must never hold the others back (issue 28).
 - ``receives_events``: only a daemon with its notification port open cross-checks rounds.
 
+A job beside the sync (a backfill, a resync, a reset: handed to the holder, or run by a
+command holding the lease) runs on an engine built from that sync (``MerchantSync.job_engine``),
+so it spends the same budget and registers with the merchant's one demand: the tail gives the
+budget to it as to the rebuild.
+
 Every budget starts cold: the holder before us (another replica, or this process's previous
 sync of the merchant) may have spent the last window, and the platform counts both against the
 same merchant.
@@ -39,6 +44,7 @@ from recordsync.core.stopping import Stopper
 from recordsync.platform.budget import RateBudget, default_query_budget
 from recordsync.platform.client import ClientObserver, PlatformClient
 from recordsync.service.secrets import SecretKeeper
+from recordsync.sync.demand import SnapshotDemand
 from recordsync.sync.engine import SyncEngine
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.jobs import JobHost
@@ -163,11 +169,32 @@ def sync_options(
 
 @dataclass(frozen=True, slots=True)
 class MerchantSync:
-    """A merchant's sync as built for its purpose: the engine, and the options it runs with
-    (a request handed to the holder reuses them)."""
+    """A merchant's sync as built for its purpose: the engine, and what every other engine of
+    the merchant in this process shares with it (``job_engine``): the client (so the rate
+    budget), the options, the pools and the merchant's one demand, which the tail reads to
+    give the budget to the jobs reading windows, whichever engine runs them."""
 
     engine: SyncEngine
     options: SyncOptions
+    client: PlatformClient
+    demand: SnapshotDemand
+    host: JobHost | None = None
+
+    def job_engine(
+        self, store: MerchantStore, *, stopper: Stopper, observer: SyncObserver | None = None
+    ) -> SyncEngine:
+        """An engine for one job of the merchant beside its sync (a backfill, a resync, a
+        reset: handed to the holder or run by a command holding the lease), on ``store`` and
+        stopped by ``stopper``: its own log phase and stop, the budget and the demand shared."""
+        return SyncEngine(
+            client=self.client,
+            warehouse=store,
+            options=self.options,
+            stopper=stopper,
+            observer=observer,
+            host=self.host,
+            demand=self.demand,
+        )
 
 
 def merchant_sync(
@@ -183,12 +210,16 @@ def merchant_sync(
     share: Share | None = None,
     receives_events: bool = False,
     stop_when_caught_up: bool = False,
+    demand: SnapshotDemand | None = None,
     logger: Any = log,
 ) -> MerchantSync:
     """The merchant's engine on ``client`` and ``store`` (fenced by the holder's epoch, or
     not): the platform's limits read once (``read_limits``), the options sized to them and to
     the share (``sync_options``), the game catalogue a job beside the tail on the same client
-    and store.  The daemon and every command build a merchant's sync here."""
+    and store.  The daemon and every command build a merchant's sync here.
+
+    ``demand``: the merchant's demand when it outlives this sync (a daemon's held merchant,
+    whose sync is built again after a bug while its requests run on); None: a new one."""
     limits = read_limits(client, purpose, logger=logger)
     options = sync_options(
         settings,
@@ -199,6 +230,7 @@ def merchant_sync(
         receives_events=receives_events,
         stop_when_caught_up=stop_when_caught_up,
     )
+    demand = demand or SnapshotDemand()
     engine = SyncEngine(
         client=client,
         warehouse=store,
@@ -207,8 +239,9 @@ def merchant_sync(
         observer=observer,
         host=host,
         catalogue=(client, store),
+        demand=demand,
     )
-    return MerchantSync(engine, options)
+    return MerchantSync(engine, options, client, demand, host)
 
 
 def fair_concurrency(wanted: int, worker_threads: int, merchants: int) -> int:

@@ -139,6 +139,7 @@ def run_verify(
                         stopper=stopper,
                         progress=progress,
                         give_up_unreachable=app.options.give_up_unreachable,
+                        demand=app.sync.demand,
                     )
                 document = verify_document(result, merchant.merchant_id, start, end)
         except ShutdownRequestedError:

@@ -1,5 +1,5 @@
-"""What the parts of one engine share: the ports, the options, the observer, the stop, and
-the writer lock.
+"""What the parts of one engine share: the ports, the options, the observer, the stop, the
+merchant's demand and the writer lock.
 
 Every request goes through the client's one rate budget; commits are serialised by one
 writer lock unless the warehouse takes concurrent commits (PostgreSQL and MariaDB,
@@ -51,14 +51,15 @@ class SyncContext:
     stopper: Stopper
     observer: SyncObserver
     rng: random.Random
+    # The merchant's jobs reading windows now (a snapshot, a backfill, whichever engine runs
+    # them): the tail gives them the budget.  Shared by every engine of the merchant here.
+    demand: SnapshotDemand = field(default_factory=SnapshotDemand)
     # Commits wait for one another unless the warehouse takes them side by side.
     writer: AbstractContextManager[Any] = field(init=False)
     # Snapshot pages waiting for that one writer commit together (``group_commit``); None
     # when the warehouse takes commits side by side: nothing waits, nothing is grouped.
     window_commits: GroupCommits[WindowPage, object] | None = field(init=False)
     caught_up: threading.Event = field(init=False, default_factory=threading.Event)
-    # The jobs reading windows now (a snapshot, a backfill): the tail gives them the budget.
-    snapshots: SnapshotDemand = field(init=False, default_factory=SnapshotDemand)
     log: Any = field(init=False)
 
     def __post_init__(self) -> None:

@@ -38,6 +38,7 @@ from recordsync.sync.anchor import load_or_anchor, rebuild
 from recordsync.sync.catalogue import CatalogueRefresh
 from recordsync.sync.context import SyncContext
 from recordsync.sync.cross_check import CrossCheck
+from recordsync.sync.demand import SnapshotDemand
 from recordsync.sync.drift_check import DriftCheck
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.indexes import bi_indexes_missing, build_bi_indexes
@@ -77,11 +78,15 @@ class SyncEngine:
         rng: random.Random | None = None,
         host: JobHost | None = None,
         catalogue: tuple[GameSource, CatalogueStore] | None = None,
+        demand: SnapshotDemand | None = None,
     ) -> None:
         """``host``: the process's shared scheduler and pools (several merchants in one
         process); None gives each generation a private one, sized by the options.
         ``catalogue``: where the game catalogue is read and stored (usually the same client
-        and warehouse); None, or ``options.catalogue_interval`` None, leaves it out."""
+        and warehouse); None, or ``options.catalogue_interval`` None, leaves it out.
+        ``demand``: the merchant's one demand in this process, shared with its other engines
+        (``service.runtime`` passes it), so that the tail of any of them gives the budget to
+        the jobs of all; None: one of its own."""
         self._host = host
         self._catalogue = catalogue
         self._wakeups = TailWakeups()
@@ -92,9 +97,8 @@ class SyncEngine:
             stopper=stopper,
             observer=observer or SyncObserver(),
             rng=rng or random.Random(),  # noqa: S311 - jitter, not cryptography
+            demand=demand or SnapshotDemand(),
         )
-        # A snapshot starting or ending changes how long the tail waits (``tail_pace``).
-        self._context.snapshots.on_change = self._wakeups.nudge
         self._cross_check = CrossCheck(self._context)
         # An operator's reset (``request_rebuild``): the generation running ends, a rebuild
         # follows, as after an expired change cursor.
@@ -186,7 +190,13 @@ class SyncEngine:
             )
         self._schedule_checks(jobs, generation)
         generation.adopt(self._wakeups)
-        with jobs.running(), contextlib.suppress(ShutdownRequestedError):
+        # A job of the merchant starting or ending, in this engine or another, changes how
+        # long the tail waits (``tail_pace``).
+        with (
+            ctx.demand.listening(self._wakeups.nudge),
+            jobs.running(),
+            contextlib.suppress(ShutdownRequestedError),
+        ):
             # A stop while the tail waited out a failure: a job's failure is raised on exit.
             follow_tail(ctx, tail, generation, expired, snapshot_done, wakeups=self._wakeups)
         self._generation = None

@@ -447,9 +447,9 @@ def schedule_snapshot(
     snapshot.spawn = spawn
     snapshot.on_progress = lambda total, done: ctx.observer.windows_planned(job, total, done)
     snapshot.stopper = stopper
-    snapshot.on_end = ctx.snapshots.changed
+    snapshot.on_end = ctx.demand.changed
     count = snapshot.start()
-    ctx.snapshots.add(snapshot)
+    ctx.demand.add(snapshot)
     spawn(count)
 
 

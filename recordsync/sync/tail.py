@@ -151,7 +151,7 @@ def follow_tail(
     last_read: float | None = None
     while True:
         version = wakeups.version
-        snapshot = ctx.snapshots.running
+        snapshot = ctx.demand.running
         now = clock()
         if last_read is None:
             due = now
@@ -176,7 +176,7 @@ def follow_tail(
         )
         if rebuild.is_set() or stopper.stopped:
             return
-        snapshot = ctx.snapshots.running
+        snapshot = ctx.demand.running
         wait = pacing.after(wait, changes=changes, snapshot=snapshot)
         ctx.observer.tail_interval(wait)
 

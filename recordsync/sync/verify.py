@@ -12,6 +12,7 @@ each pair of rows means is decided by ``comparison`` (pure).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from datetime import datetime
 from functools import partial
 from typing import Final, Protocol
@@ -32,6 +33,7 @@ from recordsync.sync.comparison import (
     compare_page,
     warehouse_only,
 )
+from recordsync.sync.demand import SnapshotDemand
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.plan import plan_windows
 from recordsync.sync.ports import RecordSource, VerifyStore
@@ -61,12 +63,42 @@ def verify_range(
     stopper: Stopper,
     progress: VerifyProgress | None = None,
     give_up_unreachable: float | None = None,
+    demand: SnapshotDemand | None = None,
 ) -> VerifyResult:
     """Read ``[start, end)`` from the platform a UTC day at a time and compare (and repair).
 
     A window whose cursor expires (it took longer than a cursor lives) is read again whole.
     ``give_up_unreachable``: seconds an unreachable platform is tried before the run ends.
+    ``demand``: the merchant's; a repair registers with it while it reads, so the tail gives
+    it the budget as to a resync (it writes what it finds, like one).  A plain verify is a
+    check that never delays the sync, and leaves the tail's pace alone.
     """
+    with demand.reading(stopper) if demand is not None and repair else nullcontext():
+        return _verify_range(
+            source,
+            store,
+            start,
+            end,
+            page_size=page_size,
+            repair=repair,
+            stopper=stopper,
+            progress=progress,
+            give_up_unreachable=give_up_unreachable,
+        )
+
+
+def _verify_range(
+    source: RecordSource,
+    store: VerifyStore,
+    start: datetime,
+    end: datetime,
+    *,
+    page_size: int,
+    repair: bool,
+    stopper: Stopper,
+    progress: VerifyProgress | None,
+    give_up_unreachable: float | None,
+) -> VerifyResult:
     runner = StepRunner(
         stopper=stopper,
         observer=SyncObserver(),

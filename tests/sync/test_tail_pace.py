@@ -185,13 +185,13 @@ def follow(scenario: Scenario, pacing: TailPacing) -> list[float]:
         platform, FakeStore(state=tailing_state()), tail_pacing=pacing, stop_when_caught_up=False
     )
     wakeups = ScriptedWakeups(scenario)
-    ctx.snapshots.on_change = wakeups.nudge
     if scenario.snapshot_until > 0:
-        ctx.snapshots.add(Job(scenario))
+        ctx.demand.add(Job(scenario))
     stopper.adopt(wakeups)
-    follow_tail(
-        ctx, Tail("c0"), stopper, threading.Event(), None, wakeups=wakeups, clock=scenario.clock
-    )
+    with ctx.demand.listening(wakeups.nudge):
+        follow_tail(
+            ctx, Tail("c0"), stopper, threading.Event(), None, wakeups=wakeups, clock=scenario.clock
+        )
     return platform.reads
 
 
@@ -287,18 +287,20 @@ def one_window_job(stopper: Stopper) -> PendingWindows:
 def test_a_snapshot_wants_the_budget_until_its_last_worker_ends_and_says_so():
     demand = SnapshotDemand()
     told = []
-    demand.on_change = lambda: told.append(demand.running)
     job = one_window_job(Stopper())
     job.on_end = demand.changed
     job.start()
-    demand.add(job)
-    assert demand.running
-    assert job.take() is not None
-    job.window_finished()
-    assert demand.running
-    assert job.take() is None
-    assert not demand.running
+    with demand.listening(lambda: told.append(demand.running)):
+        demand.add(job)
+        assert demand.running
+        assert job.take() is not None
+        job.window_finished()
+        assert demand.running
+        assert job.take() is None
+        assert not demand.running
     assert told == [True, False]  # added, then ended: the tail looks again both times
+    demand.changed()
+    assert told == [True, False]  # a listener whose block ended is told nothing more
 
 
 def test_a_stopped_job_never_holds_the_tail_stretched():

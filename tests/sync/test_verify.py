@@ -8,11 +8,13 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import pytest
 from support.fakes import HOUR, NOW, FakePlatform, InstantStopper, expired, record
 
 from recordsync.core.models import Record
 from recordsync.platform.budget import Priority
 from recordsync.sync.comparison import Difference
+from recordsync.sync.demand import SnapshotDemand
 from recordsync.sync.ports import VerifyStore
 from recordsync.sync.verify import verify_range
 
@@ -105,3 +107,43 @@ def test_a_window_whose_cursor_expires_is_read_again_whole() -> None:
     assert len(platform.calls_to("records_first")) == 2
     assert result.total(Difference.MISSING) == 1  # counted once, not once per reading
     assert result.platform_rows == 3
+
+
+@dataclass
+class WatchingStore(VerifyFake):
+    """Notes, each time verify reads the warehouse, whether the merchant's demand is on."""
+
+    demand: SnapshotDemand = field(default_factory=SnapshotDemand)
+    seen: list[bool] = field(default_factory=list)
+
+    def stored_records(self, record_ids: Collection[str]) -> dict[str, Record]:
+        self.seen.append(self.demand.running)
+        return super().stored_records(record_ids)
+
+
+@pytest.mark.parametrize(
+    ("repair", "wants_budget"), [(True, True), (False, False)], ids=["repair", "check-only"]
+)
+def test_a_repairing_verify_wants_the_budget_while_it_reads_a_check_never(
+    repair: bool, wants_budget: bool
+) -> None:
+    """A repair is a job reading windows like a resync: registered with the merchant's demand,
+    it stretches the tail's idle polls; a plain verify leaves the tail's pace alone."""
+    platform, plain = platform_and_store()
+    store = WatchingStore(rows=plain.rows)
+    told: list[bool] = []
+    with store.demand.listening(lambda: told.append(store.demand.running)):
+        verify_range(
+            platform,
+            store,
+            START,
+            END,
+            page_size=2,
+            repair=repair,
+            stopper=InstantStopper(),
+            demand=store.demand,
+        )
+    assert store.seen
+    assert set(store.seen) == {wants_budget}
+    assert not store.demand.running  # ended with the run
+    assert told == ([True, False] if repair else [])
