@@ -153,16 +153,24 @@ class Warehouse:
         )
 
     @classmethod
-    def for_reading(cls, url: str, *, prepare: Callable[[Engine], None] | None = None) -> Warehouse:
+    def for_reading(
+        cls,
+        url: str,
+        *,
+        prepare: Callable[[Engine], None] | None = None,
+        limits: timeouts.SessionLimits = timeouts.READS,
+    ) -> Warehouse:
         """A warehouse for the read commands (``reader.WarehouseReader`` wraps it): it must
         exist at this version's schema.
 
         Nothing is created or migrated (a SQLite file that is not there is an error, not a new
         empty warehouse); ``SchemaVersionError`` says which revision is there and what to run.
         ``prepare`` sees the engine before its first connection (the reader makes its sessions
-        read-only there).
+        read-only there).  ``limits``: every wait of its sessions is bounded, so that a read
+        command behind a lock says so instead of hanging (``timeouts.READS``; ``PROBE`` for
+        ``status --check``).
         """
-        engine = create_warehouse_engine(url)
+        engine = create_warehouse_engine(url, limits=limits)
         if prepare is not None:
             prepare(engine)
         path = sqlite_file(engine.url)
