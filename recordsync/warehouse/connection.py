@@ -38,7 +38,11 @@ from recordsync.core.database_url import (
     MYSQL_FAMILY,
     parse_database_url,
 )
-from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
+from recordsync.core.errors import (
+    ConfigurationError,
+    PermissionDeniedError,
+    WarehouseUnavailableError,
+)
 from recordsync.warehouse import timeouts
 from recordsync.warehouse.timeouts import SessionLimits
 
@@ -155,18 +159,39 @@ def _sqlite_cannot_open(error: exc.DBAPIError) -> bool:
     )
 
 
+# A grant missing: PostgreSQL's SQLSTATE class 42501; MariaDB's errors of a denied database,
+# table, column, routine or privilege (PyMySQL raises most of them as OperationalError, which
+# would otherwise read as "unavailable" and be waited on for ever).
+_POSTGRES_DENIED: Final = "42501"
+_MARIADB_DENIED: Final = frozenset({1044, 1142, 1143, 1227, 1370})
+
+
+def _denied(error: exc.DBAPIError) -> bool:
+    cause = error.orig
+    if getattr(cause, "sqlstate", None) == _POSTGRES_DENIED:
+        return True
+    code = next(iter(getattr(cause, "args", ())), None)
+    return isinstance(code, int) and code in _MARIADB_DENIED
+
+
 @contextmanager
 def translate_errors(action: str) -> Iterator[None]:
     """Turn "the server is gone or busy" into ``WarehouseUnavailableError``; let bugs through.
 
     Operational errors (refused or dropped connections, lock timeouts, deadlocks), interface
     errors, invalidated connections and pool timeouts mean: wait, reconnect and try again.
-    A SQLite file that cannot be opened is a ``ConfigurationError`` (see above).  Integrity,
+    A SQLite file that cannot be opened is a ``ConfigurationError`` (see above), and so is a
+    statement the account has no grant for (``PermissionDeniedError``).  Integrity,
     data and programming errors propagate unchanged: retrying would not help.
     """
     try:
         yield
     except exc.DBAPIError as error:
+        if _denied(error):
+            raise PermissionDeniedError(
+                f"the database account may not {action}: {_describe(error)}; see "
+                '"Who may run what" in docs/operations.md'
+            ) from error
         if _sqlite_cannot_open(error):
             raise ConfigurationError(
                 f"the SQLite warehouse file is not a database ({action}): check "

@@ -33,7 +33,11 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.pool import NullPool
 
 from recordsync.core.database_url import MYSQL_FAMILY, SUPPORTED_BACKENDS, check_driver
-from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
+from recordsync.core.errors import (
+    ConfigurationError,
+    PermissionDeniedError,
+    WarehouseUnavailableError,
+)
 from recordsync.core.models import Game, Record, RejectedItem
 from recordsync.core.round_events import RoundEvent, RoundEventReceipt
 from recordsync.core.state import (
@@ -517,11 +521,11 @@ class Warehouse:
         try:
             with translate_errors("build BI indexes"):
                 built = bi_indexes.build(self._schema_engine(), sleep=self._sleep)
-        except DBAPIError as error:
+        except (DBAPIError, PermissionDeniedError) as error:
             _log.error(
                 "bi_indexes_build_failed",
                 merchant_id=merchant_id,
-                error=str(error.orig),
+                error=str(getattr(error, "orig", error)),
                 action="reports and dashboards run without them: run `recordsync migrate` "
                 "with an account that may change the schema",
             )
@@ -547,7 +551,7 @@ class Warehouse:
         try:
             with translate_errors("defer BI indexes"):
                 dropped = bi_indexes.defer(self._schema_engine())
-        except (DBAPIError, WarehouseUnavailableError) as error:
+        except (DBAPIError, PermissionDeniedError, WarehouseUnavailableError) as error:
             _log.warning(
                 "bi_indexes_not_deferred",
                 merchant_id=merchant_id,
