@@ -104,6 +104,7 @@ def test_pause_and_resume_with_no_daemon_running(warehouse_url: str, tmp_path: P
     try:
         config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
         first, second = sim.merchant_ids
+        assert recordsync_cli(config, "migrate").returncode == 0  # pause never migrates
         paused = merchant(config, "pause", first, "--reason", "contract on hold")
         assert paused.returncode == 0, paused.stderr
         assert paused.stdout.startswith(f"merchant {first} paused (since ")
