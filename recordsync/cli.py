@@ -141,6 +141,9 @@ def _add_merchant_commands(
     pause.add_argument("--reason", metavar="TEXT", help="why, as `status` shows it")
     resume = actions.add_parser("resume", help="sync a paused merchant again")
     resume.add_argument("merchant_id", metavar="ID")
+    resume.add_argument(
+        "--force", action="store_true", help="end the pause even if another operator owns it"
+    )
     state = actions.add_parser(
         "state", help="a merchant's cursors, windows, epoch and phase as JSON: show, export, import"
     )
@@ -247,7 +250,7 @@ def _merchant(args: argparse.Namespace) -> int:
     if args.action == "pause":
         return service.pause_merchant(settings, args.merchant_id, reason=args.reason)
     if args.action == "resume":
-        return service.resume_merchant(settings, args.merchant_id)
+        return service.resume_merchant(settings, args.merchant_id, force=args.force)
     return _state(service, settings, args)
 
 

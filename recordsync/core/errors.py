@@ -33,6 +33,12 @@ class SchemaVersionError(ConfigurationError):
     """
 
 
+class PermissionDeniedError(ConfigurationError):
+    """The warehouse refused this database account a statement (a grant it lacks): another
+    account, or another grant, is the fix; waiting is not (docs/operations.md, "Who may run
+    what")."""
+
+
 class WarehouseUnavailableError(RecordSyncError):
     """The warehouse cannot be reached now; wait and try again."""
 

@@ -8,7 +8,8 @@ beside its tail; ``service.handover``) and this command follows the job's window
 holder says it is done; a new holder resumes it should the holder change. Should the merchant be
 left with no holder at all (the daemons stopped, a rollout scaled to zero), the command takes
 the lease back while it follows and runs the rest of the job here: following never waits on
-nobody.
+nobody.  Run here, it obeys a pause within a tick (``pause_watch``): it stops, the windows
+finished kept, and says so in its last line (exit 1).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from recordsync.logs import json_lines, process_context
 from recordsync.service.app import App, open_app
 from recordsync.service.handover import DoneThere, hold_or_hand_over, refuse_if_paused
 from recordsync.service.holder_versions import ask_if_holder_takes
+from recordsync.service.pause_watch import PauseWatch, refuse_before_any_request
 from recordsync.service.progress import RichProgress
 from recordsync.service.signals import Received, stop_on_signals
 from recordsync.sync.engine import BackfillResult
@@ -79,6 +81,8 @@ def run_range_job(
     progress = RichProgress() if sys.stdout.isatty() else None
     # Where the job runs decides what an interruption leaves behind (issue 29).
     handed_over: list[int] = []  # the request a daemon runs, while this command follows it
+    watch: PauseWatch | None = None  # once the job runs here
+    refuse_before_any_request(settings.database_url, merchant.merchant_id, what=name)
     try:
         with (
             stop_on_signals(stopper) as signals,
@@ -141,18 +145,30 @@ def run_range_job(
                 # sent once it is not confirmed (issue 30).
                 app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
                 taken_back = None if outcome.taken_back is None else outcome.taken_back.id
-                result = _run_here(
-                    app, stopper, start, end, job, epoch=outcome.epoch, request_id=taken_back, me=me
-                )
+                # Held here, it obeys a pause as a daemon would: within a tick (pause_watch).
+                watch = PauseWatch(app.warehouse.controls.paused, merchant.merchant_id, stopper)
+                with watch:
+                    result = _run_here(
+                        app,
+                        stopper,
+                        start,
+                        end,
+                        job,
+                        epoch=outcome.epoch,
+                        request_id=taken_back,
+                        me=me,
+                    )
             finally:
                 session.close()
     except ShutdownRequestedError:
         _interrupted(signals, handed_over, name)
+        _paused(watch, name)
         raise
     stopped, finished = f"{name}_stopped", f"{name}_finished"
     if stopper.stopped:
         log.info(stopped, job=result.job, records=result.records)
         _interrupted(signals, handed_over, name)
+        _paused(watch, name)
         raise RecordSyncError(f"{name} stopped before it finished")
     log.info(finished, job=result.job, windows=result.windows, records=result.records)
     _say_done(
@@ -204,6 +220,19 @@ def _interrupted(signals: Received, handed_over: list[int], name: str) -> None:
         interrupted = f"{name}_interrupted"
         log.info(interrupted, action=what_now)
         raise error
+
+
+def _paused(watch: PauseWatch | None, name: str) -> None:
+    """Raise the pause that stopped the job, if one did (exit 1, ``cli.EXIT_FAILURE``)."""
+    if watch is None:
+        return
+    error = watch.error(
+        name,
+        "the windows finished so far are kept; once it is resumed, run the same command "
+        "again to resume",
+    )
+    if error is not None:
+        raise error from None
 
 
 def _run_here(

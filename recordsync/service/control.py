@@ -7,12 +7,22 @@ told.  With no daemon running there is nothing to stop: the row is all.  The com
 watches the leases until nobody holds the merchant (at most ``RELEASE_WAIT``: a tick and the
 page in hand), so that its last line is a fact, not a hope.  ``resume`` clears the row and,
 when a live replica is configured with the merchant, waits until one holds it again.
+
+A pause has an owner: who paused first, recorded as the operator (the process's user and
+host) and the database account the command ran as, which the database vouches for (the OS
+user does not: any process may call itself anything).  Another operator's ``resume`` is
+refused unless ``--force`` says so, and then says whose pause it ended: a pause taken for an
+incident is not lifted by someone who did not know of it.  Who may pause or resume at all is
+the database's grants alone (docs/operations.md, "Who may run what").
+
+Neither command migrates: a schema behind this version is refused in one line naming
+``recordsync migrate`` (a previous version's replicas, mid-rollout, would not read the row).
 """
 
 from __future__ import annotations
 
-import getpass
 import os
+import pwd
 import socket
 import time
 from collections.abc import Callable
@@ -23,6 +33,7 @@ import structlog
 from recordsync.core.settings import Settings
 from recordsync.service.holder_versions import refuse_unless_holder_obeys_pause
 from recordsync.warehouse import FleetSession, Pause, Warehouse
+from recordsync.warehouse.schema import ID_LENGTH
 from recordsync.warehouse.timeouts import LEASE_SECONDS
 
 log = structlog.get_logger("recordsync")
@@ -36,14 +47,31 @@ LOOK_EVERY: Final = 0.5
 STALE_AFTER: Final = 6.0  # the fleet's: a replica whose heartbeat is older is not live
 
 
-def operator() -> str:
-    """Who acts: the user and host, as the row records them (a container may have no name
-    for its uid: the uid then)."""
+def operator(database_account: str | None = None) -> str:
+    """Who acts, as the pause row records it: the user of this process's uid (its name in the
+    password database, not ``$LOGNAME`` or ``$USER``, which anyone sets), the host, and the
+    database account when the database has accounts (``user@host as account``).  A container
+    may have no name for its uid: the uid then."""
     try:
-        user = getpass.getuser()
+        user = pwd.getpwuid(os.getuid()).pw_name
     except (KeyError, OSError):
         user = f"uid {os.getuid()}"
-    return f"{user}@{socket.gethostname()}"
+    who = f"{user}@{socket.gethostname()}"
+    if database_account is not None:
+        who += f" as {database_account}"
+    return who[:ID_LENGTH]
+
+
+def _open(settings: Settings) -> tuple[Warehouse, str]:
+    """The warehouse at this version's schema (never migrated here: ``SchemaVersionError``
+    names ``recordsync migrate``), and who acts on it."""
+    warehouse = Warehouse.connect(settings.database_url)
+    try:
+        warehouse.check_schema()
+        return warehouse, operator(warehouse.controls.database_account())
+    except BaseException:
+        warehouse.close()
+        raise
 
 
 def pause_merchant(
@@ -58,16 +86,13 @@ def pause_merchant(
     """Pause ``merchant_id`` and wait until no replica holds it; 0 once nobody does, 1 when
     a holder still has it after ``wait`` (the pause stands: it lets go at its next tick)."""
     merchant = settings.merchant(merchant_id)
-    warehouse = Warehouse.connect(settings.database_url)
+    warehouse, me = _open(settings)
     try:
-        warehouse.check_schema()
         session = watching_session(warehouse)
         try:
             refuse_unless_holder_obeys_pause(session, merchant.merchant_id)
-            pause = warehouse.controls.pause(merchant.merchant_id, by=operator(), reason=reason)
-            log.info(
-                "merchant_paused", merchant_id=merchant.merchant_id, by=pause.by, reason=reason
-            )
+            pause = warehouse.controls.pause(merchant.merchant_id, by=me, reason=reason)
+            log.info("merchant_paused", merchant_id=merchant.merchant_id, by=me, owner=pause.by)
             started = clock()
             holder = session.holders().get(merchant.merchant_id)
             while holder is not None and clock() - started < wait:
@@ -79,6 +104,9 @@ def pause_merchant(
     finally:
         warehouse.close()
     said = _said(pause)
+    ending = f"`recordsync merchant resume {merchant.merchant_id}` ends it"
+    if pause.by != me:  # paused already, by another operator: their pause, as it was
+        ending = f"the pause is {pause.by}'s: theirs ends it (anyone else's needs --force)"
     if holder is not None:
         print(  # noqa: T201 - the command's last line
             f"merchant {merchant.merchant_id} paused ({said}), but replica {holder} still "
@@ -88,8 +116,7 @@ def pause_merchant(
         return 1
     let_go = f"its holder let go after {waited:.1f} s" if waited >= LOOK_EVERY else "nobody held it"
     print(  # noqa: T201 - the command's last line
-        f"merchant {merchant.merchant_id} paused ({said}): no replica syncs it ({let_go}); "
-        f"`recordsync merchant resume {merchant.merchant_id}` ends it"
+        f"merchant {merchant.merchant_id} paused ({said}): no replica syncs it ({let_go}); {ending}"
     )
     return 0
 
@@ -98,22 +125,38 @@ def resume_merchant(
     settings: Settings,
     merchant_id: str,
     *,
+    force: bool = False,
     wait: float = TAKE_WAIT,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Resume ``merchant_id``; when a live replica is configured with it, wait until one
     holds it again.  0 once held (or when no daemon runs, said so), 1 when not held after
-    ``wait``."""
+    ``wait``, and 1 for another operator's pause without ``force`` (left standing)."""
     merchant = settings.merchant(merchant_id)
-    warehouse = Warehouse.connect(settings.database_url)
+    warehouse, me = _open(settings)
     try:
-        warehouse.check_schema()
-        ended = warehouse.controls.resume(merchant.merchant_id, by=operator())
-        if ended is None:
+        found = warehouse.controls.resume(
+            merchant.merchant_id, by=me, may_end=lambda pause: force or pause.by == me
+        )
+        if found is None:
             print(f"merchant {merchant.merchant_id} was not paused: nothing to do")  # noqa: T201
             return 0
-        log.info("merchant_resumed", merchant_id=merchant.merchant_id, paused_since=ended.since)
+        ended = found.pause
+        if not found.ended:
+            print(  # noqa: T201 - the command's last line
+                f"merchant {merchant.merchant_id} stays paused: the pause is {ended.by}'s, "
+                f"not yours ({me}), {_said(ended)}; add --force to end their pause"
+            )
+            return 1
+        log.info(
+            "merchant_resumed",
+            merchant_id=merchant.merchant_id,
+            paused_since=ended.since,
+            owner=ended.by,
+            by=me,
+            forced=ended.by != me,
+        )
         session = watching_session(warehouse)
         try:
             takers = [
@@ -132,6 +175,11 @@ def resume_merchant(
     finally:
         warehouse.close()
     resumed = f"merchant {merchant.merchant_id} resumed (it was paused {_said(ended)})"
+    if ended.by != me:
+        resumed = (
+            f"merchant {merchant.merchant_id} resumed with --force, ending {ended.by}'s pause "
+            f"({_said(ended)})"
+        )
     if holder is not None:
         print(f"{resumed}: replica {holder} syncs it again after {waited:.1f} s")  # noqa: T201
         return 0

@@ -34,6 +34,7 @@ from recordsync.warehouse import (
     WarehouseStatus,
 )
 from recordsync.warehouse.reader import WarehouseReader
+from recordsync.warehouse.timeouts import PROBE
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,10 +243,12 @@ def _check(settings: Settings, merchant_ids: Sequence[str]) -> int:
 
     The rule is /readyz's (``assess_readiness``) applied to the committed state, so a probe
     and a script agree; the last commit time is the one the daemon stored with its cursor.
-    A warehouse that is missing, down or at another schema version is "not ready" (exit 1).
+    A warehouse that is missing, down or at another schema version is "not ready" (exit 1),
+    and so is one that keeps a read waiting: its sessions have the probe's bounds
+    (``timeouts.PROBE``), so behind a lock the answer comes within ``PROBE_SECONDS``.
     """
     try:
-        warehouse = WarehouseReader.open(settings.database_url)
+        warehouse = WarehouseReader.open(settings.database_url, limits=PROBE)
         try:
             states = [warehouse.load_state(merchant_id) for merchant_id in merchant_ids]
         finally:

@@ -17,6 +17,10 @@ to take the merchant's lease:
   findings for this command to print. One process spends the merchant's limit, and one writer
   (the lease holder) writes, whichever way it runs.
 
+A paused merchant is refused, a plain verify too (the platform sees no request for a paused
+merchant), and a verify running here when the merchant is paused stops within a tick
+(``pause_watch``), concluding nothing (exit 3).
+
 ``--repair`` writes rows only, never a cursor, through the revision guards
 (``Warehouse.repair_records``): a stored revision never goes down, rows only the warehouse
 has are never deleted.
@@ -52,6 +56,7 @@ from recordsync.metrics import record_verify_run
 from recordsync.service.app import open_app
 from recordsync.service.console import PipeConsole
 from recordsync.service.handover import DoneThere, hold_or_hand_over, refuse_if_paused
+from recordsync.service.pause_watch import PauseWatch, refuse_before_any_request
 from recordsync.service.progress import RichProgress
 from recordsync.service.signals import stop_on_signals
 from recordsync.sync.comparison import FAULTS, DayTally, Difference, VerifyResult
@@ -91,16 +96,17 @@ def run_verify(
     stopper = Stopper()
     process_context.update(merchant_id=merchant.merchant_id, phase="verify")
     progress = RichProgress(Console(file=sys.stderr)) if sys.stderr.isatty() else None
+    what = "verify --repair" if repair else "verify"
+    refuse_before_any_request(settings.database_url, merchant.merchant_id, what=what)
     with (
         stop_on_signals(stopper) as signals,
         open_app(settings, merchant_id=merchant.merchant_id, stopper=stopper) as app,
     ):
 
-        def before_taking() -> None:  # a paused merchant is written by nobody; reading it is not
-            if repair:
-                refuse_if_paused(
-                    app.warehouse.controls.paused, merchant.merchant_id, what="verify --repair"
-                )
+        def before_taking() -> None:  # a paused merchant sees no request: not even a read
+            refuse_if_paused(app.warehouse.controls.paused, merchant.merchant_id, what=what)
+
+        watch: PauseWatch | None = None  # once it runs here
 
         session = app.warehouse.fleet_session(
             f"verify-{os.getpid()}-{random_tokens.token_hex(2)}", lease_seconds=LEASE_SECONDS
@@ -128,7 +134,9 @@ def run_verify(
                 # Its lease is kept alive by the session's keeper; nothing is sent once it is
                 # not confirmed (issue 30).
                 app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
-                with progress or nullcontext():
+                # Held here, it obeys a pause as a daemon would: within a tick (pause_watch).
+                watch = PauseWatch(app.warehouse.controls.paused, merchant.merchant_id, stopper)
+                with watch, progress or nullcontext():
                     result = verify_range(
                         app.client,
                         app.warehouse.fenced(merchant.merchant_id, outcome.epoch),
@@ -149,9 +157,16 @@ def run_verify(
             interrupted = signals.interrupted(what_now)
             if interrupted is not None:
                 raise interrupted from None
+            paused = None if watch is None else watch.error(what, f"{what_now} once it is resumed")
+            if paused is not None:
+                raise paused from None
             raise
         finally:
             session.close()
+    # A pause that stopped it short: what it found proves nothing (exit 3).
+    paused = None if watch is None else watch.error(what, "nothing was concluded; run it again")
+    if paused is not None:
+        raise paused
     _report(document, metrics_file)
     render(document, fmt=fmt, out=out)
     return 0 if document["clean"] else 1

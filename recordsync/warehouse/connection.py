@@ -3,15 +3,16 @@
 Session settings per backend:
 
 - SQLite: WAL, so a ``status`` command can read while the daemon writes; a busy timeout, so a
-  brief lock waits instead of failing; foreign keys on; a bigger page cache and fewer
-  checkpoints than SQLite's defaults, for the write path.  The driver's own implicit
+  brief lock waits instead of failing and a long one fails in time (``limits.sqlite_busy``);
+  foreign keys on; a bigger page cache and fewer checkpoints than SQLite's defaults, for the
+  write path.  The driver's own implicit
   transactions are switched off and SQLAlchemy's ``begin`` emits ``BEGIN`` itself (the recipe
   in SQLAlchemy's SQLite dialect notes): reads get a plain deferred ``BEGIN``, writes
   ``BEGIN IMMEDIATE`` so a read-then-write transaction never fails half-way on a lock upgrade.
 - MariaDB: utf8mb4 and ``time_zone = '+00:00'`` on every new connection.
-- PostgreSQL and MariaDB, for every process that syncs (``limits``): the bounds of
-  ``timeouts`` on every wait, on both sides; the read commands (``status``, ``report``) run
-  a person's queries and keep the server's defaults.
+- PostgreSQL and MariaDB (``limits``): the bounds of ``timeouts`` on every wait, on both
+  sides: ``WRITES`` for every process that syncs, ``READS`` for the read commands (``status``,
+  ``report``, the dry runs), ``PROBE`` for ``status --check``, ``DDL`` for schema changes.
 - Every backend: ``pool_pre_ping``, so a connection the server dropped while idle is replaced
   instead of failing the next page.
 
@@ -37,13 +38,16 @@ from recordsync.core.database_url import (
     MYSQL_FAMILY,
     parse_database_url,
 )
-from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
+from recordsync.core.errors import (
+    ConfigurationError,
+    PermissionDeniedError,
+    WarehouseUnavailableError,
+)
 from recordsync.warehouse import timeouts
 from recordsync.warehouse.timeouts import SessionLimits
 
 # Execution option marking a write transaction (SQLite then takes the write lock at BEGIN).
 WRITE_OPTION: Final = "recordsync_write"
-SQLITE_BUSY_TIMEOUT_MS: Final = 30_000
 # Per connection, filled only as pages are read: 32 MiB keeps a backfill's peak memory far
 # below its 150 MB budget (bench/memory.py) and gives most of what 128 MiB gives.
 SQLITE_CACHE_KIB: Final = 32 * 1024
@@ -75,7 +79,8 @@ def create_warehouse_engine(
         options["connect_args"] = {**connect_args, **kwargs.get("connect_args", {})}
     engine = create_engine(parsed, **options)
     if backend == "sqlite":
-        _configure_sqlite(engine)
+        busy = (limits or timeouts.WRITES).sqlite_busy
+        _configure_sqlite(engine, busy_ms=busy * 1000)
     elif backend in MYSQL_FAMILY and limits is None:
         _configure_mysql(engine)  # with limits, their init command sets the time zone
     return engine
@@ -102,12 +107,12 @@ def sqlite_file(url: URL) -> str | None:
     return database
 
 
-def _configure_sqlite(engine: Engine) -> None:
+def _configure_sqlite(engine: Engine, *, busy_ms: int) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # BEGIN is emitted by _on_begin below
         cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
         cursor.execute("PRAGMA journal_mode = WAL")
         # With WAL, NORMAL never corrupts and never splits a transaction; an OS crash may
         # lose the last commits, rows and cursor together, which the sync simply re-reads.
@@ -154,18 +159,39 @@ def _sqlite_cannot_open(error: exc.DBAPIError) -> bool:
     )
 
 
+# A grant missing: PostgreSQL's SQLSTATE class 42501; MariaDB's errors of a denied database,
+# table, column, routine or privilege (PyMySQL raises most of them as OperationalError, which
+# would otherwise read as "unavailable" and be waited on for ever).
+_POSTGRES_DENIED: Final = "42501"
+_MARIADB_DENIED: Final = frozenset({1044, 1142, 1143, 1227, 1370})
+
+
+def _denied(error: exc.DBAPIError) -> bool:
+    cause = error.orig
+    if getattr(cause, "sqlstate", None) == _POSTGRES_DENIED:
+        return True
+    code = next(iter(getattr(cause, "args", ())), None)
+    return isinstance(code, int) and code in _MARIADB_DENIED
+
+
 @contextmanager
 def translate_errors(action: str) -> Iterator[None]:
     """Turn "the server is gone or busy" into ``WarehouseUnavailableError``; let bugs through.
 
     Operational errors (refused or dropped connections, lock timeouts, deadlocks), interface
     errors, invalidated connections and pool timeouts mean: wait, reconnect and try again.
-    A SQLite file that cannot be opened is a ``ConfigurationError`` (see above).  Integrity,
+    A SQLite file that cannot be opened is a ``ConfigurationError`` (see above), and so is a
+    statement the account has no grant for (``PermissionDeniedError``).  Integrity,
     data and programming errors propagate unchanged: retrying would not help.
     """
     try:
         yield
     except exc.DBAPIError as error:
+        if _denied(error):
+            raise PermissionDeniedError(
+                f"the database account may not {action}: {_describe(error)}; see "
+                '"Who may run what" in docs/operations.md'
+            ) from error
         if _sqlite_cannot_open(error):
             raise ConfigurationError(
                 f"the SQLite warehouse file is not a database ({action}): check "

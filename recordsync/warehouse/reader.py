@@ -5,7 +5,8 @@ It offers the reads those commands make and nothing else, so no write is one cal
 its database sessions are read-only as well (SQLite ``query_only``; a read-only transaction
 default on PostgreSQL and MariaDB): a read command pointed at a production warehouse cannot
 change it, whatever code it reaches.  Nothing is created or migrated: the warehouse must exist
-at this version's schema.
+at this version's schema.  Every wait is bounded (``timeouts.READS``, ``PROBE``): a read
+command behind a lock ends with a line saying so.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from sqlalchemy import Engine, event
 
 from recordsync.core.state import SyncState
 from recordsync.warehouse.store import Warehouse
+from recordsync.warehouse.timeouts import READS, SessionLimits
 from recordsync.warehouse.values import (
     Availability,
     DailySummary,
@@ -43,10 +45,12 @@ class WarehouseReader:
         self._warehouse = warehouse
 
     @classmethod
-    def open(cls, url: str) -> WarehouseReader:
+    def open(cls, url: str, *, limits: SessionLimits = READS) -> WarehouseReader:
         """A reader of the warehouse at ``url``; ``SchemaVersionError`` or
-        ``ConfigurationError`` when there is none at this version's schema."""
-        warehouse = Warehouse.for_reading(url, prepare=_read_only_sessions)
+        ``ConfigurationError`` when there is none at this version's schema.  Every wait of
+        its sessions is bounded by ``limits`` (``timeouts``): a lock wait, a statement, a
+        connection; ``PROBE`` for a health check."""
+        warehouse = Warehouse.for_reading(url, prepare=_read_only_sessions, limits=limits)
         return cls(warehouse)
 
     @property

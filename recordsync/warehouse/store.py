@@ -33,7 +33,11 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.pool import NullPool
 
 from recordsync.core.database_url import MYSQL_FAMILY, SUPPORTED_BACKENDS, check_driver
-from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
+from recordsync.core.errors import (
+    ConfigurationError,
+    PermissionDeniedError,
+    WarehouseUnavailableError,
+)
 from recordsync.core.models import Game, Record, RejectedItem
 from recordsync.core.round_events import RoundEvent, RoundEventReceipt
 from recordsync.core.state import (
@@ -153,16 +157,24 @@ class Warehouse:
         )
 
     @classmethod
-    def for_reading(cls, url: str, *, prepare: Callable[[Engine], None] | None = None) -> Warehouse:
+    def for_reading(
+        cls,
+        url: str,
+        *,
+        prepare: Callable[[Engine], None] | None = None,
+        limits: timeouts.SessionLimits = timeouts.READS,
+    ) -> Warehouse:
         """A warehouse for the read commands (``reader.WarehouseReader`` wraps it): it must
         exist at this version's schema.
 
         Nothing is created or migrated (a SQLite file that is not there is an error, not a new
         empty warehouse); ``SchemaVersionError`` says which revision is there and what to run.
         ``prepare`` sees the engine before its first connection (the reader makes its sessions
-        read-only there).
+        read-only there).  ``limits``: every wait of its sessions is bounded, so that a read
+        command behind a lock says so instead of hanging (``timeouts.READS``; ``PROBE`` for
+        ``status --check``).
         """
-        engine = create_warehouse_engine(url)
+        engine = create_warehouse_engine(url, limits=limits)
         if prepare is not None:
             prepare(engine)
         path = sqlite_file(engine.url)
@@ -509,11 +521,11 @@ class Warehouse:
         try:
             with translate_errors("build BI indexes"):
                 built = bi_indexes.build(self._schema_engine(), sleep=self._sleep)
-        except DBAPIError as error:
+        except (DBAPIError, PermissionDeniedError) as error:
             _log.error(
                 "bi_indexes_build_failed",
                 merchant_id=merchant_id,
-                error=str(error.orig),
+                error=str(getattr(error, "orig", error)),
                 action="reports and dashboards run without them: run `recordsync migrate` "
                 "with an account that may change the schema",
             )
@@ -539,7 +551,7 @@ class Warehouse:
         try:
             with translate_errors("defer BI indexes"):
                 dropped = bi_indexes.defer(self._schema_engine())
-        except (DBAPIError, WarehouseUnavailableError) as error:
+        except (DBAPIError, PermissionDeniedError, WarehouseUnavailableError) as error:
             _log.warning(
                 "bi_indexes_not_deferred",
                 merchant_id=merchant_id,

@@ -23,6 +23,15 @@ tries again).  Schema changes and index builds (``DDL``) may run for minutes: no
 statement limit, but the same short lock waits, so that a DDL statement queued for a lock
 never holds every page commit behind it (MariaDB's metadata locks queue that way); its caller
 tries again.
+
+The read commands (``status``, ``report``, the dry runs: ``READS``) run on the same kind of
+bounds, looser where a person waits for a longer query, and ``status --check`` (``PROBE``), which
+a container's health check or a script runs with a timeout of its own (Docker's 10 s in
+``deploy/Dockerfile``), on tight ones: behind a table locked by a migration or a ``VACUUM
+FULL`` its answer is "not ready" after a 2 s lock wait, never a probe timing out with no word.
+SQLite has one bound for every wait, its busy timeout (``sqlite_busy``): a WAL reader waits only
+for a writer in exclusive locking mode or a recovery, and the read commands wait seconds for it,
+not the writers' 30 s.
 """
 
 from __future__ import annotations
@@ -50,6 +59,8 @@ class SessionLimits:
     client_silence: int  # MariaDB net_read_timeout / net_write_timeout: mid-statement silence
     answer: int  # PyMySQL read_timeout: waiting for the server's answer (0: none)
     idle_session: int  # MariaDB wait_timeout: an idle pooled connection is closed
+    sqlite_busy: int = 30  # SQLite busy_timeout: every wait on a lock of the file
+    connect: int = CONNECT  # establishing a connection (both drivers' connect_timeout)
 
 
 # The daemon's and the commands' pooled sessions: page commits, the fence, epochs, reads.
@@ -74,6 +85,34 @@ DDL: Final = SessionLimits(
     answer=0,
     idle_session=300,
 )
+# The read commands (``status``, ``report``, the dry runs): a person's queries, bounded.  The
+# statement limit is generous for ``report`` over a year of summaries; PyMySQL's own answer
+# timeout is longer than it, so that the server's error, which names the limit, comes first.
+READS: Final = SessionLimits(
+    lock_wait=5,
+    metadata_lock_wait=5,
+    idle_in_transaction=30,
+    statement=60,
+    client_silence=30,
+    answer=90,
+    idle_session=300,
+    sqlite_busy=5,
+)
+# ``status --check``: a probe's few small reads.  A lock wait ends after 2 s and a statement
+# after 3 s, a connection attempt after 3 s: behind a lock the answer ("not ready", exit 1)
+# comes in about 2 s, well inside the 5 s that ``PROBE_SECONDS`` documents.
+PROBE: Final = SessionLimits(
+    lock_wait=2,
+    metadata_lock_wait=2,
+    idle_in_transaction=5,
+    statement=3,
+    client_silence=5,
+    answer=5,
+    idle_session=60,
+    sqlite_busy=2,
+    connect=3,
+)
+PROBE_SECONDS: Final = 5  # what README and docs/operations.md promise for ``status --check``
 # A pooled connection is recycled before the server's wait_timeout ends it.
 POOL_RECYCLE: Final = 240
 
@@ -87,7 +126,7 @@ def postgres_connect_args(limits: SessionLimits) -> dict[str, object]:
         "statement_timeout": f"{limits.statement}s",
     }
     return {
-        "connect_timeout": CONNECT,
+        "connect_timeout": limits.connect,
         "keepalives": 1,
         "keepalives_idle": KEEPALIVE_IDLE,
         "keepalives_interval": KEEPALIVE_INTERVAL,
@@ -110,7 +149,7 @@ def mariadb_connect_args(limits: SessionLimits) -> dict[str, object]:
     }
     assignments = ", ".join(f"{name} = {value}" for name, value in settings.items())
     args: dict[str, object] = {
-        "connect_timeout": CONNECT,
+        "connect_timeout": limits.connect,
         "init_command": f"SET SESSION time_zone = '+00:00', {assignments}",
     }
     if limits.answer:

@@ -1,5 +1,6 @@
 """Operators' controls (``merchant_controls``, revision 0013) on every backend: a pause is
-kept with who and why, a second pause keeps the first one's time, a resume ends it."""
+kept with who and why, a second pause keeps the first one's time (and, from another operator,
+its owner's reason), a resume ends it when its caller allows."""
 
 from __future__ import annotations
 
@@ -18,10 +19,20 @@ def test_a_pause_is_kept_with_who_and_why_until_resumed(warehouse: Warehouse):
     assert controls.paused([M1, M2]) == {M1: first}
     assert controls.paused([M2]) == {}
 
-    again = controls.pause(M1, by="ops@host-b", reason="still down")
+    # Another operator's pause keeps the owner's, reason and all; the owner's replaces it.
+    theirs = controls.pause(M1, by="ops@host-b", reason="contract on hold")
+    assert (theirs.since, theirs.by, theirs.reason) == (first.since, "ops@host-a", first.reason)
+    again = controls.pause(M1, by="ops@host-a", reason="still down")
     assert (again.since, again.by, again.reason) == (first.since, "ops@host-a", "still down")
 
-    assert controls.resume(M1, by="ops@host-b") == again
+    # Ending it is the caller's decision, taken on the pause found.
+    kept = controls.resume(M1, by="ops@host-b", may_end=lambda pause: pause.by == "ops@host-b")
+    assert kept is not None
+    assert (kept.pause, kept.ended) == (again, False)
+    assert controls.paused([M1]) == {M1: again}
+    ended = controls.resume(M1, by="ops@host-b")
+    assert ended is not None
+    assert (ended.pause, ended.ended) == (again, True)
     assert controls.paused([M1]) == {}
     assert controls.resume(M1, by="ops@host-b") is None  # not paused: nothing ended
     assert controls.resume(M2, by="ops@host-b") is None  # never paused
