@@ -1,15 +1,15 @@
 """``recordsync backfill``: a one-shot snapshot of a creation range, resumable, beside the tail.
 
-A merchant's rate limit is spent by one process at a time. So the backfill first tries to take
-the merchant's lease: when no daemon holds the merchant, it runs here, fenced by its own epoch,
-and a daemon starting meanwhile waits for it. When a daemon holds it, the job is handed to that
-holder through the warehouse (a ``sync_requests`` row the holder runs inside its own budget,
-beside its tail; ``service.handover``) and this command follows the job's windows until the
-holder says it is done; a new holder resumes it should the holder change. Should the merchant be
-left with no holder at all (the daemons stopped, a rollout scaled to zero), the command takes
-the lease back while it follows and runs the rest of the job here: following never waits on
-nobody.  Run here, it obeys a pause within a tick (``pause_watch``): it stops, the windows
-finished kept, and says so in its last line (exit 1).
+A merchant's rate limit is spent by one process at a time, and its tail is a daemon's. So the
+job goes where ``service.handover`` says: run here under the command's own lease only while no
+live daemon is configured with the merchant (and handed to the first that appears, the rest
+of the job resumed there from its windows), otherwise handed to the merchant's holder as a
+``sync_requests`` row the holder runs inside its own budget, beside its tail, while this
+command follows the job's windows until the holder says it is done; a new holder resumes it
+should the holder change.  Interrupted, a backfill is carried on by the daemon (whoever runs
+the same range next follows it); a resync's request is cancelled.  Run here, it obeys a pause
+within a tick (``pause_watch``): it stops, the windows finished kept, and says so in its last
+line (exit 1).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from recordsync.core.state import WindowProgress, backfill_job, resync_job
 from recordsync.core.stopping import Stopper
 from recordsync.logs import json_lines, process_context
 from recordsync.service.app import App, open_app
-from recordsync.service.handover import DoneThere, hold_or_hand_over, refuse_if_paused
+from recordsync.service.handover import DoneThere, Handover, HeldHere, refuse_if_paused
 from recordsync.service.holder_versions import ask_if_holder_takes
 from recordsync.service.pause_watch import PauseWatch, refuse_before_any_request
 from recordsync.service.progress import RichProgress
@@ -79,9 +79,8 @@ def run_range_job(
     name = kind.value  # backfill_handed_over, resync_finished, ...: the events name the kind
     process_context.update(merchant_id=merchant.merchant_id, phase=name)
     progress = RichProgress() if sys.stdout.isatty() else None
-    # Where the job runs decides what an interruption leaves behind (issue 29).
-    handed_over: list[int] = []  # the request a daemon runs, while this command follows it
-    watch: PauseWatch | None = None  # once the job runs here
+    handover: Handover | None = None  # what an interruption leaves behind depends on it
+    watches: list[PauseWatch] = []  # once the job runs here
     refuse_before_any_request(settings.database_url, merchant.merchant_id, what=name)
     try:
         with (
@@ -105,12 +104,13 @@ def run_range_job(
             )
             session = app.warehouse.fleet_session(me, lease_seconds=LEASE_SECONDS)
             try:
-                follower = _Follower(
-                    app, job, start, end, progress=progress, handed=handed_over, name=name
-                )
-                outcome = hold_or_hand_over(
+                follower = _Follower(app, job, start, end, progress=progress, name=name)
+                handover = Handover(
                     kind,
-                    try_hold=lambda: session.try_hold(merchant.merchant_id),
+                    merchant.merchant_id,
+                    lease=session,
+                    requests=app.warehouse.requests,
+                    stopper=stopper,
                     ask=lambda: ask_if_holder_takes(
                         session,
                         merchant.merchant_id,
@@ -119,14 +119,34 @@ def run_range_job(
                             merchant.merchant_id, kind, start, end, key=job
                         ),
                     ),
-                    requests=app.warehouse.requests,
-                    stopper=stopper,
                     handed_over=follower.handed_over,
                     progress=follower,
                     before_taking=lambda: refuse_if_paused(
                         app.warehouse.controls.paused, merchant.merchant_id, what=name
                     ),
                 )
+
+                def here(held: HeldHere, work: Stopper) -> BackfillResult:
+                    # Its lease is kept alive by the session's keeper for the whole run; nothing
+                    # is sent once it is not confirmed (issue 30).
+                    app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
+                    taken_back = None if held.taken_back is None else held.taken_back.id
+                    # Held here, it obeys a pause as a daemon would: within a tick.
+                    watch = PauseWatch(app.warehouse.controls.paused, merchant.merchant_id, stopper)
+                    watches.append(watch)
+                    with watch:
+                        return _run_here(
+                            app,
+                            work,
+                            start,
+                            end,
+                            job,
+                            epoch=held.epoch,
+                            request_id=taken_back,
+                            me=me,
+                        )
+
+                outcome = handover.run(here)
                 if isinstance(outcome, DoneThere):
                     follower.finished(outcome.request)
                     _say_done(
@@ -140,35 +160,18 @@ def run_range_job(
                         plain=not json_lines(settings.log_format),
                     )
                     return 0
-                handed_over.clear()
-                # Its lease is kept alive by the session's keeper for the whole run; nothing is
-                # sent once it is not confirmed (issue 30).
-                app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
-                taken_back = None if outcome.taken_back is None else outcome.taken_back.id
-                # Held here, it obeys a pause as a daemon would: within a tick (pause_watch).
-                watch = PauseWatch(app.warehouse.controls.paused, merchant.merchant_id, stopper)
-                with watch:
-                    result = _run_here(
-                        app,
-                        stopper,
-                        start,
-                        end,
-                        job,
-                        epoch=outcome.epoch,
-                        request_id=taken_back,
-                        me=me,
-                    )
+                result = outcome
             finally:
                 session.close()
     except ShutdownRequestedError:
-        _interrupted(signals, handed_over, name)
-        _paused(watch, name)
+        _interrupted(signals, handover, name)
+        _paused(watches, name)
         raise
     stopped, finished = f"{name}_stopped", f"{name}_finished"
     if stopper.stopped:
         log.info(stopped, job=result.job, records=result.records)
-        _interrupted(signals, handed_over, name)
-        _paused(watch, name)
+        _interrupted(signals, handover, name)
+        _paused(watches, name)
         raise RecordSyncError(f"{name} stopped before it finished")
     log.info(finished, job=result.job, windows=result.windows, records=result.records)
     _say_done(
@@ -205,15 +208,14 @@ def _say_done(
     )
 
 
-def _interrupted(signals: Received, handed_over: list[int], name: str) -> None:
-    """Raise the interruption with what becomes of the job: a daemon carries a job handed to
-    it on; a job run here keeps its finished windows for the same command to resume."""
-    if handed_over:
-        what_now = (
-            f"the daemon holding the merchant carries on with the job (request {handed_over[0]});"
-            " nothing is lost by stopping to follow it"
-        )
-    else:
+def _interrupted(signals: Received, handover: Handover | None, name: str) -> None:
+    """Raise the interruption with what becomes of the job: a backfill handed to a daemon is
+    carried on there, a resync's request is cancelled (``Handover.interrupted``); a job run
+    here keeps its finished windows for the same command to resume."""
+    if not signals.signals:
+        return
+    what_now = None if handover is None else handover.interrupted()
+    if what_now is None:
         what_now = "the windows finished so far are kept; run the same command again to resume"
     error = signals.interrupted(what_now)
     if error is not None:
@@ -222,11 +224,11 @@ def _interrupted(signals: Received, handed_over: list[int], name: str) -> None:
         raise error
 
 
-def _paused(watch: PauseWatch | None, name: str) -> None:
+def _paused(watches: list[PauseWatch], name: str) -> None:
     """Raise the pause that stopped the job, if one did (exit 1, ``cli.EXIT_FAILURE``)."""
-    if watch is None:
+    if not watches:
         return
-    error = watch.error(
+    error = watches[-1].error(
         name,
         "the windows finished so far are kept; once it is resumed, run the same command "
         "again to resume",
@@ -246,8 +248,9 @@ def _run_here(
     request_id: int | None,
     me: str,
 ) -> BackfillResult:
-    """The job in this process, under ``epoch``; a request taken back is marked running here,
-    then done or failed (an interrupted one stays running, for the next holder to resume)."""
+    """The job in this process, under ``epoch``, until done or ``stopper`` stops (a signal, or
+    a daemon appeared: ``Handover``); a request taken back is marked running here, then done
+    or failed (one stopped stays running, for the next holder to resume, unless cancelled)."""
     if request_id is None:
         return app.engine_for(stopper, epoch=epoch).backfill(start, end, job=job)
     with contextlib.suppress(LookupError):  # a holder finished it just before it left
@@ -276,12 +279,10 @@ class _Follower:
         end: datetime,
         *,
         progress: SyncObserver | None,
-        handed: list[int],
         name: str,
     ) -> None:
         self._app = app
         self._name = name
-        self._handed = handed  # the request handed over, for what an interruption says
         self._progress = progress
         self.job = job
         self._total = len(plan_windows(start, end))
@@ -290,7 +291,6 @@ class _Follower:
         self._runner = StepRunner(stopper=app.stopper, observer=SyncObserver(), fatal_is_final=True)
 
     def handed_over(self, request_id: int) -> None:
-        self._handed.append(request_id)
         handed_over = f"{self._name}_handed_over"
         log.info(handed_over, request_id=request_id, job=self.job, windows=self._total)
         if self._progress is not None:

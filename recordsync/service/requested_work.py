@@ -10,7 +10,10 @@ one demand (``sync.demand``), so the tail stretches its idle polls for it as for
 rebuild.  Every kind has the same life: started (``running`` under this replica),
 then done with its result, or failed with a reason the command prints.  A request whose
 merchant is handed over or stopped mid-way stays ``running``, and the next holder takes it up
-(a backfill from its job's windows, a verify from the start).
+(a backfill from its job's windows, a verify from the start, a reset from the note it keeps in
+its row).  A pending request past its kind's limit is expired, never started
+(``requests.book.START_WITHIN``); one cancelled by its command (interrupted) is stopped at the
+next look, every ``POLL``.
 
 A bug while looking is logged (its class and frames, never its message) and looked again
 after the restart policy's backoff; a bug in one request fails that request, nothing else.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
@@ -38,6 +42,7 @@ from recordsync.metrics import Metrics
 from recordsync.service.observers import SyncMetricsObserver
 from recordsync.service.runtime import MerchantSync
 from recordsync.service.verify import verify_document
+from recordsync.sync.engine import SyncEngine
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.resilience import StepRunner
 from recordsync.sync.verify import verify_range
@@ -46,7 +51,10 @@ from recordsync.warehouse import HolderRequest, RequestKind, Warehouse
 log = structlog.get_logger("recordsync")
 
 POLL: Final = 2.0  # seconds between looks for requests handed to this holder
-RESET_LOOK_EVERY: Final = 0.2  # seconds between looks for the new anchor of a reset
+RESET_LOOK_EVERY: Final = 0.5  # seconds between looks for the new anchor of a reset
+# A reset asks the merchant's engine to end its generation (the pages in hand committed) and
+# anchor anew: seconds.  Past this, the request fails rather than being followed for ever.
+RESET_WITHIN: Final = 120.0
 _ENDS: Final = ("started", "finished", "failed")
 
 
@@ -62,8 +70,9 @@ class HeldMerchant(Protocol):
     requests: set[int]  # the requests running for it here
 
 
-# What a kind does: (the result handed back, fields for the log), or None once stopped.
-Work = Callable[[HeldMerchant, HolderRequest], tuple[str | None, dict[str, Any]] | None]
+# What a kind does, stopping with the ``Stopper`` (its merchant handed over, or the request
+# cancelled): (the result handed back, fields for the log), or None once stopped.
+Work = Callable[[HeldMerchant, HolderRequest, Stopper], tuple[str | None, dict[str, Any]] | None]
 
 
 class RequestedWork:
@@ -97,6 +106,8 @@ class RequestedWork:
         }
         self._watcher: threading.Thread | None = None
         self._lock = threading.Lock()
+        # request id -> (its merchant, its stopper), while it runs here
+        self._running: dict[int, tuple[str, Stopper]] = {}
 
     def watch(self) -> None:
         """Start the process's one watcher, unless it runs already."""
@@ -148,12 +159,27 @@ class RequestedWork:
         failed = runner.run(lambda: requests.fail_previous(held), what="answer previous requests")
         if failed:
             log.warning("previous_requests_failed", requests=failed)
+        expired = runner.run(lambda: requests.expire(held), what="expire requests")
+        if expired:
+            log.warning("requests_expired", requests=[(r.id, r.kind.value) for r in expired])
         unfinished = runner.run(lambda: requests.unfinished(held), what="read requests")
+        listed = {request.id for request in unfinished}
+        with self._lock:
+            # Running here, no longer unfinished: cancelled by its command (or failed by it).
+            ended = [
+                stopper
+                for rid, (merchant_id, stopper) in self._running.items()
+                if merchant_id in ready and rid not in listed
+            ]
+        for stopper in ended:
+            stopper.stop()
         for request in to_start(
             unfinished, running=lambda r: r.id in ready[r.merchant_id].requests
         ):
             merchant = ready[request.merchant_id]
             merchant.requests.add(request.id)
+            with self._lock:
+                self._running[request.id] = (merchant.merchant_id, Stopper(parent=merchant.stopper))
             threading.Thread(
                 target=self._run,
                 args=(merchant, request),
@@ -165,26 +191,35 @@ class RequestedWork:
         kind = request.kind.value
         bound = log.bind(merchant_id=merchant.merchant_id, request_id=request.id, kind=kind)
         requests = self._warehouse.requests
-        runner = StepRunner(stopper=merchant.stopper, observer=SyncObserver(), fatal_is_final=False)
+        with self._lock:
+            _merchant_id, stopper = self._running[request.id]
+        runner = StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=False)
         # requested_backfill_started, requested_verify_finished, ...: one name per kind.
-        started, finished, failed = (
-            f"requested_{kind}_{end}" for end in ("started", "finished", "failed")
+        started, finished, failed, ended = (
+            f"requested_{kind}_{end}" for end in ("started", "finished", "failed", "ended")
         )
         try:
             runner.run(
                 lambda: requests.start(request.id, self._replica_id), what=f"start {kind} request"
             )
             bound.info(started, key=request.key, repair=request.repair)
-            outcome = self._work[request.kind](merchant, request)
-            if outcome is None or merchant.stopper.stopped:
+            outcome = self._work[request.kind](merchant, request, stopper)
+            if merchant.stopper.stopped:
                 return  # handed over or stopping: the next holder takes it up
+            if outcome is None or stopper.stopped:
+                bound.info(ended, action="cancelled or ended by its command: stopped here")
+                return
             result, fields = outcome
             runner.run(
                 lambda: requests.finish(request.id, result=result), what=f"finish {kind} request"
             )
             bound.info(finished, **fields)
         except (ShutdownRequestedError, LeaseSupersededError, LeaseUnconfirmedError):
-            return  # left running: the next holder takes it up
+            if not merchant.stopper.stopped:
+                bound.info(ended, action="cancelled or ended by its command: stopped here")
+            return  # else left running: the next holder takes it up
+        except LookupError:  # expired, cancelled or finished by its command before it started
+            bound.info(ended, action="ended by its command or expired: not run here")
         except RecordSyncError as exc:
             bound.error(failed, error=str(exc))
             with contextlib.suppress(RecordSyncError, LookupError):
@@ -195,11 +230,14 @@ class RequestedWork:
             bound.error(failed, error_kind=name, where=self._failure_site(exc))
             with contextlib.suppress(RecordSyncError, LookupError):
                 requests.finish(request.id, failed=f"{name} in the holder (a bug: see its log)")
+        finally:
+            with self._lock:
+                self._running.pop(request.id, None)
 
     # -- the kinds --------------------------------------------------------------------------------
 
     def _backfill(
-        self, merchant: HeldMerchant, request: HolderRequest
+        self, merchant: HeldMerchant, request: HolderRequest, stopper: Stopper
     ) -> tuple[str | None, dict[str, Any]] | None:
         """``recordsync backfill`` and ``merchant resync``: the job's windows (the request's
         key), through the usual fenced commits (a takeover resumes them), on an engine built
@@ -208,39 +246,59 @@ class RequestedWork:
         assert merchant.sync is not None
         engine = merchant.sync.job_engine(
             self._warehouse.fenced(merchant.merchant_id, merchant.epoch),
-            stopper=Stopper(parent=merchant.stopper),
+            stopper=stopper,
             observer=SyncMetricsObserver(self._metrics.merchant(merchant.merchant_id)),
         )
         result = engine.backfill(request.created_from, request.created_to, job=request.key)
         return None, {"records": result.records, "job": result.job}
 
     def _reset(
-        self, merchant: HeldMerchant, request: HolderRequest
+        self, merchant: HeldMerchant, request: HolderRequest, stopper: Stopper
     ) -> tuple[str | None, dict[str, Any]] | None:
         """``recordsync merchant reset``: the merchant's engine ends its generation (pages in
         hand committed) and rebuilds, as after an expired change cursor; done once the new
-        anchor is committed (``rebuilds`` counted up).  The new plan goes back as JSON."""
-        while merchant.sync is None:  # its sync restarting after a failure: built again soon
-            merchant.stopper.sleep(RESET_LOOK_EVERY)
-        engine = merchant.sync.engine
-        runner = StepRunner(stopper=merchant.stopper, observer=SyncObserver(), fatal_is_final=False)
-        before = runner.run(
-            lambda: self._warehouse.load_state(merchant.merchant_id), what="read sync state"
-        )
-        engine.request_rebuild()
-        while True:
-            merchant.stopper.sleep(RESET_LOOK_EVERY)
-            state = runner.run(
+        anchor is committed (``rebuilds`` counted past the count noted in the request when it
+        started, so a holder restarted, or the next one, carries the same reset on).  An
+        engine built again meanwhile (its sync restarted after an error) is asked again.  The
+        new plan goes back as JSON; not re-anchored within ``RESET_WITHIN``: failed."""
+        requests = self._warehouse.requests
+        runner = StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=False)
+
+        def load() -> SyncState | None:
+            return runner.run(
                 lambda: self._warehouse.load_state(merchant.merchant_id), what="read sync state"
             )
-            if state is not None and (before is None or state.rebuilds > before.rebuilds):
+
+        before = _rebuilds_before(request)
+        if before is None:
+            state = load()
+            if state is None:
+                raise RecordSyncError(f"merchant {merchant.merchant_id} was never synced")
+            before = state.rebuilds
+            note = orjson.dumps({"rebuilds_before": before}).decode()
+            runner.run(lambda: requests.note(request.id, note), what="note reset")
+        asked: SyncEngine | None = None
+        deadline = time.monotonic() + RESET_WITHIN
+        while True:
+            state = load()
+            if state is not None and state.rebuilds > before:
                 break
+            engine = None if merchant.sync is None else merchant.sync.engine
+            if engine is not None and engine is not asked:
+                engine.request_rebuild()
+                asked = engine
+            if time.monotonic() > deadline:
+                raise RecordSyncError(
+                    f"the holder's sync of merchant {merchant.merchant_id} did not re-anchor "
+                    f"within {RESET_WITHIN:.0f} s (its log says why); run the reset again"
+                )
+            stopper.sleep(RESET_LOOK_EVERY)
         windows = self._warehouse.load_windows(merchant.merchant_id, REBUILD_JOB)
         plan = reset_plan(state, len(windows))
         return orjson.dumps(plan).decode(), plan
 
     def _verify(
-        self, merchant: HeldMerchant, request: HolderRequest
+        self, merchant: HeldMerchant, request: HolderRequest, stopper: Stopper
     ) -> tuple[str | None, dict[str, Any]] | None:
         """``recordsync verify``: the same ``verify_range`` as the command's, at the lowest
         priority, repairs fenced by this holder's epoch (a repair registered with the
@@ -254,13 +312,24 @@ class RequestedWork:
             request.created_to,
             page_size=sync.options.page_size,
             repair=request.repair,
-            stopper=Stopper(parent=merchant.stopper),
+            stopper=stopper,
             demand=sync.demand,
         )
         document = verify_document(
             result, merchant.merchant_id, request.created_from, request.created_to
         )
         return orjson.dumps(document).decode(), {"clean": result.clean, "repaired": result.repaired}
+
+
+def _rebuilds_before(request: HolderRequest) -> int | None:
+    """The rebuild count a reset noted when it started (``_reset``), or None."""
+    if request.result is None:
+        return None
+    with contextlib.suppress(orjson.JSONDecodeError):
+        noted = orjson.loads(request.result)
+        if isinstance(noted, dict) and isinstance(noted.get("rebuilds_before"), int):
+            return int(noted["rebuilds_before"])
+    return None
 
 
 def reset_plan(state: SyncState, windows: int) -> dict[str, Any]:

@@ -5,8 +5,10 @@ With a daemon holding the merchant the reset is handed to it (a ``sync_requests`
 ``reset``): its engine ends the generation running, the pages in hand committed, anchors anew
 with ``from_now`` and plans the rebuild's windows, which it then reads beside the tail.  With
 none, the command takes the lease and re-anchors itself; the next daemon to run reads the
-plan.  Either way nothing is deleted: the rebuild upserts every record again at its highest
-revision, so a row never goes back and the dashboards stay whole.
+plan.  Interrupted (SIGINT, SIGTERM), the command cancels its request, and a reset request
+nobody started within 20 s expires (``requests.book.START_WITHIN``): a reset never runs
+later for nobody.  Either way nothing is deleted: the rebuild upserts every record again at
+its highest revision, so a row never goes back and the dashboards stay whole.
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ from typing import Any
 import orjson
 import structlog
 
-from recordsync.core.errors import ConfigurationError, RecordSyncError
+from recordsync.core.errors import ConfigurationError, RecordSyncError, ShutdownRequestedError
 from recordsync.core.settings import Settings
 from recordsync.core.state import REBUILD_JOB
 from recordsync.core.stopping import Stopper
 from recordsync.logs import process_context
 from recordsync.service.app import open_app
-from recordsync.service.handover import DoneThere, hold_or_hand_over, refuse_if_paused
+from recordsync.service.handover import DoneThere, Handover, HeldHere, refuse_if_paused
 from recordsync.service.holder_versions import ask_if_holder_takes
 from recordsync.service.requested_work import reset_plan
 from recordsync.service.signals import stop_on_signals
@@ -45,7 +47,7 @@ def run_reset(settings: Settings, merchant_id: str, *, yes: bool) -> int:
     stopper = Stopper()
     process_context.update(merchant_id=merchant.merchant_id, phase="reset")
     with (
-        stop_on_signals(stopper),
+        stop_on_signals(stopper) as signals,
         open_app(settings, merchant_id=merchant.merchant_id, stopper=stopper, migrate=False) as app,
     ):
         state = app.warehouse.load_state(merchant.merchant_id)
@@ -56,40 +58,49 @@ def run_reset(settings: Settings, merchant_id: str, *, yes: bool) -> int:
             )
         me = f"reset-{os.getpid()}-{random_tokens.token_hex(2)}"
         session = app.warehouse.fleet_session(me, lease_seconds=LEASE_SECONDS)
-        try:
-            outcome = hold_or_hand_over(
+        handover = Handover(
+            RequestKind.RESET,
+            merchant.merchant_id,
+            lease=session,
+            requests=app.warehouse.requests,
+            stopper=stopper,
+            ask=lambda: ask_if_holder_takes(
+                session,
+                merchant.merchant_id,
                 RequestKind.RESET,
-                try_hold=lambda: session.try_hold(merchant.merchant_id),
-                ask=lambda: ask_if_holder_takes(
-                    session,
-                    merchant.merchant_id,
-                    RequestKind.RESET,
-                    lambda: app.warehouse.requests.ask(
-                        merchant.merchant_id,
-                        RequestKind.RESET,
-                        state.history_from,
-                        state.snapshot_to,
-                    ),
+                lambda: app.warehouse.requests.ask(
+                    merchant.merchant_id, RequestKind.RESET, state.history_from, state.snapshot_to
                 ),
-                requests=app.warehouse.requests,
-                stopper=stopper,
-                handed_over=lambda request_id: log.info("reset_handed_over", request_id=request_id),
-                before_taking=lambda: refuse_if_paused(
-                    app.warehouse.controls.paused, merchant.merchant_id, what="reset"
-                ),
-            )
-            if isinstance(outcome, DoneThere):
-                plan: dict[str, Any] = orjson.loads(outcome.request.result or "{}")
-                where = f"by replica {outcome.request.holder}, which reads them beside its tail"
-            else:
-                outcome.run_again_here(app.warehouse.requests)
-                app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
-                anchored = app.engine_for(stopper, epoch=outcome.epoch).reanchor()
-                windows = app.warehouse.load_windows(merchant.merchant_id, REBUILD_JOB)
-                plan = reset_plan(anchored, len(windows))
-                where = "here (no daemon holds it); the next daemon to run reads them"
+            ),
+            handed_over=lambda request_id: log.info("reset_handed_over", request_id=request_id),
+            before_taking=lambda: refuse_if_paused(
+                app.warehouse.controls.paused, merchant.merchant_id, what="reset"
+            ),
+        )
+
+        def here(held: HeldHere, work: Stopper) -> dict[str, Any]:
+            app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
+            anchored = app.engine_for(work, epoch=held.epoch).reanchor()
+            windows = app.warehouse.load_windows(merchant.merchant_id, REBUILD_JOB)
+            return reset_plan(anchored, len(windows))
+
+        try:
+            outcome = handover.run(here)
+        except ShutdownRequestedError:
+            what_now = handover.interrupted() or "nothing was reset"
+            log.info("reset_interrupted", action=what_now)
+            interrupted = signals.interrupted(what_now)
+            if interrupted is not None:
+                raise interrupted from None
+            raise
         finally:
             session.close()
+        if isinstance(outcome, DoneThere):
+            plan: dict[str, Any] = orjson.loads(outcome.request.result or "{}")
+            where = f"by replica {outcome.request.holder}, which reads them beside its tail"
+        else:
+            plan = outcome
+            where = "here (no daemon holds it); the next daemon to run reads them"
     log.info("reset_finished", **plan)
     print(  # noqa: T201 - the command's last line
         f"merchant {merchant.merchant_id} reset: re-anchored at {plan.get('anchor_at')}, "

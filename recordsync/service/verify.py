@@ -55,7 +55,7 @@ from recordsync.logs import process_context
 from recordsync.metrics import record_verify_run
 from recordsync.service.app import open_app
 from recordsync.service.console import PipeConsole
-from recordsync.service.handover import DoneThere, hold_or_hand_over, refuse_if_paused
+from recordsync.service.handover import DoneThere, Handover, HeldHere, refuse_if_paused
 from recordsync.service.pause_watch import PauseWatch, refuse_before_any_request
 from recordsync.service.progress import RichProgress
 from recordsync.service.signals import stop_on_signals
@@ -111,48 +111,61 @@ def run_verify(
         session = app.warehouse.fleet_session(
             f"verify-{os.getpid()}-{random_tokens.token_hex(2)}", lease_seconds=LEASE_SECONDS
         )
-        try:
-            outcome = hold_or_hand_over(
+        handover = Handover(
+            RequestKind.VERIFY,
+            merchant.merchant_id,
+            lease=session,
+            requests=app.warehouse.requests,
+            stopper=stopper,
+            before_taking=before_taking,
+            # Keyed by what it compares: the same verify asked again (cron under `timeout`)
+            # follows the one pending rather than queueing another.
+            ask=lambda: app.warehouse.requests.ask(
+                merchant.merchant_id,
                 RequestKind.VERIFY,
-                try_hold=lambda: session.try_hold(merchant.merchant_id),
-                before_taking=before_taking,
-                ask=lambda: app.warehouse.requests.ask(
-                    merchant.merchant_id, RequestKind.VERIFY, start, end, repair=repair
-                ),
-                requests=app.warehouse.requests,
-                stopper=stopper,
-                handed_over=lambda request_id: log.info(
-                    "verify_handed_over",
-                    request_id=request_id,
-                    holder=session.holders().get(merchant.merchant_id),
-                ),
-            )
-            if isinstance(outcome, DoneThere):
-                document = _findings(outcome.request)
-            else:
-                outcome.run_again_here(app.warehouse.requests)
-                # Its lease is kept alive by the session's keeper; nothing is sent once it is
-                # not confirmed (issue 30).
-                app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
-                # Held here, it obeys a pause as a daemon would: within a tick (pause_watch).
-                watch = PauseWatch(app.warehouse.controls.paused, merchant.merchant_id, stopper)
-                with watch, progress or nullcontext():
-                    result = verify_range(
-                        app.client,
-                        app.warehouse.fenced(merchant.merchant_id, outcome.epoch),
-                        start,
-                        end,
-                        page_size=app.options.page_size,
-                        repair=repair,
-                        stopper=stopper,
-                        progress=progress,
-                        give_up_unreachable=app.options.give_up_unreachable,
-                        demand=app.sync.demand,
-                    )
-                document = verify_document(result, merchant.merchant_id, start, end)
+                start,
+                end,
+                key=verify_key(start, end, repair=repair),
+                repair=repair,
+            ),
+            handed_over=lambda request_id: log.info(
+                "verify_handed_over",
+                request_id=request_id,
+                holder=session.holders().get(merchant.merchant_id),
+            ),
+        )
+
+        def here(held: HeldHere, work: Stopper) -> dict[str, Any]:
+            nonlocal watch
+            # Its lease is kept alive by the session's keeper; nothing is sent once it is not
+            # confirmed (issue 30).
+            app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
+            # Held here, it obeys a pause as a daemon would: within a tick (pause_watch).
+            watch = PauseWatch(app.warehouse.controls.paused, merchant.merchant_id, stopper)
+            with watch, progress or nullcontext():
+                result = verify_range(
+                    app.client,
+                    app.warehouse.fenced(merchant.merchant_id, held.epoch),
+                    start,
+                    end,
+                    page_size=app.options.page_size,
+                    repair=repair,
+                    stopper=work,
+                    progress=progress,
+                    give_up_unreachable=app.options.give_up_unreachable,
+                    demand=app.sync.demand,
+                )
+            return verify_document(result, merchant.merchant_id, start, end)
+
+        try:
+            outcome = handover.run(here)
+            document = _findings(outcome.request) if isinstance(outcome, DoneThere) else outcome
         except ShutdownRequestedError:
             # Exit 130/143 (a signal) or 3 (cli.EXIT_INCOMPLETE), never 1: "differences found".
             what_now = "nothing was concluded; run it again"
+            if signals.signals:
+                cancelled = handover.interrupted()
+                what_now = what_now if cancelled is None else f"{cancelled}; {what_now}"
             log.info("verify_interrupted", action=what_now)
             interrupted = signals.interrupted(what_now)
             if interrupted is not None:
@@ -170,6 +183,11 @@ def run_verify(
     _report(document, metrics_file)
     render(document, fmt=fmt, out=out)
     return 0 if document["clean"] else 1
+
+
+def verify_key(start: datetime, end: datetime, *, repair: bool) -> str:
+    """What a verify compares, as its request's key: asked twice, followed once."""
+    return f"verify:{start.isoformat()}/{end.isoformat()}" + (":repair" if repair else "")
 
 
 def _findings(request: HolderRequest) -> dict[str, Any]:

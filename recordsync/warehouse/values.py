@@ -104,7 +104,10 @@ class RequestState(StrEnum):
     PENDING = "pending"  # asked for; no holder has started it yet
     RUNNING = "running"  # a holder runs it (a new holder takes it up after a takeover)
     DONE = "done"
-    FAILED = "failed"  # ``error`` says why
+    FAILED = "failed"  # ``error`` says why (an expiry too: not started within its limit)
+    # Its command was interrupted and the kind does not carry on (``requests.book.cancel``).
+    # A holder of a version before it lists only pending and running rows, so ignores it.
+    CANCELLED = "cancelled"
 
 
 class RequestKind(StrEnum):
@@ -144,7 +147,7 @@ class HolderRequest:
 
     @property
     def finished(self) -> bool:
-        return self.state in {RequestState.DONE, RequestState.FAILED}
+        return self.state in {RequestState.DONE, RequestState.FAILED, RequestState.CANCELLED}
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,18 +9,20 @@ from datetime import timedelta
 
 import pytest
 from alembic import command
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 from support.warehouse_samples import T0
 
 from recordsync.warehouse import RequestKind, RequestState, Warehouse
+from recordsync.warehouse.database_clock import read_database_now
 from recordsync.warehouse.migrate import _config
+from recordsync.warehouse.requests.book import CANCELLED_REASON, START_WITHIN, expired_reason
 from recordsync.warehouse.requests.previous import REASON
 from recordsync.warehouse.schema import backfill_requests, sync_requests, verify_requests
 
 M1, M2 = "m-requests-1", "m-requests-2"
 START, END = T0 - timedelta(days=7), T0
 JOB = "backfill:2024-02-23/2024-03-01"
-BACKFILL, VERIFY = RequestKind.BACKFILL, RequestKind.VERIFY
+BACKFILL, VERIFY, RESET = RequestKind.BACKFILL, RequestKind.VERIFY, RequestKind.RESET
 
 
 def test_a_request_goes_pending_running_done(warehouse: Warehouse):
@@ -242,3 +244,97 @@ def test_what_a_previous_version_asks_is_failed_with_the_reason(warehouse: Wareh
         ("failed", REASON),
         ("done", None),  # finished before: left as it was
     ]
+
+
+# -- requests that do not outlive their purpose (issue 35) ------------------------------------
+
+
+def _asked_ago(warehouse: Warehouse, request_id: int, seconds: float) -> None:
+    """Move a request's ``requested_at`` back by ``seconds`` of the database's clock."""
+    with warehouse.engine.begin() as conn:
+        now = read_database_now(conn)
+        conn.execute(
+            update(sync_requests)
+            .where(sync_requests.c.id == request_id)
+            .values(requested_at=now - timedelta(seconds=seconds))
+        )
+
+
+def test_a_pending_request_past_its_limit_expires_as_failed_and_never_starts(
+    warehouse: Warehouse,
+):
+    requests = warehouse.requests
+    limit = START_WITHIN[BACKFILL].total_seconds()
+    old = requests.ask(M1, BACKFILL, START, END, key=JOB)
+    young = requests.ask(M1, VERIFY, START, END)
+    reset = requests.ask(M1, RESET, START, END)
+    running = requests.ask(M2, VERIFY, START, END)
+    requests.start(running, "replica-a")
+    _asked_ago(warehouse, old, limit + 1)
+    _asked_ago(warehouse, young, limit - 10)  # within its limit: left pending
+    _asked_ago(warehouse, reset, START_WITHIN[RESET].total_seconds() + 1)  # a reset waits least
+    _asked_ago(warehouse, running, limit * 10)  # started: a running request never expires
+
+    with pytest.raises(LookupError):  # refused in the same statement, before any expiry
+        requests.start(old, "replica-a")
+    assert [request.id for request in requests.expire((M1, M2))] == [old, reset]
+    assert requests.expire((M1, M2)) == []  # a look, nothing more to fail
+    for request_id, kind in [(old, BACKFILL), (reset, RESET)]:
+        expired = requests.get(request_id)
+        assert expired is not None
+        assert (expired.state, expired.error) == (RequestState.FAILED, expired_reason(kind))
+        with pytest.raises(LookupError):
+            requests.start(request_id, "replica-a")
+    assert [r.id for r in requests.unfinished((M1, M2))] == [young, running]
+    requests.start(young, "replica-a")  # within its limit: started
+    requests.start(running, "replica-b")  # taken over, however old
+    assert requests.ask(M1, BACKFILL, START, END, key=JOB) not in {old, young}  # asked anew
+
+
+def test_a_cancelled_request_is_never_started_or_listed_and_says_what_it_was(
+    warehouse: Warehouse,
+):
+    requests = warehouse.requests
+    pending = requests.ask(M1, RESET, START, END)
+    running = requests.ask(M1, VERIFY, START, END, key="verify:x")
+    requests.start(running, "replica-a")
+    assert requests.cancel(pending) is RequestState.PENDING
+    assert requests.cancel(running) is RequestState.RUNNING
+    for request_id in (pending, running):
+        cancelled = requests.get(request_id)
+        assert cancelled is not None
+        assert (cancelled.state, cancelled.finished) == (RequestState.CANCELLED, True)
+        assert cancelled.error == CANCELLED_REASON
+        with pytest.raises(LookupError):
+            requests.start(request_id, "replica-b")
+        with pytest.raises(LookupError):
+            requests.finish(request_id, result="{}")  # a holder finishing late changes nothing
+        with pytest.raises(LookupError):
+            requests.cancel(request_id)
+    assert requests.unfinished((M1,)) == []
+    assert requests.ask(M1, VERIFY, START, END, key="verify:x") != running  # asked anew
+    done = requests.ask(M2, VERIFY, START, END)
+    requests.start(done, "replica-a")
+    requests.finish(done, result="{}")
+    with pytest.raises(LookupError):  # finished before the interruption: left as it was
+        requests.cancel(done)
+    assert requests.get(done).state is RequestState.DONE  # type: ignore[union-attr]
+
+
+def test_a_running_request_keeps_a_note_of_its_progress_for_the_next_holder(
+    warehouse: Warehouse,
+):
+    requests = warehouse.requests
+    request_id = requests.ask(M1, RESET, START, END)
+    with pytest.raises(LookupError):  # pending: nothing to note yet
+        requests.note(request_id, '{"rebuilds_before": 1}')
+    requests.start(request_id, "replica-a")
+    requests.note(request_id, '{"rebuilds_before": 1}')
+    [taken_up] = requests.unfinished((M1,))  # what a holder restarted, or the next, reads
+    assert taken_up.result == '{"rebuilds_before": 1}'
+    requests.start(request_id, "replica-b")
+    assert requests.get(request_id).result == '{"rebuilds_before": 1}'  # type: ignore[union-attr]
+    requests.finish(request_id, result='{"rebuilds": 2}')
+    with pytest.raises(LookupError):
+        requests.note(request_id, "{}")
+    assert requests.get(request_id).result == '{"rebuilds": 2}'  # type: ignore[union-attr]

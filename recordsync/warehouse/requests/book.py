@@ -8,23 +8,57 @@ died, or handed the merchant over) stays ``running`` and is listed again (``unfi
 the next holder takes it up, a backfill from its job's windows, a verify from the start.
 
 A move applies only to an unfinished row (``LookupError`` otherwise), so a request finished,
-or failed by the command that took it back, is never started again.  Times are the
+failed by the command that took it back, or cancelled, is never started again.  Times are the
 database's.
+
+Requests do not outlive their purpose (issue 35):
+
+- a request nobody started within its kind's limit (``START_WITHIN``, by the database's clock
+  from ``requested_at``) expires: failed with a reason, by whoever looks first (the holder
+  before it starts anything, the following command at each look), and ``start`` refuses it
+  in the same statement, so an expired request is never run however late a holder comes.  A
+  reset's limit is short: one whose command is gone (killed) is never run later;
+- a command interrupted cancels its request (``cancel``), unless its kind carries on (a
+  backfill: ``service.handover``); a holder running it stops at its next look;
+- a running request keeps a note of its progress in ``result`` (``note``: a reset's rebuild
+  count before it), so that a holder restarted, or the next one, carries it on rather than
+  losing it with a flag in memory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from datetime import datetime
-from typing import Any
+from collections.abc import Collection, Mapping
+from datetime import datetime, timedelta
+from typing import Any, Final
 
-from sqlalchemy import Connection, Row, insert, select, update
+from sqlalchemy import Connection, Row, insert, or_, select, update
 
-from recordsync.warehouse.database_clock import database_now
+from recordsync.warehouse.database_clock import database_now, read_database_now
 from recordsync.warehouse.schema import sync_requests
 from recordsync.warehouse.values import HolderRequest, RequestKind, RequestState
 
 UNFINISHED = (RequestState.PENDING.value, RequestState.RUNNING.value)
+
+# How long a request may wait for a holder to start it.  A holder that holds the merchant
+# starts a request within its poll (2 s); a hand-over between replicas (a rollout, a restart,
+# a rebalance) takes a few seconds more.  A reset is a surprise for whoever did not ask for it
+# (a re-anchor and the whole history read again), so it waits least.
+START_WITHIN: Final[Mapping[RequestKind, timedelta]] = {
+    RequestKind.BACKFILL: timedelta(seconds=60),
+    RequestKind.RESYNC: timedelta(seconds=60),
+    RequestKind.VERIFY: timedelta(seconds=60),
+    RequestKind.RESET: timedelta(seconds=20),
+}
+CANCELLED_REASON: Final = "cancelled: the command that asked for it was interrupted"
+
+
+def expired_reason(kind: RequestKind) -> str:
+    """Why an expired request failed (what its command prints)."""
+    limit = START_WITHIN[kind].total_seconds()
+    return (
+        f"no holder started it within {limit:.0f} s of being asked (no daemon holding the "
+        "merchant took it up); it will not run"
+    )
 
 
 def ask(
@@ -96,14 +130,102 @@ def get(conn: Connection, request_id: int) -> HolderRequest | None:
 
 
 def start(conn: Connection, request_id: int, holder: str) -> None:
-    """Mark an unfinished request running under ``holder`` (again, after a takeover)."""
+    """Mark an unfinished request running under ``holder`` (again, after a takeover); a
+    pending one only within its kind's ``START_WITHIN`` (``LookupError`` past it: expired)."""
+    kind = conn.execute(
+        select(sync_requests.c.kind).where(sync_requests.c.id == request_id)
+    ).scalar_one_or_none()
+    if kind is None or kind not in set(RequestKind):
+        raise LookupError(f"no unfinished request {request_id}")
+    asked_since = read_database_now(conn) - START_WITHIN[RequestKind(kind)]
+    moved = conn.execute(
+        update(sync_requests)
+        .where(
+            sync_requests.c.id == request_id,
+            or_(
+                sync_requests.c.state == RequestState.RUNNING.value,
+                (sync_requests.c.state == RequestState.PENDING.value)
+                & (sync_requests.c.requested_at >= asked_since),
+            ),
+        )
+        .values(state=RequestState.RUNNING.value, holder=holder, started_at=database_now())
+    )
+    if moved.rowcount != 1:
+        raise LookupError(f"no unfinished request {request_id} younger than its limit")
+
+
+def overdue(conn: Connection, merchant_ids: Collection[str]) -> list[HolderRequest]:
+    """The merchants' pending requests older than their kind's ``START_WITHIN`` by the
+    database's clock (a read: ``expire`` writes only when there are some, since on SQLite a
+    write transaction takes the database's write lock even when it changes nothing)."""
+    pending = conn.execute(
+        select(sync_requests).where(
+            sync_requests.c.merchant_id.in_(merchant_ids),
+            sync_requests.c.state == RequestState.PENDING.value,
+            sync_requests.c.kind.in_([kind.value for kind in RequestKind]),
+        )
+    ).all()
+    if not pending:
+        return []
+    now = read_database_now(conn)
+    return [
+        request
+        for request in map(_request, pending)
+        if now - request.requested_at > START_WITHIN[request.kind]
+    ]
+
+
+def expire(conn: Connection, overdue: Collection[HolderRequest]) -> list[HolderRequest]:
+    """Fail the ``overdue`` requests still pending, with the reason; those failed."""
+    expired: list[HolderRequest] = []
+    for request in overdue:
+        moved = conn.execute(
+            update(sync_requests)
+            .where(
+                sync_requests.c.id == request.id,
+                sync_requests.c.state == RequestState.PENDING.value,
+            )
+            .values(
+                state=RequestState.FAILED.value,
+                error=expired_reason(request.kind),
+                finished_at=database_now(),
+            )
+        )
+        if moved.rowcount == 1:
+            expired.append(request)
+    return expired
+
+
+def cancel(conn: Connection, request_id: int) -> RequestState:
+    """Cancel an unfinished request (its command was interrupted); the state it had, pending
+    or running (a holder running it stops at its next look).  ``LookupError`` when it is
+    finished already."""
+    state = conn.execute(
+        select(sync_requests.c.state).where(sync_requests.c.id == request_id)
+    ).scalar_one_or_none()
     _move(
         conn,
         request_id,
-        state=RequestState.RUNNING.value,
-        holder=holder,
-        started_at=database_now(),
+        state=RequestState.CANCELLED.value,
+        error=CANCELLED_REASON,
+        finished_at=database_now(),
     )
+    return RequestState(str(state))
+
+
+def note(conn: Connection, request_id: int, progress: str) -> None:
+    """Keep ``progress`` (JSON) in a running request's ``result`` until it is finished: what a
+    holder taking it up again needs to carry it on."""
+    moved = conn.execute(
+        update(sync_requests)
+        .where(
+            sync_requests.c.id == request_id,
+            sync_requests.c.state == RequestState.RUNNING.value,
+        )
+        .values(result=progress)
+    )
+    if moved.rowcount != 1:
+        raise LookupError(f"no running request {request_id}")
 
 
 def finish(

@@ -10,7 +10,7 @@ from sqlalchemy import Engine
 
 from recordsync.warehouse.connection import WRITE_OPTION, translate_errors
 from recordsync.warehouse.requests import book, previous
-from recordsync.warehouse.values import HolderRequest, RequestKind
+from recordsync.warehouse.values import HolderRequest, RequestKind, RequestState
 
 
 class RequestStore:
@@ -47,7 +47,8 @@ class RequestStore:
             return book.unfinished(conn, merchant_ids)
 
     def start(self, request_id: int, holder: str) -> None:
-        """Mark an unfinished request running under ``holder``; LookupError when there is none."""
+        """Mark an unfinished request running under ``holder``; LookupError when there is none
+        (finished, cancelled, or pending past its limit: ``book.START_WITHIN``)."""
         with translate_errors("start request"), self._writer.begin() as conn:
             book.start(conn, request_id, holder)
 
@@ -58,6 +59,28 @@ class RequestStore:
         to the requester, so never a secret); LookupError when there is none."""
         with translate_errors("finish request"), self._writer.begin() as conn:
             book.finish(conn, request_id, failed=failed, result=result)
+
+    def expire(self, merchant_ids: tuple[str, ...]) -> list[HolderRequest]:
+        """Fail the merchants' pending requests older than their limit (``book.expire``): the
+        holder before it starts any, the following command at each look."""
+        if not merchant_ids:
+            return []
+        with translate_errors("read requests"), self._engine.begin() as conn:
+            overdue = book.overdue(conn, merchant_ids)
+        if not overdue:
+            return []
+        with translate_errors("expire requests"), self._writer.begin() as conn:
+            return book.expire(conn, overdue)
+
+    def cancel(self, request_id: int) -> RequestState:
+        """Cancel an unfinished request; the state it had.  LookupError once it is finished."""
+        with translate_errors("cancel request"), self._writer.begin() as conn:
+            return book.cancel(conn, request_id)
+
+    def note(self, request_id: int, progress: str) -> None:
+        """Keep a running request's progress (``book.note``); LookupError once not running."""
+        with translate_errors("note request"), self._writer.begin() as conn:
+            book.note(conn, request_id, progress)
 
     def fail_previous(self, merchant_ids: tuple[str, ...]) -> int:
         """Fail what a previous version's commands asked of these merchants (``previous``)."""
