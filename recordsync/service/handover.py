@@ -196,8 +196,8 @@ class Handover:
             limit = START_WITHIN[self.kind].total_seconds()
             return (
                 f"the daemon holding the merchant carries on with the job (request {request_id}; "
-                f"one no daemon starts within {limit:.0f} s of the asking expires); nothing is "
-                "lost by stopping to follow it"
+                f"it expires unless a daemon starts it within {limit:.0f} s of being asked); "
+                "nothing is lost by stopping to follow it"
             )
         return self._cancel(request_id)
 

@@ -222,7 +222,8 @@ def test_an_interrupted_backfill_handed_to_a_daemon_says_the_daemon_carries_on(s
     _no_traceback(out, err)
     assert _last_line(err) == (
         "recordsync: interrupted by SIGINT: the daemon holding the merchant carries on with "
-        "the job (request 1); nothing is lost by stopping to follow it"
+        "the job (request 1; it expires unless a daemon starts it within 60 s of being asked); "
+        "nothing is lost by stopping to follow it"
     )
 
 
