@@ -4,8 +4,9 @@ The sync decides what to read and what to commit with which cursor; the client a
 warehouse do the I/O.  Naming the few calls it makes as Protocols keeps that arrow one-way
 (the sync imports no concrete client or warehouse class) and lets the sync's decisions be
 tested with an in-memory fake store and a scripted fake platform, without sockets or a
-database.  ``PlatformClient`` and ``Warehouse`` satisfy them structurally: mypy checks it
-where the service builds the engine.
+database.  ``PlatformClient`` and the warehouse's ``MerchantStore`` (one merchant's store,
+bound to it and fenced by the holder's epoch) satisfy them structurally: mypy checks it where
+the service builds the engine.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ Session settings per backend:
 
 The server databases are written through the drivers recordsync ships with (the ``postgres``
 and ``mysql`` extras), whose bulk paths the page writers use: psycopg 3's binary ``COPY`` and
-PyMySQL's escaping (``page_writer``).  A URL without a driver (``postgresql://``,
+PyMySQL's escaping (``pages.writer``).  A URL without a driver (``postgresql://``,
 ``mariadb://``) gets that driver instead of SQLAlchemy's default (psycopg2, mysqlclient,
 neither a dependency of recordsync); a URL naming another driver is refused with the one to use.
 """

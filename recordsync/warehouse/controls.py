@@ -1,6 +1,6 @@
 """What operators set on a merchant that every replica obeys (``merchant_controls``): pause.
 
-A paused merchant is held and synced by no replica: every fleet tick reads ``paused_ids`` and
+A paused merchant is held and synced by no replica: every fleet tick reads ``paused`` and
 hands over what it holds of them, and no replica takes them (``fleet.member``).  The row lives
 in the warehouse, the replicas' one shared truth, so a pause outlasts restarts, rebalances and
 the replica that was told; ``resume`` clears it and the merchant is taken again at the next

@@ -178,8 +178,8 @@ quarantined_records = Table(
 
 # Revision 0004, the fleet (several replicas sharing the merchants; see ``fleet``).
 # ``merchant_leases``: one row per merchant ever held; ``epoch`` rises with every new holder,
-# and every fenced page commit checks it in its own transaction (``leases``).  The lock
-# itself is the database's (``locks``); the row only says which holder's writes still count.
+# and every fenced page commit checks it in its own transaction (``lease.epochs``).  The lock
+# itself is the database's (``lease.backends``); the row only says which holder's writes still count.
 merchant_leases = Table(
     "merchant_leases",
     metadata,
@@ -392,7 +392,7 @@ schema_revisions = Table(
 # the default buffer pool, and each index entry carries ~50 bytes of key (bench/README.md, 7,
 # "MariaDB: a sequential clustered key").  So there ``records`` and ``record_revisions`` are
 # clustered by ``row_id``, an AUTO_INCREMENT surrogate: rows are appended in arrival order, and
-# the old key stays, unique, under the names below.  The upserts (``mariadb_pages``) never name
+# the old key stays, unique, under the names below.  The upserts (``pages.mariadb``) never name
 # ``row_id``; their ``ON DUPLICATE KEY UPDATE`` meets an existing row through the unique key.
 # SQLite and PostgreSQL keep ``metadata`` as it is: their tables are heaps (rowid order).
 ROW_ID: Final = "row_id"

@@ -1,7 +1,7 @@
 """The warehouse's one entry point: it owns the engine, the transactions and the error mapping.
 
 Each read or write runs in ONE transaction, opened here and handed to the module that does
-the work: ``sync_state`` (where the sync stands), ``page_commits`` (a page's rows with its
+the work: ``sync_state`` (where the sync stands), ``pages.commits`` (a page's rows with its
 cursor; it says why they must commit together), ``reads`` and ``summaries`` (what was
 stored); ``lease`` the protocol by which processes share the merchants (its session's locks
 live on a connection of their own).
@@ -512,7 +512,7 @@ class Warehouse:
         ``ensure_job``): a bulk load without them writes about half as much per record
         (bench/README.md, 7).  They are derived data that nothing the sync's correctness rests
         on reads, so building them late only makes reads slower meanwhile.  Idempotent, and
-        online where the database can (``bi_indexes``); ``merchant_id`` only names, in the
+        online where the database can (``bi.indexes``); ``merchant_id`` only names, in the
         log, whose job end or start asked.  A failure other than an outage (an account that
         may not change the schema) is logged and leaves them missing: ``recordsync migrate``
         builds them too.

@@ -1,6 +1,6 @@
 """MariaDB: a page as multi-row ``INSERT ... ON DUPLICATE KEY UPDATE`` statements, no stage.
 
-The stage (``page_writer``) pays on PostgreSQL, where ``COPY`` is cheap; on MariaDB it doubled
+The stage (``pages.writer``) pays on PostgreSQL, where ``COPY`` is cheap; on MariaDB it doubled
 the server's work and added PyMySQL's per-parameter escaping (bench/README.md, W1 on MariaDB):
 each page was written into an InnoDB temporary table (undo-logged, in the shared buffer pool),
 read back through a filesort for the ``ORDER BY``, and deleted again, and PyMySQL's
@@ -16,7 +16,7 @@ through the driver's ``Decimal`` encoder (which refuses NaN and infinities), int
 connection is utf8mb4 (``connection``), whose multi-byte sequences never contain a quote or
 backslash byte, the same assumption PyMySQL's own parameter binding makes.
 
-The guards are those of ``page_writer`` (compiled by SQLAlchemy for the connected dialect, so
+The guards are those of ``pages.writer`` (compiled by SQLAlchemy for the connected dialect, so
 MySQL 8's ``AS new`` alias or MariaDB's ``VALUES()`` as the server wants):
 
 - ``records``: every column ``IF(VALUES(revision) > revision, VALUES(col), col)``, ``revision``
@@ -79,7 +79,7 @@ Quote = Callable[[str], str]
 
 
 def _records_upsert() -> Any:
-    """``records``: a stored revision never goes down (see ``page_writer``)."""
+    """``records``: a stored revision never goes down (see ``pages.writer``)."""
     statement = mysql.insert(records)
     incoming = statement.inserted
     newer = incoming.revision > records.c.revision

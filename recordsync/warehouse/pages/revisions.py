@@ -3,7 +3,7 @@
 ``records`` keeps only the highest revision of a round; finance and support also ask how a
 round got there (spec: Record, "each payout or refund arrival yields a new revision"; Record
 status).  So every page also appends the revisions it brought, in the same transaction as the
-records and the cursor (``page_writer`` writes both from one stage).
+records and the cursor (``pages.writer`` writes both from one stage).
 
 What a page brings (pure, ``seen_revisions``):
 

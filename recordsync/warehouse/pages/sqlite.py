@@ -1,13 +1,13 @@
 """SQLite: a page as two prepared upserts run by ``executemany``, no stage.
 
 SQLite has one writer, our own process, so every microsecond of a page's transaction is
-the ceiling of the whole ingest (bench/README.md, W7).  The stage of ``page_writer`` cost it
+the ceiling of the whole ingest (bench/README.md, W7).  The stage of ``pages.writer`` cost it
 a temporary table filled, sorted and emptied for every page; here each revision is encoded
 once into one tuple, and the same tuple is bound to both statements: their numbered
 parameters (``?1`` .. ``?23``) pick the columns each table takes, so nothing is encoded twice.
 sqlite3 loops over the rows in C.
 
-The guards are those of ``page_writer``, spelled in SQLite's upsert syntax:
+The guards are those of ``pages.writer``, spelled in SQLite's upsert syntax:
 
 - ``records``: ``ON CONFLICT (merchant_id, record_id) DO UPDATE SET ... WHERE
   records.revision < excluded.revision``: a stored revision never goes down;

@@ -4,7 +4,7 @@ A page used to be encoded and sent twice, once for ``records`` (the highest revi
 record) and once more for ``record_revisions`` (every revision seen), and on the benchmarks'
 profile that encoding and sending was most of the write path (bench/README.md, W1).  Now each
 revision a page brings is encoded once into a temporary stage table, flagged with where it
-goes, and both tables are filled from the stage by ``INSERT ... SELECT`` (``page_writer``):
+goes, and both tables are filled from the stage by ``INSERT ... SELECT`` (``pages.writer``):
 
 - ``is_top``: the page's highest revision of its record, the one ``records`` may take
   (``upsert.collapse``), still under the revision guard;
@@ -13,8 +13,8 @@ goes, and both tables are filled from the stage by ``INSERT ... SELECT`` (``page
 
 ``stage_page`` is pure; ``copy_text`` turns the staged revisions into the rows of the stage
 table defined here, in ``STAGE_COLUMNS`` order.  Money goes in as the exact decimal; the
-server derives the integer units of ``records`` from it (``page_writer``).  Only PostgreSQL
-stages pages now (SQLite: ``sqlite_pages``; MariaDB: ``mariadb_pages``).
+server derives the integer units of ``records`` from it (``pages.writer``).  Only PostgreSQL
+stages pages now (SQLite: ``pages.sqlite``; MariaDB: ``pages.mariadb``).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def stage_page(
     return staged
 
 
-# The stage: a session's temporary table, never migrated (created by ``page_writer``).
+# The stage: a session's temporary table, never migrated (created by ``pages.writer``).
 STAGE_TABLE: Final = "recordsync_stage"
 stage_metadata = MetaData()
 # A revision's columns as record_revisions has them, less the two every row of a page shares

@@ -5,7 +5,7 @@ record_id, the highest revision", and snapshot pages and change pages arrive in 
 relative to each other.  A page is first collapsed to its highest revision per record_id
 (``collapse``): PostgreSQL refuses an ``ON CONFLICT DO UPDATE`` that touches the same row
 twice in one statement, and fewer rows is less work.  The revision guard itself, "replace a
-stored row only with a higher revision", is in the merge statements (``page_writer``).
+stored row only with a higher revision", is in the merge statements (``pages.writer``).
 
 A record the columns cannot hold (an identifier longer than the column, an amount beyond
 NUMERIC(30,4), a revision beyond BIGINT, a NUL character PostgreSQL refuses) would fail the

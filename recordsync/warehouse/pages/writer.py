@@ -1,18 +1,18 @@
 """Writing a page: stage its revisions once, then merge them into both tables under the guards.
 
-Per page, inside the caller's transaction (``page_commits``), on PostgreSQL:
+Per page, inside the caller's transaction (``pages.commits``), on PostgreSQL:
 
 1. the session's temporary stage table is created if this connection has none yet
    (PostgreSQL empties it at every commit itself: ``ON COMMIT DELETE ROWS``);
-2. the staged rows go in once, as one buffer, by psycopg 3's ``COPY`` (``postgres_copy``):
+2. the staged rows go in once, as one buffer, by psycopg 3's ``COPY`` (``pages.postgres.copy``):
    a snapshot page's in CSV encoded by msgspec (``copy_csv``), any other in the ``COPY``
    text format (``copy_text``);
 3. ``records`` takes the ``is_top`` rows under the revision guard, its integer ``*_units``
    computed by the server from the exact amounts, and ``record_revisions`` the
    ``in_history`` rows, each by one ``INSERT ... SELECT`` from the stage.
 
-SQLite skips the stage (``sqlite_pages``: two prepared upserts by ``executemany``, cheaper
-for its one writer), and so does MariaDB (``mariadb_pages``: it cost the server twice the
+SQLite skips the stage (``pages.sqlite``: two prepared upserts by ``executemany``, cheaper
+for its one writer), and so does MariaDB (``pages.mariadb``: it cost the server twice the
 work there): the same guards in two multi-row ``INSERT ... ON DUPLICATE KEY UPDATE``
 statements, each value escaped by PyMySQL once.  ``page_writer_for`` picks the writer for
 the connected dialect.
@@ -112,7 +112,7 @@ def page_writer_for(dialect: Dialect) -> PageWriter:
 
 
 def _dialect_insert(backend: str) -> Callable[[Any], Any]:
-    """Only PostgreSQL stages pages (SQLite: ``sqlite_pages``; MariaDB: ``mariadb_pages``)."""
+    """Only PostgreSQL stages pages (SQLite: ``pages.sqlite``; MariaDB: ``pages.mariadb``)."""
     if backend == "postgresql":
         return postgresql.insert
     raise ValueError(f"no stage writer for database backend {backend!r}")
