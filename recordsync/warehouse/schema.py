@@ -179,7 +179,8 @@ quarantined_records = Table(
 # Revision 0004, the fleet (several replicas sharing the merchants; see ``fleet``).
 # ``merchant_leases``: one row per merchant ever held; ``epoch`` rises with every new holder,
 # and every fenced page commit checks it in its own transaction (``lease.epochs``).  The lock
-# itself is the database's (``lease.backends``); the row only says which holder's writes still count.
+# itself is the database's (``lease.backends``); the row only says which holder's writes
+# still count.
 merchant_leases = Table(
     "merchant_leases",
     metadata,
