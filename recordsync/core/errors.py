@@ -65,7 +65,7 @@ class LeaseUnconfirmedError(RecordSyncError):
     """This process could not confirm, recently enough, that it still holds the merchant's
     lease (the database unreachable, the network cut, this process paused): the lease may pass
     to another process any moment, so it sends nothing more for the merchant until it holds it
-    again (issue 30: self-fencing reads)."""
+    again (self-fencing reads)."""
 
     def __init__(self, merchant_id: str) -> None:
         self.merchant_id = merchant_id
@@ -196,14 +196,14 @@ class UnexpectedRedirectError(FatalPlatformError):
 class PlatformUnreachableError(FatalPlatformError):
     """A one-shot command found no way to the platform for longer than it waits (the name
     does not resolve, the connection is refused, TLS fails): it ends, naming the cause,
-    instead of retrying forever (issue 29).  The daemon never raises it: it keeps trying."""
+    instead of retrying forever.  The daemon never raises it: it keeps trying."""
 
 
 class CommandInterruptedError(RecordSyncError):
     """A one-shot command was stopped by SIGINT or SIGTERM before it finished: it exits
     128 + the signal's number (130, 143), as a shell reports a process the signal ended, so a
     Kubernetes Job or a systemd one-shot never records a half-done range as a success; the
-    message says what happens to the work (issue 29)."""
+    message says what happens to the work."""
 
     def __init__(self, signal_name: str, signum: int, what_now: str) -> None:
         self.exit_code = 128 + signum

@@ -7,7 +7,7 @@ Every problem is collected and reported at once, one line each naming the variab
 configuration in one pass; the CLI turns ``ConfigurationError`` into exit code 2.
 Modules receive this object; none of them reads the environment.
 
-The merchants (issue 17): one deployment may sync several.  They are either the single
+The merchants: one deployment may sync several.  They are either the single
 merchant of ``RECORDSYNC_MERCHANT_ID`` / ``RECORDSYNC_SECRET`` or ``RECORDSYNC_SECRET_FILE`` /
 ``RECORDSYNC_BASE_URL`` / ``RECORDSYNC_HISTORY_FROM`` (the same keys at the top level of the
 file), or the file's ``[[merchants]]`` entries, each with its ``merchant_id``, ``secret_file``
@@ -71,7 +71,7 @@ _SECRET_KEYS: Final = ("secret", "secret_file", "previous_secret", "previous_sec
 T = TypeVar("T")
 
 
-# The adaptive tail's defaults (issue 27; the rules: ``sync.tail_pace``).
+# The adaptive tail's defaults (the rules: ``sync.tail_pace``).
 # The ceiling of an idle tail while a snapshot runs, without notifications: the freshness a
 # backfill may cost when the stream is quiet (a change after a quiet spell waits at most this
 # long), against 0.1 of the default budget kept by the tail at most.
@@ -131,7 +131,7 @@ class Settings:
     keep_revisions: bool = True  # append every revision seen to record_revisions
     rate_margin: float = 0.05  # seconds added to the budget's window against arrival jitter
     secret_overlap: float = DEFAULT_SECRET_OVERLAP
-    # Round-end notifications (issue 12): their own port (0: off), apart from /metrics.
+    # Round-end notifications: their own port (0: off), apart from /metrics.
     events_port: int = 0
     events_host: str = DEFAULT_EVENTS_HOST
     event_grace: float = DEFAULT_EVENT_GRACE

@@ -146,7 +146,7 @@ def _settle_heap() -> None:
     them until its page commits, long enough for the collector to promote them and run full
     collections, each of which walked the ~100 000 objects of the imported libraries again:
     0.61 s of the collector's 1.38 s over a 400 000-record PostgreSQL ingest, 0.15 s frozen
-    (bench/README.md, issue 14).  Frozen objects are only ever freed by reference counting,
+    (bench/README.md).  Frozen objects are only ever freed by reference counting,
     which is how module-level state lives anyway.
     """
     if _HEAP_SETTLED[0]:

@@ -128,7 +128,7 @@ def run_range_job(
 
                 def here(held: HeldHere, work: Stopper) -> BackfillResult:
                     # Its lease is kept alive by the session's keeper for the whole run; nothing
-                    # is sent once it is not confirmed (issue 30).
+                    # is sent once it is not confirmed.
                     app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
                     taken_back = None if held.taken_back is None else held.taken_back.id
                     # Held here, it obeys a pause as a daemon would: within a tick.

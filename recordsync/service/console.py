@@ -3,7 +3,7 @@
 rich ends the process itself when the reader of stdout goes away (``recordsync report |
 head``): ``SystemExit(1)``, an exit code that says "failed" for output nobody wanted any
 more.  Our console raises ``BrokenPipeError`` instead, which ``cli.main`` turns into the
-quiet exit a shell expects of a process whose pipe closed (issue 29).
+quiet exit a shell expects of a process whose pipe closed.
 """
 
 from __future__ import annotations

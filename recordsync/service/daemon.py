@@ -93,7 +93,7 @@ def run_daemon(
 
             session = warehouse.fleet_session(me, lease_seconds=LEASE_SECONDS, on_lost=lost)
             # Nothing is sent for a merchant, and it shows as not held, from the moment its
-            # lease is not confirmed (issue 30: self-fencing reads).
+            # lease is not confirmed (self-fencing reads).
             metrics.watch_leases(session.confirmed)
             syncs = MerchantSyncs(
                 settings,
@@ -155,7 +155,7 @@ def _never_synced_without_history(settings: Settings, warehouse: Warehouse) -> l
 def _refuse_first_start_without_history(missing: list[str]) -> None:
     """A merchant never synced needs ``history_from`` (where its snapshot starts): no retry
     can supply it, so the daemon exits 2 at start naming it, instead of retrying the anchor
-    for ever (issue 29).  A merchant with a sync state does not need it any more."""
+    for ever.  A merchant with a sync state does not need it any more."""
     if missing:
         raise ConfigurationError(
             "RECORDSYNC_HISTORY_FROM (or history_from of the merchant in the config file): "

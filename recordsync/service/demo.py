@@ -2,7 +2,7 @@
 file, synced until caught up, then checked against the simulator's truth.
 
 The simulator lives in this process, so a demo warehouse outlives the platform it copied: its
-cursors mean nothing to the next demo's simulator (``CURSOR_INVALID`` for ever, issue 29).
+cursors mean nothing to the next demo's simulator (``CURSOR_INVALID`` for ever).
 So every demo starts a fresh warehouse, and says so when it replaces a previous demo's SQLite
 file; it never empties a server database (it refuses one that holds a previous demo).  It
 writes ``recordsync-demo.toml`` and ends with the commands that look at the data with
@@ -288,7 +288,7 @@ def _sync_side_by_side(settings: Settings, stopper: Stopper, progress: RichProgr
         thread.join()
     if failures:
         # The first failure, in the command's thread: one line from cli.main, no thread's
-        # traceback on the terminal (issue 29).
+        # traceback on the terminal.
         raise failures[0]
     return bool(results) and all(results.values()) and len(results) == len(threads)
 

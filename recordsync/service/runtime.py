@@ -10,9 +10,9 @@ never by a second copy:
 - ``Share``: a daemon shares its worker threads among its merchants, and each merchant's
   snapshot gets its share of them; a command syncs one merchant alone.
 - ``Purpose.COMMAND``: a one-shot job ends at once on what no retry heals (a wrong secret, a
-  skewed clock, a base URL that redirects, issue 29) and gives up on a platform it cannot
+  skewed clock, a base URL that redirects) and gives up on a platform it cannot
   reach after ``unreachable_timeout``; the daemon reports the same failures and keeps trying,
-  slowly, since one merchant's wrong secret must never hold the others back (issue 28).
+  slowly, since one merchant's wrong secret must never hold the others back.
 - ``receives_events``: only a daemon with its notification port open cross-checks rounds.
 
 A job beside the sync (a backfill, a resync, a reset: handed to the holder, or run by a
@@ -110,7 +110,7 @@ def read_limits(client: PlatformClient, purpose: Purpose, *, logger: Any = log) 
     """The platform's limits, the budgets resized to them.
 
     A capabilities answer that fails otherwise leaves the spec's defaults (the client says
-    so: ``capabilities_unavailable``); the records may still be readable (issue 28).  What no
+    so: ``capabilities_unavailable``); the records may still be readable.  What no
     retry heals (a wrong secret, a skewed clock, a redirect) ends a command at once; a daemon
     logs it on ``logger`` (the merchant's bound logger) and goes on with the defaults, and its
     first step reports the same failure again and keeps trying, slowly, on its own.

@@ -7,7 +7,7 @@ The handler itself only queues the signal (``queue.SimpleQueue.put``, which Pyth
 to call from a signal handler); a thread of its own logs it and stops the work.  A handler runs
 in the main thread between two bytecodes, possibly inside a log write that holds the writer's
 lock: logging from the handler took that lock a second time and the process hung for ever
-(issue 29: a backfill interrupted while it logged never ended).
+(a backfill interrupted while it logged never ended).
 """
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ def run_verify(
         def here(held: HeldHere, work: Stopper) -> dict[str, Any]:
             nonlocal watch
             # Its lease is kept alive by the session's keeper; nothing is sent once it is not
-            # confirmed (issue 30).
+            # confirmed.
             app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
             # Held here, it obeys a pause as a daemon would: within a tick (pause_watch).
             watch = PauseWatch(app.warehouse.controls.paused, merchant.merchant_id, stopper)

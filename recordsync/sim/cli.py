@@ -189,7 +189,7 @@ def _announce(simulator: Simulator) -> None:
     if not config.merchants:
         _say(f"merchant_id={config.merchant_id}")
         # The demo secret is public (its --help says so): printed, as the derived ones are, so
-        # that a newcomer can point recordsync at the simulator (issue 29).  A secret given
+        # that a newcomer can point recordsync at the simulator.  A secret given
         # with --secret or --secret-file is the operator's own: never printed.
         _say(f"secret={config.secret}" if config.secret == DEMO_SECRET else "secret=(as given)")
         _say(f"records={simulator.store.record_count} watermark={simulator.watermark()}")

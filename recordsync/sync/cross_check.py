@@ -1,5 +1,5 @@
 """The cross-check of round-end notifications: every round the platform announced must reach
-the warehouse (issue 12).
+the warehouse.
 
 A periodic job of the daemon, every ``cross_check_interval`` seconds while round-end
 notifications are received: the rounds announced (``ROUND_ENDED``) more than ``event_grace``

@@ -4,7 +4,7 @@ polls and spaces its wake-ups (``tail_pace``).
 One demand per merchant in a process, shared by every engine of the merchant (its tail's, a
 job's handed over to its holder, a command's): a job that registered with an engine's own
 demand, which the tail never sees, left the tail polling at its interval beside a handed-over
-backfill (issue 35).  Whoever holds the merchant owns it (``service.runtime.MerchantSync``).
+backfill.  Whoever holds the merchant owns it (``service.runtime.MerchantSync``).
 
 Every job that reads windows (the rebuild's snapshot, a backfill, a resync, a repairing
 verify) is registered here while it runs; the tail asks before each wait.  A job counts until

@@ -1,5 +1,5 @@
 """What a range job would cost, before it runs: ``--dry-run`` of backfill, resync, reset and
-``verify --repair`` (issue 26).  Pure: the windows, the records the warehouse already holds in
+``verify --repair``.  Pure: the windows, the records the warehouse already holds in
 each, and the merchant's limit come in; lines for a person come out.
 
 The platform's count is not known without reading it, so a window's pages are estimated from

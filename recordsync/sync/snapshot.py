@@ -374,8 +374,8 @@ def first_plan(ctx: SyncContext, start: datetime, end: datetime) -> list[Window]
 
 
 def starting_chains(ctx: SyncContext) -> int:
-    """The chains a job starts with: as many as the round trip needs from its first second
-    (issue 27), and at least the chains configured (``snapshot_concurrency``).
+    """The chains a job starts with: as many as the round trip needs from its first second,
+    and at least the chains configured (``snapshot_concurrency``).
 
     Before the first page is answered they are all the chains in flight: a one-day job at a
     3 s round trip that started with 4 and cut more only once answers came back ran at 0.53

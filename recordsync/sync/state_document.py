@@ -1,5 +1,5 @@
 """A merchant's sync state as a JSON document: what ``recordsync merchant state export``
-writes and ``import`` reads back (issue 26).  Pure: no warehouse, no files.
+writes and ``import`` reads back.  Pure: no warehouse, no files.
 
 The document holds what the sync resumes from: the ``sync_state`` row (phase, the change
 cursor, the anchor and the snapshot plan) and every job's snapshot windows with their

@@ -1,4 +1,4 @@
-"""How often the tail reads the change stream: the adaptive poll interval (issue 27).
+"""How often the tail reads the change stream: the adaptive poll interval.
 
 The tail and the snapshot share one rate budget per merchant (spec: Limits, "Record rate"),
 2 requests a second by default.  A tail that reads every second takes half of it, and during

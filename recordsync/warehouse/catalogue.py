@@ -14,7 +14,7 @@ never half of it.  Within it, per game:
 
 A game the columns cannot hold (an id past its column, a NUL, a name past MariaDB's TEXT) is
 left out of the pass like a rejected item, kept as stored, and counted in the result: one
-hostile entry never fails every pass (issue 29).
+hostile entry never fails every pass.
 
 ``kept_ids`` are games the pass saw but could not read (a rejected item with a game id): they
 count as seen, their stored fields untouched, so a malformed entry never looks like a game

@@ -1,4 +1,4 @@
-"""Where the lease cannot hold, say so at start (issue 30, point 11).
+"""Where the lease cannot hold, say so at start.
 
 The lease rests on what the database does when a holder goes silent: it ends the holder's
 sessions within the lease (``timeouts``, ``connection``), which frees its locks and rolls back what

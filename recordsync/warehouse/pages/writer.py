@@ -80,7 +80,7 @@ class PageWriter(Protocol):
     def send(self, conn: Connection, staged: Sequence[StagedRevision]) -> None:
         """Send the page's rows to the server ahead of the rest, where the writer stages them
         (PostgreSQL's COPY): it writes nothing shared, so it may come before the fence check,
-        and a client paused in the middle of it then holds no lock (issue 30).  Where the
+        and a client paused in the middle of it then holds no lock.  Where the
         writer does not stage, nothing."""
 
     def merge(
