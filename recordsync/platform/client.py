@@ -31,9 +31,10 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Final, Protocol, Self, TypeVar
+from typing import Final, Generic, Protocol, Self, TypeVar
 
 import httpx
 import structlog
@@ -101,6 +102,17 @@ MAX_RECORDS_WINDOW: Final = timedelta(hours=24)  # spec: Limits, Records window
 _log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed(Generic[T]):
+    """An answer read straight from its bytes, with its request id for the observer."""
+
+    value: T
+    request_id: str | None
+
+
+FastParse = Callable[[bytes], Parsed[T] | None]
 
 
 class ClientObserver(Protocol):
@@ -295,7 +307,13 @@ class PlatformClient:
             ("limit", _limit(limit)),
         ]
         return self._get(
-            RECORDS, "/v1/records", params, _records_page, priority=priority, rank=rank
+            RECORDS,
+            "/v1/records",
+            params,
+            _records_page,
+            priority=priority,
+            rank=rank,
+            fast=_usual_records_page,
         )
 
     def records_next(
@@ -309,7 +327,13 @@ class PlatformClient:
         """Next page of a snapshot: with a cursor only ``limit`` may be sent (spec: Records)."""
         params = [("cursor", _cursor(cursor)), ("limit", _limit(limit))]
         return self._get(
-            RECORDS, "/v1/records", params, _records_page, priority=priority, rank=rank
+            RECORDS,
+            "/v1/records",
+            params,
+            _records_page,
+            priority=priority,
+            rank=rank,
+            fast=_usual_records_page,
         )
 
     def changes(
@@ -400,10 +424,13 @@ class PlatformClient:
         priority: Priority | None,
         budget: RateBudget | None = None,
         rank: float = 0.0,
+        fast: FastParse[T] | None = None,
     ) -> T:
         """Send until success or the policy gives up; ``priority=None``: outside any budget.
 
-        ``budget``: the record budget unless told (the query endpoints pass theirs).
+        ``budget``: the record budget unless told (the query endpoints pass theirs).  ``fast``
+        reads a successful answer straight from its bytes (the records pages, the hot path),
+        or says None and ``parse`` reads it through the envelope, which tells what is wrong.
         """
         target = build_target(self._base_path + path, params)
         chosen = None if priority is None else (budget or self._budget)
@@ -411,10 +438,8 @@ class PlatformClient:
         while True:
             attempt += 1
             try:
-                reply = self._attempt(endpoint, target, priority, chosen, rank)
-                if isinstance(reply, RecordsPage):  # read straight from the bytes
-                    return reply  # type: ignore[return-value]
-                return parse(reply)
+                answer = self._attempt(endpoint, target, priority, chosen, rank=rank, fast=fast)
+                return parse(answer) if isinstance(answer, Reply) else answer.value
             except PlatformError as error:
                 self._after_failure(endpoint, error, attempt, chosen)
 
@@ -460,8 +485,10 @@ class PlatformClient:
         target: str,
         priority: Priority | None,
         budget: RateBudget | None,
-        rank: float = 0.0,
-    ) -> Reply | RecordsPage:
+        *,
+        rank: float,
+        fast: FastParse[T] | None,
+    ) -> Reply | Parsed[T]:
         # A new request per attempt: the same target, fresh headers, nothing shared with the
         # previous attempt (the transport may still hold on to that one).
         request = self._http.build_request(
@@ -510,12 +537,12 @@ class PlatformClient:
             # asked for, so that a short job can start as wide as its latency needs.
             self._first_round_trip = seconds
         status = response.status_code
-        if endpoint == RECORDS and is_json_success(status, response.headers):
+        if fast is not None and is_json_success(status, response.headers):
             # The hot path: the page straight from the bytes, or None and the usual path below.
-            page = usual_records_page(body)
-            if page is not None:
-                self._observer.on_response(endpoint, status, None, seconds, page.request_id)
-                return page
+            parsed = fast(body)
+            if parsed is not None:
+                self._observer.on_response(endpoint, status, None, seconds, parsed.request_id)
+                return parsed
         try:
             reply = decode_reply(endpoint, response.status_code, response.headers, body)
         except PlatformError as error:
@@ -645,6 +672,11 @@ def check_sent_verbatim(raw_path: bytes, target: str, *, endpoint: str) -> None:
             f"{endpoint}: httpx would not send the signed request target verbatim; "
             "check base_url for characters that need percent-encoding"
         )
+
+
+def _usual_records_page(body: bytes) -> Parsed[RecordsPage] | None:
+    page = usual_records_page(body)
+    return None if page is None else Parsed(page, page.request_id)
 
 
 def _records_page(reply: Reply) -> RecordsPage:
