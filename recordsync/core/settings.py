@@ -113,7 +113,7 @@ class Settings:
     database_url: str = DEFAULT_DATABASE_URL
     http_port: int = DEFAULT_HTTP_PORT
     poll_interval: float = 1.0
-    # The adaptive tail (issue 27, ``sync.tail_pace``): an idle tail's longest wait while a
+    # The adaptive tail (``sync.tail_pace``): an idle tail's longest wait while a
     # snapshot runs, its safety poll when notifications are received, and with notifications
     # the least time between its reads during a snapshot.
     poll_ceiling: float = DEFAULT_POLL_CEILING
@@ -341,6 +341,54 @@ def _choice(*allowed: str) -> Callable[[str], str]:
     return parse
 
 
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """How a setting's text is read, and what the error line says it should have been."""
+
+    parse: Callable[[str], Any]
+    hint: str
+
+
+_SECONDS = Kind(_positive_float, "a positive number of seconds")
+_WAIT = Kind(_positive_seconds, "a positive number of seconds")  # finite, too
+_SECONDS_OR_OFF = Kind(_non_negative_float, "seconds (0 turns it off)")
+_SECONDS_OR_NONE = Kind(_non_negative_float, "seconds (>= 0)")
+_COUNT = Kind(_positive_int, "a positive integer")
+_POSITIVE = Kind(_positive_float, "a positive number")
+_BOOLEAN = Kind(_boolean, "true or false")
+_TEXT = Kind(str, "text")
+
+# Every setting but the merchants and the warehouse URL (read apart: checked, never quoted
+# back), with how it is read; its default is the ``Settings`` field's, declared once there.
+SETTING_KINDS: Final[Mapping[str, Kind]] = {
+    "http_port": Kind(_port, "a port 0-65535"),
+    "poll_interval": _SECONDS,
+    "poll_ceiling": _WAIT,
+    "safety_poll": _WAIT,
+    "snapshot_tail_interval": _WAIT,
+    "page_size": _COUNT,
+    "snapshot_concurrency": _COUNT,
+    "http_timeout": _SECONDS,
+    "unreachable_timeout": _SECONDS,
+    "drift_check_interval": _SECONDS_OR_OFF,
+    "catalogue_interval": _SECONDS_OR_OFF,
+    "ready_multiple": _POSITIVE,
+    "keep_revisions": _BOOLEAN,
+    "rate_margin": _SECONDS_OR_NONE,
+    "secret_overlap": _SECONDS_OR_NONE,
+    "events_port": Kind(_port, "a port 0-65535 (0: off)"),
+    "events_host": _TEXT,
+    "event_grace": _SECONDS,
+    "tls_verify": _BOOLEAN,
+    "ca_bundle": _TEXT,
+    "log_level": Kind(
+        _choice("debug", "info", "warning", "error"), "one of debug, info, warning, error"
+    ),
+    "log_format": Kind(_choice("json", "console"), "json or console"),
+}
+_DEFAULTS: Final[Mapping[str, Any]] = {item.name: item.default for item in fields(Settings)}
+
+
 def _database_url(reader: _Reader) -> str:
     """The warehouse URL, checked now so that a bad one is reported with every other problem
     (never quoted back: it may hold a password)."""
@@ -439,7 +487,7 @@ def _secret_source(
 
 
 def _single_merchant(reader: _Reader, *, need_platform: bool) -> tuple[MerchantSettings, ...]:
-    """The merchant of the single-merchant variables, exactly as before issue 17."""
+    """The merchant of the single-merchant variables (no [[merchants]] in the file)."""
     base_url = secret = previous = None
     if need_platform:
         url = reader.required("base_url", what="the platform base URL, e.g. https://host")
@@ -584,73 +632,11 @@ def load_settings(
         else:
             merchants = _single_merchant(reader, need_platform=need_platform)
 
-    settings = Settings(
-        merchants=merchants,
-        database_url=_database_url(reader),
-        http_port=reader.get("http_port", _port, DEFAULT_HTTP_PORT, hint="a port 0-65535"),
-        poll_interval=reader.get(
-            "poll_interval", _positive_float, 1.0, hint="a positive number of seconds"
-        ),
-        poll_ceiling=reader.get(
-            "poll_ceiling",
-            _positive_seconds,
-            DEFAULT_POLL_CEILING,
-            hint="a positive number of seconds",
-        ),
-        safety_poll=reader.get(
-            "safety_poll",
-            _positive_seconds,
-            DEFAULT_SAFETY_POLL,
-            hint="a positive number of seconds",
-        ),
-        snapshot_tail_interval=reader.get(
-            "snapshot_tail_interval",
-            _positive_seconds,
-            DEFAULT_SNAPSHOT_TAIL_INTERVAL,
-            hint="a positive number of seconds",
-        ),
-        page_size=reader.get("page_size", _positive_int, 1000, hint="a positive integer"),
-        snapshot_concurrency=reader.get(
-            "snapshot_concurrency", _positive_int, 4, hint="a positive integer"
-        ),
-        http_timeout=reader.get(
-            "http_timeout", _positive_float, 30.0, hint="a positive number of seconds"
-        ),
-        unreachable_timeout=reader.get(
-            "unreachable_timeout", _positive_float, 60.0, hint="a positive number of seconds"
-        ),
-        drift_check_interval=reader.get(
-            "drift_check_interval", _non_negative_float, 3600.0, hint="seconds (0 turns it off)"
-        ),
-        catalogue_interval=reader.get(
-            "catalogue_interval", _non_negative_float, 3600.0, hint="seconds (0 turns it off)"
-        ),
-        ready_multiple=reader.get(
-            "ready_multiple", _positive_float, 30.0, hint="a positive number"
-        ),
-        rate_margin=reader.get("rate_margin", _non_negative_float, 0.05, hint="seconds (>= 0)"),
-        secret_overlap=reader.get(
-            "secret_overlap", _non_negative_float, DEFAULT_SECRET_OVERLAP, hint="seconds (>= 0)"
-        ),
-        events_port=reader.get("events_port", _port, 0, hint="a port 0-65535 (0: off)"),
-        events_host=reader.raw("events_host") or DEFAULT_EVENTS_HOST,
-        event_grace=reader.get(
-            "event_grace", _positive_float, DEFAULT_EVENT_GRACE, hint="a positive number of seconds"
-        ),
-        keep_revisions=reader.get("keep_revisions", _boolean, default=True, hint="true or false"),
-        tls_verify=reader.get("tls_verify", _boolean, default=True, hint="true or false"),
-        ca_bundle=reader.raw("ca_bundle"),
-        log_level=reader.get(
-            "log_level",
-            _choice("debug", "info", "warning", "error"),
-            "info",
-            hint="one of debug, info, warning, error",
-        ),
-        log_format=reader.get(
-            "log_format", _choice("json", "console"), None, hint="json or console"
-        ),
-        warnings=(),
-    )
+    values = {
+        key: reader.get(key, kind.parse, _DEFAULTS[key], hint=kind.hint)
+        for key, kind in SETTING_KINDS.items()
+    }
+    settings = Settings(merchants=merchants, database_url=_database_url(reader), **values)
     if settings.page_size > 1000:  # noqa: PLR2004 - the spec's page-size ceiling
         reader.problem("page_size", f"{settings.page_size} is above 1000")
     if settings.events_port and settings.events_port == settings.http_port:

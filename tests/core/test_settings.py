@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import fields
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from recordsync.core.errors import ConfigurationError
 from recordsync.core.secret import SecretSource
 from recordsync.core.settings import (
     DEFAULT_EVENTS_HOST,
+    SETTING_KINDS,
     MerchantSettings,
     Settings,
     load_settings,
@@ -700,3 +702,14 @@ def test_readiness_allows_for_the_tails_longest_wait():
     assert notified.readiness_multiple == 2 * (10 + 100)
     patient = load_settings({**BASE, "RECORDSYNC_READY_MULTIPLE": "500"})
     assert patient.readiness_multiple == 500.0
+
+
+def test_every_setting_is_read_by_one_kind_and_defaults_to_its_field():
+    """One table says how each setting is read (``SETTING_KINDS``); its default is the
+    ``Settings`` field's, so no default is written twice."""
+    read_apart = {"merchants", "database_url", "warnings"}
+    assert set(SETTING_KINDS) == {item.name for item in fields(Settings)} - read_apart
+    defaults = load_settings(BASE)
+    for item in fields(Settings):
+        if item.name not in read_apart:
+            assert getattr(defaults, item.name) == item.default, item.name
