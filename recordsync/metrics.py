@@ -94,13 +94,20 @@ class MetricName(StrEnum):
     MERCHANT_PAUSED = "recordsync_merchant_paused"
     # The process.
     BUILD_INFO = "recordsync_build_info"
+    # The warehouse's connection pool (issue 38): how long a thread waited for a connection.
+    POOL_CHECKOUT = "recordsync_warehouse_pool_checkout_seconds"
 
 
 # The label every per-merchant series carries.
 MERCHANT_LABEL: Final = "merchant_id"
 # The metrics that describe the process, not one merchant: they have no ``merchant_id``.
 PROCESS_WIDE: Final = frozenset(
-    {MetricName.BUILD_INFO, MetricName.MERCHANTS_HELD, MetricName.REPLICAS_LIVE}
+    {
+        MetricName.BUILD_INFO,
+        MetricName.MERCHANTS_HELD,
+        MetricName.REPLICAS_LIVE,
+        MetricName.POOL_CHECKOUT,
+    }
 )
 
 
@@ -125,6 +132,9 @@ NONE_LABEL: Final = "none"
 REQUEST_BUCKETS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # One transaction of up to 1000 upserted rows plus a cursor.
 WRITE_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# A checkout from the pool: well under a millisecond when a connection is idle, a connect
+# (milliseconds) when the pool grows, up to the pool's 30 s timeout when it is exhausted.
+CHECKOUT_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 def job_kind(job: str) -> str:
@@ -555,8 +565,19 @@ class Metrics:
             registry=self.registry,
         )
         build_info.labels(version=version).set(1)
+        self._pool_checkout = Histogram(
+            MetricName.POOL_CHECKOUT,
+            "Time a thread waited for a connection of the warehouse's pool (a connect "
+            "included): a long one means the pool is too small for the process's threads.",
+            buckets=CHECKOUT_BUCKETS,
+            registry=self.registry,
+        )
         self.registry.register(_ScrapeTimeCollector(self._book))
         self.round_events = RoundEventMetrics(self.registry)
+
+    def pool_checkout(self, seconds: float) -> None:
+        """One checkout from the warehouse's pool took ``seconds`` (``warehouse.pool``)."""
+        self._pool_checkout.observe(seconds)
 
     def merchant(self, merchant_id: str) -> MerchantMetrics:
         """The view that feeds ``merchant_id``'s series (cheap: build one per observer)."""

@@ -26,16 +26,17 @@ from recordsync.core.stopping import Stopper
 from recordsync.fleet.member import Member
 from recordsync.logs import process_context
 from recordsync.metrics import Metrics
-from recordsync.service.health import FleetReadinessCheck, HealthServer
+from recordsync.service.health import PROBE_LIMITS, FleetReadinessCheck, HealthServer
 from recordsync.service.log_context import ProcessLogContext
 from recordsync.service.merchant_syncs import MerchantSyncs
+from recordsync.service.round_events.connections import DEFAULT_LIMITS as EVENTS_LIMITS
 from recordsync.service.round_events.running import receiving_round_events
 from recordsync.service.secrets import SecretKeeper
 from recordsync.service.signals import stop_on_signals
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.jobs import JobHost
 from recordsync.sync.resilience import StepRunner
-from recordsync.warehouse import Warehouse
+from recordsync.warehouse import PoolDemand, Warehouse
 from recordsync.warehouse.timeouts import LEASE_SECONDS
 
 log = structlog.get_logger("recordsync")
@@ -72,8 +73,13 @@ def run_daemon(
     if single is not None:
         process_context.update(merchant_id=single)
     keeper = SecretKeeper.from_settings(settings)
-    warehouse = Warehouse.connect(settings.database_url, keep_revisions=settings.keep_revisions)
     host = JobHost(worker_threads=max(settings.snapshot_concurrency * 4, 8))
+    warehouse = Warehouse.connect(
+        settings.database_url,
+        keep_revisions=settings.keep_revisions,
+        pool=pool_demand(settings, host),
+        on_checkout=metrics.pool_checkout,
+    )
     try:
         with stop_on_signals(stopper), keeper:
             # A warehouse that is down at start-up is waited for, like one that goes down later.
@@ -142,6 +148,18 @@ def run_daemon(
         warehouse.close()
     log.info("daemon_stopped")
     return 0
+
+
+def pool_demand(settings: Settings, host: JobHost) -> PoolDemand:
+    """The threads of this daemon that may each hold a warehouse connection at once, which
+    size its pool (``warehouse.pool``; docs/operations.md, "The warehouse's connections")."""
+    return PoolDemand(
+        merchants=len(settings.merchants),
+        snapshot_workers=host.worker_threads,
+        periodic_threads=host.periodic_threads,
+        event_workers=EVENTS_LIMITS.workers if settings.events_port else 0,
+        request_threads=PROBE_LIMITS.workers if settings.http_port else 0,
+    )
 
 
 def _never_synced_without_history(settings: Settings, warehouse: Warehouse) -> list[str]:

@@ -70,6 +70,7 @@ class JobHost:
         )
         self.scheduler.add_listener(self._failed, EVENT_JOB_ERROR)
         self.worker_threads = worker_threads
+        self.periodic_threads = periodic_threads
         self._owners: dict[str, Jobs] = {}
         self._lock = threading.Lock()
         self._generations = itertools.count(1)

@@ -5,6 +5,7 @@ replicas, and the requests commands hand to a merchant's holder."""
 from recordsync.warehouse.connection import create_warehouse_engine
 from recordsync.warehouse.lease import FleetSession
 from recordsync.warehouse.merchant_store import MerchantStore
+from recordsync.warehouse.pool import PoolDemand
 from recordsync.warehouse.store import Warehouse
 from recordsync.warehouse.values import (
     Availability,
@@ -34,6 +35,7 @@ __all__ = [
     "JobStatus",
     "MerchantStore",
     "Pause",
+    "PoolDemand",
     "QuarantinedRecord",
     "ReplicaVersion",
     "RequestKind",

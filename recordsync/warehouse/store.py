@@ -64,6 +64,7 @@ from recordsync.warehouse.connection import (
     create_warehouse_engine,
     sqlite_file,
     translate_errors,
+    warehouse_url,
 )
 from recordsync.warehouse.controls import ControlStore
 from recordsync.warehouse.lease import FleetSession, epochs, support
@@ -74,6 +75,7 @@ from recordsync.warehouse.migrate import upgrade as upgrade_schema
 from recordsync.warehouse.pages import commits as page_commits
 from recordsync.warehouse.pages.conflicts import retry_lost_conflicts
 from recordsync.warehouse.pages.writer import PageWriter, page_writer_for
+from recordsync.warehouse.pool import CheckoutTimedPool, PoolDemand
 from recordsync.warehouse.requests.store import RequestStore
 from recordsync.warehouse.state_transfer import StateTransfer
 from recordsync.warehouse.values import (
@@ -146,15 +148,25 @@ class Warehouse:
         *,
         clock: Callable[[], datetime] = _utc_now,
         keep_revisions: bool = True,
+        pool: PoolDemand | None = None,
+        on_checkout: Callable[[float], None] | None = None,
         **engine_options: Any,
     ) -> Warehouse:
         """A warehouse on a new engine for ``url``, every wait bounded (``timeouts.WRITES``);
-        ``engine_options`` go to create_engine."""
-        return cls(
-            create_warehouse_engine(url, limits=timeouts.WRITES, **engine_options),
-            clock=clock,
-            keep_revisions=keep_revisions,
-        )
+        ``engine_options`` go to create_engine.
+
+        ``pool``: the threads that will use it, which size its connection pool (``pool``);
+        ``on_checkout`` then sees how long each checkout waited (the daemon's metric).  An
+        in-memory SQLite database keeps SQLAlchemy's one-connection pool.
+        """
+        if pool is not None:
+            parsed = warehouse_url(url)
+            if parsed.get_backend_name() != "sqlite" or sqlite_file(parsed) is not None:
+                engine_options = {**pool.engine_options(), **engine_options}
+        engine = create_warehouse_engine(url, limits=timeouts.WRITES, **engine_options)
+        if isinstance(engine.pool, CheckoutTimedPool):
+            engine.pool.observe = on_checkout
+        return cls(engine, clock=clock, keep_revisions=keep_revisions)
 
     @classmethod
     def for_reading(

@@ -8,6 +8,7 @@ a dead replica is a closed session, or a server session killed from an admin con
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -454,3 +455,73 @@ def test_a_stale_write_stuck_in_the_middle_of_a_copy_is_ended_by_the_new_holder(
     assert 0.9 < took < 4.0  # not the 5 s lock wait, and never for as long as it stays stuck
     (ended,) = [entry for entry in logs if entry["event"] == "stale_write_ended"]
     assert ended["merchant_id"] == M1
+
+
+# -- one merchant's slow takeover stalls no other (issue 38, point 1) ------------------------
+
+
+def poll_confirmed(session, merchant_id, *, every, until, seen):
+    """What a merchant's sync does before each request: ask ``confirmed`` every ``every`` s
+    until ``until`` is set, recording (when, how long the answer took, the answer)."""
+    while not until.is_set():
+        asked = time.monotonic()
+        answer = session.confirmed(merchant_id)
+        seen.append((asked, time.monotonic() - asked, answer))
+        until.wait(every)
+
+
+@pytest.mark.parametrize("warehouse_url", POSTGRES_ONLY, indirect=True)
+def test_a_takeover_stuck_for_15_s_in_its_write_leaves_the_other_merchants_confirmed(
+    warehouse_url, warehouse
+):
+    """A takeover whose epoch raise waits (here for the pool's only connection, which
+    another thread holds for 15 s: longer than a lease's confirmation) must not hold up
+    ``confirmed`` of the merchants already held, nor the keeper that keeps them confirmed:
+    every merchant's requests are checked against it."""
+    store = Warehouse.connect(warehouse_url, pool_size=1, max_overflow=0, pool_timeout=30)
+    session = store.fleet_session("replica-a")
+    merchants = [f"merchant-{n}" for n in range(10)]
+    stop = threading.Event()
+    try:
+        for merchant_id in merchants:
+            held_at(session, merchant_id)
+        polls: dict[str, list[tuple[float, float, bool]]] = {m: [] for m in merchants}
+        pollers = [
+            threading.Thread(
+                target=poll_confirmed,
+                args=(session, m),
+                kwargs={"every": 0.2, "until": stop, "seen": polls[m]},
+                daemon=True,
+            )
+            for m in merchants
+        ]
+        taken: list[int | None] = []
+        with capture_logs() as logs, store.engine.connect():  # the pool's one connection
+            takeover = threading.Thread(
+                target=lambda: taken.append(session.try_hold("merchant-new")), daemon=True
+            )
+            takeover.start()
+            for poller in pollers:
+                poller.start()
+            time.sleep(15)
+            stuck = takeover.is_alive()
+        takeover.join(10)
+        stop.set()
+        for poller in pollers:
+            poller.join(5)
+        assert stuck, "the takeover did not wait for the pool: the test proves nothing"
+        assert taken
+        assert taken[0] is not None
+        answers = [seen for merchant_polls in polls.values() for seen in merchant_polls]
+        assert all(answer for _asked, _took, answer in answers)
+        assert max(took for _asked, took, _answer in answers) < 1.0
+        for merchant_id, seen in polls.items():  # each kept its interval throughout
+            gaps = [later[0] - earlier[0] for earlier, later in itertools.pairwise(seen)]
+            assert len(seen) > 50, merchant_id
+            assert max(gaps) < 1.0, merchant_id
+        assert not [entry for entry in logs if entry["event"] == "fleet_locks_lost"]
+        assert session.still_held() == {*merchants, "merchant-new"}
+    finally:
+        stop.set()
+        session.close()
+        store.close()

@@ -28,6 +28,14 @@ held: the server cannot free it sooner, since a silent session is ended only
 it (the database unreachable, a cut, a pause of this process), the caller must send nothing
 more for the merchant: the lease may be someone else's soon.  A lock found lost is
 forgotten, and ``on_lost`` is told at once.
+
+No I/O happens under the lock that guards the session's state (issue 38, point 1):
+``confirmed`` runs before every request of every merchant and the keeper must look in time,
+so neither may wait for one merchant's takeover (a pool checkout, a row lock behind a stale
+holder's write).  They read state copied under ``_io``; a takeover or a release works on the
+database outside it, under a guard of that merchant alone, and commits what it learnt under
+``_io`` only if the lock connection has not been lost (or dropped) meanwhile: every loss
+counts a new ``_generation``, and what was seen on an older one is not trusted.
 """
 
 from __future__ import annotations
@@ -107,9 +115,13 @@ class FleetSession:
         self._keep_every = min(KEEP_EVERY, lease_seconds / 4)
         self._on_lost = on_lost
         self._clock = clock
-        # _io guards the session's state; _conn the lock connection.  Taken in that order.
-        self._io = threading.RLock()
+        # _io guards the session's state (the dicts, the generation) and is held for no I/O and
+        # no other lock; _conn guards the lock connection; _guards[merchant] serializes one
+        # merchant's take and release (taken before either of the others).
+        self._io = threading.Lock()
         self._conn = threading.RLock()
+        self._guards: dict[str, threading.Lock] = {}
+        self._generation = 0  # + 1 whenever the locks' connection is lost or dropped
         self._keeper: threading.Thread | None = None
         self._keeper_stop = threading.Event()
 
@@ -140,10 +152,11 @@ class FleetSession:
         this replica and the database's time; every write for the merchant must carry it.
         A merchant this session already holds keeps its epoch (it is not raised again).
         """
-        with self._io:
-            if merchant_id in self._held:
-                return self._held[merchant_id]
-            locked_at = self._clock()
+        with self._guard(merchant_id):
+            with self._io:
+                if merchant_id in self._held:
+                    return self._held[merchant_id]
+                generation = self._generation
             if not self._on_lock_connection(lambda: self._locks.try_lock(merchant_id)):
                 return None
             try:
@@ -157,8 +170,15 @@ class FleetSession:
                 raise
             # Never an epoch without the lock: the lock connection may have died during the
             # raise (its session ended), and another process may hold the lock by now.
+            checked_at = self._clock()
             ours = self._on_lock_connection(lambda: self._locks.held({merchant_id}))
-            if merchant_id not in ours:
+            with self._io:
+                kept = merchant_id in ours and self._generation == generation
+                if kept:
+                    self._held[merchant_id] = epoch
+                    self._confirmed[merchant_id] = checked_at
+            if not kept:
+                self._unlock_quietly(merchant_id)  # a lock taken on a newer connection
                 _log.warning(
                     "lease_lock_lost_while_raising",
                     merchant_id=merchant_id,
@@ -166,8 +186,6 @@ class FleetSession:
                     action="not taken: the lock is not this process's any more",
                 )
                 return None
-            self._held[merchant_id] = epoch
-            self._confirmed[merchant_id] = locked_at
             self._start_keeper()
             _log.info("merchant_held", merchant_id=merchant_id, epoch=epoch)
             return epoch
@@ -178,9 +196,10 @@ class FleetSession:
         Does nothing for a merchant not held.  Marking the lease released and the announcement
         are best effort: a failure is logged, the lock is free all the same.
         """
-        with self._io:
-            epoch = self._held.pop(merchant_id, None)
-            self._confirmed.pop(merchant_id, None)
+        with self._guard(merchant_id):
+            with self._io:
+                epoch = self._held.pop(merchant_id, None)
+                self._confirmed.pop(merchant_id, None)
             if epoch is None:
                 return
             self._unlock_quietly(merchant_id)
@@ -197,6 +216,7 @@ class FleetSession:
         heartbeat); a merchant found lost is forgotten."""
         with self._io:
             merchants = frozenset(self._held)
+            generation = self._generation
         if not merchants:
             return frozenset()
         asked_at = self._clock()
@@ -206,6 +226,8 @@ class FleetSession:
             self._lost(merchants)
             raise
         with self._io:
+            if self._generation != generation:  # asked of a connection lost since
+                return really & self._held.keys()
             for merchant_id in really & self._held.keys():
                 self._confirmed[merchant_id] = asked_at
             gone = (merchants - really) & self._held.keys()
@@ -283,9 +305,15 @@ class FleetSession:
             except Exception as exc:  # noqa: BLE001 - a bug must not end the keeper silently
                 _log.error("lease_keeper_crashed", kind=type(exc).__name__)
 
+    def _guard(self, merchant_id: str) -> threading.Lock:
+        """The lock serializing ``merchant_id``'s take and release (one per merchant)."""
+        with self._io:
+            return self._guards.setdefault(merchant_id, threading.Lock())
+
     def _lost(self, merchants: Collection[str]) -> None:
         """The lock connection is gone, and every lock with it."""
         with self._io:
+            self._generation += 1
             gone = frozenset(merchants) & self._held.keys()
             for merchant_id in gone:
                 self._held.pop(merchant_id, None)
@@ -362,20 +390,20 @@ class FleetSession:
         For a graceful stop: the others take the merchants over at once, not after a timeout.
         The session may be used again afterwards (it holds nothing).
         """
-        with self._io:
-            held, self._held = self._held, {}
-            self._confirmed.clear()
-            with self._conn:
-                self._locks.drop_all()
+        held = self._forget_all()
+        with self._conn:
+            self._locks.drop_all()
+        # A take that saw its lock just before the drop: given back with the rest.
+        held.update(self._forget_all())
 
-            def left(conn: Connection) -> None:
-                for merchant_id, epoch in held.items():
-                    epochs.mark_released(conn, merchant_id, self._replica_id, epoch)
-                replicas.forget(conn, self._replica_id)
-                self._publish(conn)
+        def left(conn: Connection) -> None:
+            for merchant_id, epoch in held.items():
+                epochs.mark_released(conn, merchant_id, self._replica_id, epoch)
+            replicas.forget(conn, self._replica_id)
+            self._publish(conn)
 
-            self._write_quietly("leave", left)
-            _log.info("replica_left", replica_id=self._replica_id, released=sorted(held))
+        self._write_quietly("leave", left)
+        _log.info("replica_left", replica_id=self._replica_id, released=sorted(held))
 
     def close(self) -> None:
         """Drop every lock (without the goodbye of ``leave``) and the connection; safe twice."""
@@ -383,11 +411,18 @@ class FleetSession:
         keeper = self._keeper
         if keeper is not None and keeper is not threading.current_thread():
             keeper.join(30)
+        self._forget_all()
+        with self._conn:
+            self._locks.close()
+        self._forget_all()
+
+    def _forget_all(self) -> dict[str, int]:
+        """Forget every merchant held (their locks are being dropped): merchant -> epoch."""
         with self._io:
-            self._held.clear()
+            held, self._held = self._held, {}
             self._confirmed.clear()
-            with self._conn:
-                self._locks.close()
+            self._generation += 1
+            return held
 
     def _on_lock_connection(self, work: Callable[[], _T]) -> _T:
         """``work`` on the locks; a lost connection means every lock is gone."""

@@ -1,0 +1,70 @@
+"""The warehouse's pool: sized from what the process runs, every checkout timed, a slow one
+logged with its waiter (issue 38, point 1)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
+
+from recordsync.metrics import MetricName, Metrics
+from recordsync.warehouse import PoolDemand, Warehouse
+from recordsync.warehouse.pool import SPARE_CONNECTIONS
+
+DEMAND = PoolDemand(
+    merchants=10, snapshot_workers=16, periodic_threads=8, event_workers=8, request_threads=4
+)
+
+
+@pytest.fixture
+def url(tmp_path):
+    return f"sqlite:///{tmp_path / 'pool.db'}"
+
+
+def test_the_pool_has_a_connection_for_each_thread_that_may_hold_one(url):
+    warehouse = Warehouse.connect(url, pool=DEMAND)
+    try:
+        assert warehouse.engine.pool.size() == 10 + 16 + 8 + 8 + 4 + SPARE_CONNECTIONS
+    finally:
+        warehouse.close()
+
+
+def test_a_checkout_that_waits_over_a_second_is_measured_and_names_its_waiter(url):
+    metrics = Metrics(CollectorRegistry())
+    warehouse = Warehouse.connect(
+        url, pool=DEMAND, on_checkout=metrics.pool_checkout, pool_size=1, pool_timeout=10
+    )
+    held = threading.Event()
+
+    def hold_the_only_connection():
+        with warehouse.engine.connect():
+            held.set()
+            time.sleep(1.3)
+
+    holder = threading.Thread(target=hold_the_only_connection)
+    try:
+        holder.start()
+        held.wait(5)
+        with capture_logs() as logs:
+            waiter = threading.Thread(target=lambda: warehouse.engine.connect().close(), name="w-1")
+            waiter.start()
+            waiter.join(10)
+    finally:
+        holder.join(10)
+        warehouse.close()
+    (slow,) = [entry for entry in logs if entry["event"] == "warehouse_pool_checkout_slow"]
+    assert slow["waiter"] == "w-1"
+    assert slow["seconds"] >= 1.0
+    assert slow["pool_size"] == 1
+    registry = metrics.registry
+    count = registry.get_sample_value(f"{MetricName.POOL_CHECKOUT}_count")
+    assert count is not None
+    assert count == 2  # the holder's and the waiter's
+    fast = registry.get_sample_value(f"{MetricName.POOL_CHECKOUT}_bucket", {"le": "0.5"})
+    slow_or_fast = registry.get_sample_value(f"{MetricName.POOL_CHECKOUT}_bucket", {"le": "+Inf"})
+    assert fast is not None
+    assert slow_or_fast == count
+    assert fast == 1  # the waiter's checkout took over a second
