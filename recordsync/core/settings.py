@@ -129,6 +129,7 @@ class Settings:
     catalogue_interval: float = 3600.0  # seconds between game catalogue passes; 0: off
     ready_multiple: float = 30.0  # /readyz: a commit within this many poll intervals
     keep_revisions: bool = True  # append every revision seen to record_revisions
+    db_pool_size: int = 0  # warehouse connections per process; 0: sized from what it runs
     rate_margin: float = 0.05  # seconds added to the budget's window against arrival jitter
     secret_overlap: float = DEFAULT_SECRET_OVERLAP
     # Round-end notifications: their own port (0: off), apart from /metrics.
@@ -296,6 +297,13 @@ def _port(value: str) -> int:
     return number
 
 
+def _non_negative_int(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise ValueError(value)
+    return number
+
+
 def _positive_float(value: str) -> float:
     number = float(value)
     if not number > 0:
@@ -374,6 +382,7 @@ SETTING_KINDS: Final[Mapping[str, Kind]] = {
     "catalogue_interval": _SECONDS_OR_OFF,
     "ready_multiple": _POSITIVE,
     "keep_revisions": _BOOLEAN,
+    "db_pool_size": Kind(_non_negative_int, "a whole number of connections (0: sized for you)"),
     "rate_margin": _SECONDS_OR_NONE,
     "secret_overlap": _SECONDS_OR_NONE,
     "events_port": Kind(_port, "a port 0-65535 (0: off)"),

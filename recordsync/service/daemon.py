@@ -159,6 +159,7 @@ def pool_demand(settings: Settings, host: JobHost) -> PoolDemand:
         periodic_threads=host.periodic_threads,
         event_workers=EVENTS_LIMITS.workers if settings.events_port else 0,
         request_threads=PROBE_LIMITS.workers if settings.http_port else 0,
+        configured=settings.db_pool_size,
     )
 
 

@@ -31,6 +31,11 @@ POOL_TIMEOUT: Final = 30  # seconds a checkout waits for a connection before it 
 SLOW_CHECKOUT: Final = 1.0  # seconds: a checkout this slow is logged with its waiter
 # The fleet's loop, the pause watch, the handed-over work's poll, a command's own reads.
 SPARE_CONNECTIONS: Final = 4
+# Unless the operator says how many (``RECORDSYNC_DB_POOL_SIZE``), no process opens more than
+# this many: two replicas then stay inside PostgreSQL's default ``max_connections`` (100)
+# with room for BI and the operators' commands.  Idle tails hold no connection, so a daemon
+# of more merchants than this rarely waits; when one does, the wait is measured and logged.
+MOST_CONNECTIONS: Final = 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +47,11 @@ class PoolDemand:
     periodic_threads: int
     event_workers: int
     request_threads: int
+    configured: int = 0  # the operator's size (RECORDSYNC_DB_POOL_SIZE); 0: sized from the rest
 
     @property
-    def size(self) -> int:
+    def wanted(self) -> int:
+        """One connection for each thread that may hold one, and the spares."""
         return (
             self.merchants
             + self.snapshot_workers
@@ -53,6 +60,10 @@ class PoolDemand:
             + self.request_threads
             + SPARE_CONNECTIONS
         )
+
+    @property
+    def size(self) -> int:
+        return self.configured or min(self.wanted, MOST_CONNECTIONS)
 
     def engine_options(self) -> dict[str, Any]:
         """``create_engine`` options for a pool of ``size`` connections, none beyond it (a

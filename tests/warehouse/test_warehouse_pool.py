@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -12,7 +13,7 @@ from structlog.testing import capture_logs
 
 from recordsync.metrics import MetricName, Metrics
 from recordsync.warehouse import PoolDemand, Warehouse
-from recordsync.warehouse.pool import SPARE_CONNECTIONS
+from recordsync.warehouse.pool import MOST_CONNECTIONS, SPARE_CONNECTIONS
 
 DEMAND = PoolDemand(
     merchants=10, snapshot_workers=16, periodic_threads=8, event_workers=8, request_threads=4
@@ -25,9 +26,23 @@ def url(tmp_path):
 
 
 def test_the_pool_has_a_connection_for_each_thread_that_may_hold_one(url):
-    warehouse = Warehouse.connect(url, pool=DEMAND)
+    small = PoolDemand(
+        merchants=3, snapshot_workers=4, periodic_threads=8, event_workers=0, request_threads=4
+    )
+    warehouse = Warehouse.connect(url, pool=small)
     try:
-        assert warehouse.engine.pool.size() == 10 + 16 + 8 + 8 + 4 + SPARE_CONNECTIONS
+        assert warehouse.engine.pool.size() == 3 + 4 + 8 + 0 + 4 + SPARE_CONNECTIONS
+    finally:
+        warehouse.close()
+
+
+def test_the_pool_stays_inside_the_server_s_connections_unless_the_operator_sizes_it(url):
+    assert DEMAND.wanted == 10 + 16 + 8 + 8 + 4 + SPARE_CONNECTIONS
+    assert DEMAND.size == MOST_CONNECTIONS
+    sized = replace(DEMAND, configured=64)
+    warehouse = Warehouse.connect(url, pool=sized)
+    try:
+        assert warehouse.engine.pool.size() == 64
     finally:
         warehouse.close()
 
