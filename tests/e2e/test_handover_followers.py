@@ -2,6 +2,10 @@
 or interrupted: daemons and commands in processes of their own, on PostgreSQL (issue 35,
 point 4 and the durable reset of point 6).
 
+Also the two paths of a hand-over that a kill or a Ctrl-C takes mid-way: a reset whose holder
+is killed after it started it is carried on once by the next holder (from the note in its
+row); a running verify whose command is interrupted is stopped by its holder at its next look.
+
 Before: a ``merchant reset`` killed with SIGKILL while its request waited (its holder
 stopped) ran when the holder woke within the reset's start limit (20 s), re-anchoring for
 nobody.  Now the command notes each look at its request (``followed_at``) and a holder starts
@@ -10,9 +14,11 @@ no reset, verify or resync whose command has not looked within ``FOLLOWED_WITHIN
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -21,9 +27,15 @@ from support.fleetcheck import Replica, assert_truth, events, write_config
 from support.synccheck import start_daemon, stop_gracefully, wait_for_log
 
 from recordsync.fleet.member import DEFAULT_TICK
+from recordsync.service.requested_work import POLL
 from recordsync.sim import SimConfig, Simulator
+from recordsync.sim.config import FaultRates
 from recordsync.warehouse import HolderRequest, RequestState, Warehouse
-from recordsync.warehouse.requests.book import FOLLOWED_WITHIN, unfollowed_reason
+from recordsync.warehouse.requests.book import (
+    CANCELLED_REASON,
+    FOLLOWED_WITHIN,
+    unfollowed_reason,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -128,6 +140,136 @@ def test_a_reset_whose_command_was_killed_never_runs_at_a_holder_that_wakes_late
         daemon.process.send_signal(signal.SIGCONT)
         if reset is not None and reset.poll() is None:
             reset.kill()
+        stop_gracefully(daemon.process)
+        sim.stop()
+        warehouse.close()
+
+
+def at(event: dict[str, object]) -> float:
+    return datetime.fromisoformat(str(event["timestamp"])).timestamp()
+
+
+def span(sim: Simulator) -> tuple[str, ...]:
+    end = sim.now().replace(microsecond=0)
+    return ("--from", (end - timedelta(days=1, hours=1)).isoformat(), "--to", end.isoformat())
+
+
+@ON_POSTGRES
+def test_a_reset_whose_holder_is_killed_mid_way_is_carried_on_once_by_the_next(
+    warehouse_url: str, tmp_path: Path
+):
+    """The durable reset: D1 started it and noted the rebuild count (every request slowed, so
+    its re-anchor takes seconds), D1 SIGKILLed, D2 started: D2 carries the same reset on from
+    the note, the merchant is rebuilt exactly once, the command ends with its line, exit 0."""
+    sim = simulator(82)
+    sim.start()
+    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
+    (merchant_id,) = sim.merchant_ids
+    warehouse = Warehouse.connect(warehouse_url)
+    warehouse.migrate()
+    d1, rebuilds = synced_daemon(sim, warehouse, config, tmp_path / "d1.log")
+    d2: Replica | None = None
+    reset: subprocess.Popen[bytes] | None = None
+    try:
+        sim.set_faults(FaultRates(latency_ms=1500.0))
+        reset_log = tmp_path / "reset.log"
+        reset = command(config, reset_log, "merchant", "reset", merchant_id, "--yes")
+        request_id = request_of(warehouse, reset_log, "reset_handed_over")
+        wait_for_log(d1.log, '"requested_reset_started"', timeout=15)
+        noted = wait_for_note(warehouse, request_id)
+        assert noted == {"rebuilds_before": rebuilds}
+        d1.kill()
+        d2 = Replica(config, tmp_path / "d2.log")
+        assert reset.wait(timeout=60) == 0, reset_log.read_text()[-2000:]
+        last = reset_log.read_text().strip().splitlines()[-1]
+        assert last.startswith(f"merchant {merchant_id} reset: re-anchored at "), last
+        assert "by replica" in last, last
+        d1_names = {str(e.get("event")) for e in events(d1.log)}
+        assert not d1_names & {"requested_reset_finished", "rebuild_started"}  # killed first
+        d2_names = [str(e.get("event")) for e in events(d2.log)]
+        assert "requested_reset_started" in d2_names
+        assert "requested_reset_finished" in d2_names
+        done = warehouse.requests.get(request_id)
+        assert done is not None
+        assert done.state is RequestState.DONE
+        assert done.holder is not None
+        assert done.holder in str(first(d2.log, "replica_joined"))
+        time.sleep(2 * DEFAULT_TICK)  # D2's watcher looked again: nothing more to run
+        after = warehouse.load_state(merchant_id)
+        assert after is not None
+        assert after.rebuilds == rebuilds + 1  # once: not again at D2 on top of D1's
+        assert d2_names.count("rebuild_started") == 1
+    finally:
+        sim.set_faults(FaultRates())
+        if reset is not None and reset.poll() is None:
+            reset.kill()
+        if d1.process.poll() is None:
+            d1.kill()
+        if d2 is not None:
+            stop_gracefully(d2.process)
+        sim.stop()
+        warehouse.close()
+
+
+def wait_for_note(warehouse: Warehouse, request_id: int) -> object:
+    """The progress a running reset noted in its request (its rebuild count before it)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        request = warehouse.requests.get(request_id)
+        if request is not None and request.result is not None:
+            return json.loads(request.result)
+        time.sleep(0.02)
+    raise AssertionError(f"request {request_id} noted nothing")
+
+
+@ON_POSTGRES
+def test_a_running_verify_is_stopped_by_its_holder_within_a_poll_of_its_command_interrupted(
+    warehouse_url: str, tmp_path: Path
+):
+    """A verify running at the daemon (records slowed: it would run for many seconds), its
+    command SIGINTed: exit 130 with the "cancelled" line, the request cancelled, and the
+    holder stops the verify within one poll of the cancel (``requested_verify_ended``)."""
+    sim = simulator(83)
+    sim.start()
+    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
+    warehouse = Warehouse.connect(warehouse_url)
+    warehouse.migrate()
+    daemon, _rebuilds = synced_daemon(sim, warehouse, config, tmp_path / "daemon.log")
+    verify: subprocess.Popen[bytes] | None = None
+    try:
+        sim.set_faults(FaultRates(records_latency_ms=500.0))  # 30 pages: 15 s or more
+        verify_log = tmp_path / "verify.log"
+        verify = command(config, verify_log, "verify", *span(sim))
+        request_id = request_of(warehouse, verify_log, "verify_handed_over")
+        wait_for_log(daemon.log, '"requested_verify_started"', timeout=15)
+        time.sleep(1.0)  # a page or two compared
+        running = warehouse.requests.get(request_id)
+        assert running is not None
+        assert running.state is RequestState.RUNNING
+        verify.send_signal(signal.SIGINT)
+        assert verify.wait(timeout=30) == 130, verify_log.read_text()[-2000:]
+        text = verify_log.read_text()
+        assert "Traceback" not in text
+        last = text.strip().splitlines()[-1]
+        assert last.startswith("recordsync: interrupted by SIGINT: "), last
+        assert f"request {request_id} cancelled: its holder stops it" in last, last
+        cancelled = at(first(verify_log, "verify_cancelled"))
+        wait_for_log(daemon.log, '"requested_verify_ended"', timeout=2 * POLL + 5)
+        ended = first(daemon.log, "requested_verify_ended")
+        assert ended["request_id"] == request_id
+        assert ended["action"] == "cancelled or ended by its command: stopped here"
+        took = at(ended) - cancelled
+        print(f"the holder stopped the verify {took:.2f} s after the cancel")  # noqa: T201
+        assert took <= POLL + 1.0  # its next look, and the page in flight (0.5 s)
+        final = warehouse.requests.get(request_id)
+        assert final is not None
+        assert (final.state, final.error) == (RequestState.CANCELLED, CANCELLED_REASON)
+        names = {str(e.get("event")) for e in events(daemon.log)}
+        assert "requested_verify_finished" not in names
+    finally:
+        sim.set_faults(FaultRates())
+        if verify is not None and verify.poll() is None:
+            verify.kill()
         stop_gracefully(daemon.process)
         sim.stop()
         warehouse.close()
