@@ -21,6 +21,10 @@ handed-over work it takes, so that a command refuses to hand work to a holder th
 it (an older version's) instead of following a request nobody runs.  NULL for a replica of a
 version before this one.
 
+``sync_requests.followed_at``: the last look, by the database's clock, of the command following
+a request, so that a holder never starts work whose command is gone (killed while its request
+waited: ``requests.book.FOLLOWED_WITHIN``).  NULL for a request an earlier version asked.
+
 Types are spelled out per dialect as in 0001, which explains them.
 """
 
@@ -110,9 +114,14 @@ def upgrade() -> None:
             batch.add_column(sa.Column("version", sa.String(_REVISION), nullable=True))
         if "request_kinds" not in present:
             batch.add_column(sa.Column("request_kinds", sa.String(_ID), nullable=True))
+    if "followed_at" not in _columns("sync_requests"):
+        with op.batch_alter_table("sync_requests") as batch:
+            batch.add_column(sa.Column("followed_at", _time(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("sync_requests") as batch:
+        batch.drop_column("followed_at")
     with op.batch_alter_table("replicas") as batch:
         batch.drop_column("request_kinds")
         batch.drop_column("version")

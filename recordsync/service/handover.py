@@ -23,7 +23,11 @@ Following is bounded: a request no holder started within its kind's limit
 (``requests.book.START_WITHIN``, by the database's clock) expires as failed, and the command
 ends with that reason (exit 1, verify 3).  An interrupted command (SIGINT, SIGTERM) cancels
 its request, unless its kind carries on (``CARRIES_ON``: a backfill, which a daemon finishes
-for whoever runs it next); its last line says which (``Handover.interrupted``).
+for whoever runs it next); its last line says which (``Handover.interrupted``).  Killed, it
+cancels nothing: so every look notes that the command still follows (``followed_at``), and
+no holder starts a request of a kind that does not carry on once its command has not looked
+for ``FOLLOWED_WITHIN`` (five looks): it fails, "its command is gone".  A reset never runs
+without a follower.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from recordsync.fleet.member import DEFAULT_STALE_AFTER, DEFAULT_TICK
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.resilience import StepRunner
 from recordsync.warehouse import HolderRequest, Pause, RequestKind, RequestState
-from recordsync.warehouse.requests.book import START_WITHIN
+from recordsync.warehouse.requests.book import CARRIES_ON, FOLLOWED_WITHIN, START_WITHIN
 from recordsync.warehouse.requests.store import RequestStore
 from recordsync.warehouse.timeouts import LEASE_SECONDS
 
@@ -55,9 +59,9 @@ WATCH_EVERY: Final = 1.0  # seconds between looks for a live daemon while the wo
 # back: a dead daemon's lock is gone within the lease, and a restarting one announces itself
 # at its first tick.
 TAKE_BACK_AFTER: Final = LEASE_SECONDS + DEFAULT_TICK
-# Kinds whose request is left to the holder when the command is interrupted: a backfill's
-# job is the range's (``backfill:<from>/<to>``), finished once for whoever asks for it next.
-CARRIES_ON: Final = frozenset({RequestKind.BACKFILL})
+# ``CARRIES_ON`` (``requests.book``): kinds whose request is left to the holder when the
+# command is interrupted or killed (a backfill's job is the range's, finished once for whoever
+# asks next); every other kind needs its command following it (``FOLLOWED_WITHIN``).
 # Kinds that start again from nothing when the command takes them back (no progress kept).
 STARTS_OVER: Final = frozenset({RequestKind.VERIFY, RequestKind.RESET})
 
@@ -136,6 +140,9 @@ class Handover:
         take_back_after: float = TAKE_BACK_AFTER,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if 3 * follow_every > FOLLOWED_WITHIN.total_seconds():
+            # Looks that far apart would read to a holder as a command gone.
+            raise ValueError(f"follow_every {follow_every} s: at most a third of FOLLOWED_WITHIN")
         self.kind = kind
         self.merchant_id = merchant_id
         self._lease = lease
@@ -260,12 +267,13 @@ class Handover:
         self._handed_over(request_id)
 
     def _look(self) -> HolderRequest:
-        """The request as it stands now; a pending one past its limit expired first.  One
-        cancelled by another command following the same work is asked for again."""
+        """The request as it stands now, noted as followed; a pending one past its limit
+        expired first.  One cancelled by another command following the same work is asked for
+        again."""
         while True:
             request_id = self.request_id
             assert request_id is not None
-            request = self._get(request_id)
+            request = self._follow(request_id)
             if request is not None and request.state is RequestState.PENDING:
                 self._runner.run(lambda: self._requests.expire((self.merchant_id,)), what="expire")
                 request = self._get(request_id)
@@ -277,6 +285,9 @@ class Handover:
                 raise RecordSyncError(f"{self.kind.value} request {request_id} failed: {reason}")
             self._progress(request)
             return request
+
+    def _follow(self, request_id: int) -> HolderRequest | None:
+        return self._runner.run(lambda: self._requests.follow(request_id), what="follow")
 
     def _get(self, request_id: int) -> HolderRequest | None:
         return self._runner.run(lambda: self._requests.get(request_id), what="follow")

@@ -12,8 +12,9 @@ then done with its result, or failed with a reason the command prints.  A reques
 merchant is handed over or stopped mid-way stays ``running``, and the next holder takes it up
 (a backfill from its job's windows, a verify from the start, a reset from the note it keeps in
 its row).  A pending request past its kind's limit is expired, never started
-(``requests.book.START_WITHIN``); one cancelled by its command (interrupted) is stopped at the
-next look, every ``POLL``.
+(``requests.book.START_WITHIN``), as is one whose command is gone (it stopped looking:
+``requests.book.FOLLOWED_WITHIN``, logged ``requests_unfollowed``); one cancelled by its
+command (interrupted) is stopped at the next look, every ``POLL``.
 
 A bug while looking is logged (its class and frames, never its message) and looked again
 after the restart policy's backoff; a bug in one request fails that request, nothing else.
@@ -47,6 +48,7 @@ from recordsync.sync.events import SyncObserver
 from recordsync.sync.resilience import StepRunner
 from recordsync.sync.verify import verify_range
 from recordsync.warehouse import HolderRequest, RequestKind, Warehouse
+from recordsync.warehouse.requests.book import unfollowed_reason
 
 log = structlog.get_logger("recordsync")
 
@@ -160,8 +162,12 @@ class RequestedWork:
         if failed:
             log.warning("previous_requests_failed", requests=failed)
         expired = runner.run(lambda: requests.expire(held), what="expire requests")
-        if expired:
-            log.warning("requests_expired", requests=[(r.id, r.kind.value) for r in expired])
+        gone = [(r.id, r.kind.value) for r in expired if r.error == unfollowed_reason()]
+        if gone:  # killed while its request waited: never run for nobody
+            log.warning("requests_unfollowed", requests=gone)
+        late = [(r.id, r.kind.value) for r in expired if r.error != unfollowed_reason()]
+        if late:
+            log.warning("requests_expired", requests=late)
         unfinished = runner.run(lambda: requests.unfinished(held), what="read requests")
         listed = {request.id for request in unfinished}
         with self._lock:
@@ -218,8 +224,8 @@ class RequestedWork:
             if not merchant.stopper.stopped:
                 bound.info(ended, action="cancelled or ended by its command: stopped here")
             return  # else left running: the next holder takes it up
-        except LookupError:  # expired, cancelled or finished by its command before it started
-            bound.info(ended, action="ended by its command or expired: not run here")
+        except LookupError as exc:  # expired, cancelled, finished, or its command gone
+            bound.info(ended, action="ended by its command or expired: not run here", why=str(exc))
         except RecordSyncError as exc:
             bound.error(failed, error=str(exc))
             with contextlib.suppress(RecordSyncError, LookupError):

@@ -241,6 +241,9 @@ sync_requests = Table(
     Column("repair", Boolean, nullable=False),
     *_request_life(),
     Column("result", large_text(), nullable=True),
+    # The last look of the command following it (revision 0014; ``requests.book.follow``):
+    # a holder starts no request whose command is gone.  NULL: asked by an earlier version.
+    Column("followed_at", utc_datetime(), nullable=True),
     Index("ix_sync_requests_merchant_state", "merchant_id", "state", "id"),
 )
 

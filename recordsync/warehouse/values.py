@@ -144,6 +144,9 @@ class HolderRequest:
     holder: str | None  # the replica that started it last
     error: str | None  # why it failed
     result: str | None
+    # The last look of the command following it (None: asked by an earlier version, which
+    # does not say): ``requests.book.FOLLOWED_WITHIN``.
+    followed_at: datetime | None = None
 
     @property
     def finished(self) -> bool:

@@ -15,7 +15,14 @@ from support.warehouse_samples import T0
 from recordsync.warehouse import RequestKind, RequestState, Warehouse
 from recordsync.warehouse.database_clock import read_database_now
 from recordsync.warehouse.migrate import _config
-from recordsync.warehouse.requests.book import CANCELLED_REASON, START_WITHIN, expired_reason
+from recordsync.warehouse.requests import book
+from recordsync.warehouse.requests.book import (
+    CANCELLED_REASON,
+    FOLLOWED_WITHIN,
+    START_WITHIN,
+    expired_reason,
+    unfollowed_reason,
+)
 from recordsync.warehouse.requests.previous import REASON
 from recordsync.warehouse.schema import backfill_requests, sync_requests, verify_requests
 
@@ -23,6 +30,7 @@ M1, M2 = "m-requests-1", "m-requests-2"
 START, END = T0 - timedelta(days=7), T0
 JOB = "backfill:2024-02-23/2024-03-01"
 BACKFILL, VERIFY, RESET = RequestKind.BACKFILL, RequestKind.VERIFY, RequestKind.RESET
+RESYNC = RequestKind.RESYNC
 
 
 def test_a_request_goes_pending_running_done(warehouse: Warehouse):
@@ -338,3 +346,98 @@ def test_a_running_request_keeps_a_note_of_its_progress_for_the_next_holder(
     with pytest.raises(LookupError):
         requests.note(request_id, "{}")
     assert requests.get(request_id).result == '{"rebuilds": 2}'  # type: ignore[union-attr]
+
+
+def _followed_ago(warehouse: Warehouse, request_id: int, seconds: float | None) -> None:
+    """Move a request's ``followed_at`` back by ``seconds`` of the database's clock (None: as
+    an earlier version asks, without it)."""
+    with warehouse.engine.begin() as conn:
+        now = read_database_now(conn)
+        followed = None if seconds is None else now - timedelta(seconds=seconds)
+        conn.execute(
+            update(sync_requests)
+            .where(sync_requests.c.id == request_id)
+            .values(followed_at=followed)
+        )
+
+
+def test_a_request_whose_command_is_gone_never_starts_unless_its_kind_carries_on(
+    warehouse: Warehouse,
+):
+    """A command killed while its request waits (a reset above all) cancels nothing: once it
+    has not looked within ``FOLLOWED_WITHIN`` its request fails, "its command is gone", by
+    the holder's look before it starts anything or by ``start`` itself; a backfill carries
+    on; a request asked by an earlier version (no ``followed_at``) keeps its start limit."""
+    requests = warehouse.requests
+    gone = FOLLOWED_WITHIN.total_seconds() + 1
+    reset = requests.ask(M1, RESET, START, END)
+    verify = requests.ask(M1, VERIFY, START, END)
+    resync = requests.ask(M1, RESYNC, START, END, key="resync:x")
+    backfill = requests.ask(M1, BACKFILL, START, END, key=JOB)
+    followed = requests.ask(M1, VERIFY, START, END)
+    earlier = requests.ask(M2, RESET, START, END)
+    asked = requests.get(reset)
+    assert asked is not None
+    assert asked.followed_at == asked.requested_at  # followed from the asking
+    for request_id in (reset, verify, resync, backfill):
+        _followed_ago(warehouse, request_id, gone)
+    _followed_ago(warehouse, followed, gone)
+    looked = requests.follow(followed)  # its command looks again: followed
+    assert looked is not None
+    assert looked.state is RequestState.PENDING
+    assert looked.followed_at > looked.requested_at  # type: ignore[operator]
+    _followed_ago(warehouse, earlier, None)
+
+    with pytest.raises(LookupError, match="its command is gone"):  # refused in one statement
+        requests.start(reset, "replica-a")
+    expired = requests.expire((M1, M2))
+    assert [(r.id, r.state, r.error) for r in expired] == [
+        (verify, RequestState.FAILED, unfollowed_reason()),
+        (resync, RequestState.FAILED, unfollowed_reason()),
+    ]
+    for request_id in (reset, verify, resync):
+        failed = requests.get(request_id)
+        assert failed is not None
+        assert (failed.state, failed.error) == (RequestState.FAILED, unfollowed_reason())
+        with pytest.raises(LookupError):
+            requests.start(request_id, "replica-a")
+    assert [r.id for r in requests.unfinished((M1, M2))] == [backfill, followed, earlier]
+    requests.start(backfill, "replica-a")  # carries on for whoever asks next
+    requests.start(followed, "replica-a")
+    requests.start(earlier, "replica-a")  # an earlier version's: its start limit only
+
+    # Running, then its command gone and its holder too: not taken up again by the next.
+    _followed_ago(warehouse, followed, gone)
+    with pytest.raises(LookupError, match="its command is gone"):
+        requests.start(followed, "replica-b")
+    assert requests.get(followed).error == unfollowed_reason()  # type: ignore[union-attr]
+    requests.start(earlier, "replica-b")  # NULL: taken up as before
+    _followed_ago(warehouse, backfill, gone * 100)
+    requests.start(backfill, "replica-b")
+
+
+def test_asking_again_for_the_same_job_follows_it_anew(warehouse: Warehouse):
+    """A command run again for a job (or handing the rest back) follows the first request:
+    noted as followed at the asking, so that no holder reads it as abandoned meanwhile."""
+    requests = warehouse.requests
+    first = requests.ask(M1, RESYNC, START, END, key="resync:x")
+    _followed_ago(warehouse, first, FOLLOWED_WITHIN.total_seconds() + 1)
+    assert requests.ask(M1, RESYNC, START, END, key="resync:x") == first
+    requests.start(first, "replica-a")
+    assert requests.expire((M1,)) == []
+
+
+def test_a_follower_looking_again_after_the_holder_read_it_keeps_its_request(
+    warehouse: Warehouse,
+):
+    """The holder read a request as unfollowed, then its command looked (a slow look, not a
+    dead command): the expiry leaves it pending."""
+    requests = warehouse.requests
+    request_id = requests.ask(M1, RESET, START, END)
+    _followed_ago(warehouse, request_id, FOLLOWED_WITHIN.total_seconds() + 1)
+    stale = requests.get(request_id)
+    assert stale is not None
+    requests.follow(request_id)
+    with warehouse.engine.begin() as conn:
+        assert book.expire(conn, [stale]) == []
+    requests.start(request_id, "replica-a")

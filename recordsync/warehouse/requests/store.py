@@ -38,6 +38,12 @@ class RequestStore:
         with translate_errors("read request"), self._engine.begin() as conn:
             return book.get(conn, request_id)
 
+    def follow(self, request_id: int) -> HolderRequest | None:
+        """Note a look of the command following the request (``book.follow``, so that no
+        holder starts it once that command is gone); the request as it stands."""
+        with translate_errors("follow request"), self._writer.begin() as conn:
+            return book.follow(conn, request_id)
+
     def unfinished(self, merchant_ids: tuple[str, ...]) -> list[HolderRequest]:
         """The merchants' pending and running requests of every kind, oldest first (running
         ones a previous holder did not finish included: take them up).  One query."""
@@ -48,9 +54,12 @@ class RequestStore:
 
     def start(self, request_id: int, holder: str) -> None:
         """Mark an unfinished request running under ``holder``; LookupError when there is none
-        (finished, cancelled, or pending past its limit: ``book.START_WITHIN``)."""
+        (finished, cancelled, pending past its limit: ``book.START_WITHIN``, or its command
+        gone: then failed with the reason, ``book.FOLLOWED_WITHIN``)."""
         with translate_errors("start request"), self._writer.begin() as conn:
-            book.start(conn, request_id, holder)
+            started = book.start(conn, request_id, holder)
+        if not started:
+            raise LookupError(f"request {request_id} not started: {book.unfollowed_reason()}")
 
     def finish(
         self, request_id: int, *, failed: str | None = None, result: str | None = None
