@@ -196,6 +196,8 @@ class OtherSession:
             sql = (
                 "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
                 " AND classid = :h AND objid = :l AND objsubid = 1"
+                # The key is server-wide: the holder in this test's database, not another's.
+                " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
             )
             params = {"h": unsigned >> 32, "l": unsigned & 0xFFFFFFFF}
         return self.conn.execute(text(sql), params).scalar()
