@@ -43,6 +43,11 @@ class WarehouseUnavailableError(RecordSyncError):
     """The warehouse cannot be reached now; wait and try again."""
 
 
+class SchemaLockLostError(RecordSyncError):
+    """The schema lock an upgrade held is gone (its session ended): stop before the next
+    revision, for another migrator may now run the same DDL; not tried again by itself."""
+
+
 class LeaseSupersededError(RecordSyncError):
     """Another holder took the merchant over: this process must stop syncing that merchant.
 

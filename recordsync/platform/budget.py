@@ -41,6 +41,17 @@ A caller that must not wait out a failure in its thread (a job on a shared pool,
 comes back then.  The budget's pacing, a wait of at most its window, is the work itself, and
 such a caller waits it out like any other.
 
+Background work on a shared thread (the drift check, on the periodic pool) does not queue
+either: behind the snapshot's chains it would wait for the whole snapshot, and eight
+merchants backfilling once held every periodic thread that way, each merchant's catalogue
+refresh and cross-check stopped behind them (issue 38).  So such a caller is served only
+when nobody is ahead of it; otherwise, or when two windows did not serve it, it gets
+``Deferred`` and its thread goes back to the pool.  Last is not never: once background work
+has been deferred for a window, its next request goes ahead of the snapshot (never of the
+tail), so it gets about one request per window of a busy budget and a drift check ends
+within its interval.  A background caller that may wait (a verify, in a thread of its own)
+queues last as before.
+
 Time is injected (``clock`` and ``sleep``) so the rule is tested on a fake clock; ``sleep`` may
 raise ``ShutdownRequestedError`` to stop a waiting caller, which leaves the budget consistent.
 """
@@ -167,6 +178,10 @@ class RateBudget:
         self._arrivals = itertools.count()
         self._paused_until = -math.inf
         self._waited = 0.0
+        # When background work on a shared thread was first deferred since one of it was
+        # last served (see the module docstring); None: it is not waiting.
+        self._background_deferred_since: float | None = None
+        self._deferred = 0
         now = clock()
         since = now if cold_since is None else min(cold_since, now)
         self._cold_since: float | None = since if cold_start else None
@@ -198,6 +213,12 @@ class RateBudget:
             return len(self._queue)
 
     @property
+    def deferred_total(self) -> int:
+        """How many acquires were ``Deferred`` rather than kept waiting (for metrics)."""
+        with self._cond:
+            return self._deferred
+
+    @property
     def _window(self) -> float:
         return self._seconds + self._margin
 
@@ -208,12 +229,24 @@ class RateBudget:
             raise ValueError("rank must be a number, not NaN")
         with self._cond:
             entered = self._clock()
-            ticket = (int(priority), -rank, next(self._arrivals))
+            # Background work on a shared thread does not queue (see the module docstring).
+            hurried = priority is Priority.BACKGROUND and not may_wait()
+            due = hurried and self._background_due(entered)
+            if due:  # deferred for a window already: ahead of the snapshot, behind the tail
+                ticket = (int(Priority.SNAPSHOT), -math.inf, next(self._arrivals))
+            else:
+                ticket = (int(priority), -rank, next(self._arrivals))
             bisect.insort(self._queue, ticket)
             try:
                 while True:
                     now = self._clock()
                     self._defer_through_pause(now)
+                    if hurried:
+                        self._defer_background(
+                            behind=self._queue[0] != ticket and not due,
+                            waited=now - entered,
+                            now=now,
+                        )
                     if self._queue[0] != ticket:
                         # Not first in line: wait until the head changes.
                         self._cond.wait(timeout=_IDLE_RECHECK_SECONDS)
@@ -222,6 +255,8 @@ class RateBudget:
                     if delay <= 0:
                         self._queue.pop(0)
                         self._cold_since = None
+                        if hurried:
+                            self._background_deferred_since = None
                         slot = Slot(self, now)
                         self._recent.append(slot)
                         self._waited += max(0.0, now - entered)
@@ -234,9 +269,11 @@ class RateBudget:
                         self._sleep(self._pause_for(delay))
                     finally:
                         self._cond.acquire()
-            except BaseException:
-                # ShutdownRequestedError from sleep, or anything else: leave no trace in the
-                # queue so the callers behind us move up.
+            except BaseException as exc:
+                # ShutdownRequestedError from sleep, Deferred, or anything else: leave no
+                # trace in the queue so the callers behind us move up.
+                if isinstance(exc, Deferred):
+                    self._deferred += 1
                 self._queue.remove(ticket)
                 self._waited += max(0.0, self._clock() - entered)
                 self._cond.notify_all()
@@ -247,6 +284,22 @@ class RateBudget:
         ``Deferred`` with the pause's rest (``core.waiting``)."""
         if now < self._paused_until and not may_wait():
             raise Deferred(self._paused_until - now, "the rate budget is paused")
+
+    def _background_due(self, now: float) -> bool:
+        """Whether background work on a shared thread has been deferred for a window."""
+        since = self._background_deferred_since
+        return since is not None and now - since >= self._window
+
+    def _defer_background(self, *, behind: bool, waited: float, now: float) -> None:
+        """Background work on a shared thread that someone is ahead of gets ``Deferred``
+        until it is due; so does one that two windows did not serve (first in line, its
+        pacing is at most one: it was overtaken), a moment later when due already."""
+        if not behind and waited < 2 * self._window:
+            return
+        if self._background_deferred_since is None:
+            self._background_deferred_since = now - waited
+        due_in = self._background_deferred_since + self._window - now
+        raise Deferred(max(due_in, _IDLE_RECHECK_SECONDS), "the rate budget is taken by the sync")
 
     def pause(self, seconds: float) -> None:
         """Stop every caller from starting a request for ``seconds`` (a 429's Retry-After)."""

@@ -34,10 +34,11 @@ def script_location() -> Path:
     )
 
 
-def _config() -> Config:
+def _config(scripts: Path | None = None) -> Config:
     config = Config()
     # Config values go through configparser interpolation: a literal % must be doubled.
-    config.set_main_option("script_location", str(script_location()).replace("%", "%%"))
+    where = script_location() if scripts is None else scripts
+    config.set_main_option("script_location", str(where).replace("%", "%%"))
     return config
 
 
@@ -73,9 +74,9 @@ class SchemaState:
         )
 
 
-def schema_state(connection: Connection) -> SchemaState:
+def schema_state(connection: Connection, config: Config | None = None) -> SchemaState:
     """Read the schema's revision; writes nothing (read commands and read-only accounts)."""
-    scripts = ScriptDirectory.from_config(_config())
+    scripts = ScriptDirectory.from_config(config or _config())
     head = scripts.get_current_head()
     assert head is not None
     current = current_revision(connection)
@@ -111,7 +112,11 @@ def _only_additive_above(connection: Connection, current: str | None, ours: set[
 
 
 def upgrade(
-    engine: Engine, revision: str = "head", *, lock_wait: float = DEFAULT_WAIT_SECONDS
+    engine: Engine,
+    revision: str = "head",
+    *,
+    lock_wait: float = DEFAULT_WAIT_SECONDS,
+    scripts: Path | None = None,
 ) -> None:
     """Bring the schema to ``revision`` (the newest by default); a no-op when it is there.
 
@@ -119,18 +124,30 @@ def upgrade(
     refused before Alembic touches it, with ``SchemaVersionError``: a daemon must say so once
     and stop, not retry or crash-loop.  The upgrade runs under the warehouse's schema lock
     (``schema_lock``), so that processes started together upgrade it once, one after the
-    other finding it current; a schema already current takes no lock at all.
+    other finding it current; a schema already current takes no lock at all.  The revisions
+    are applied one at a time, the lock checked before each (``SchemaLock.check``): an
+    upgrade whose lock was lost stops with ``SchemaLockLostError`` before its next revision.
+    ``scripts``: another copy of the scripts (tests add a revision of their own to one).
     """
+    config = _config(scripts)
     with engine.connect() as connection:
-        if _current_enough(schema_state(connection), revision):
+        if _current_enough(schema_state(connection, config), revision):
             return
-    config = _config()
-    with schema_lock(engine, wait=lock_wait), engine.begin() as connection:
-        state = schema_state(connection)  # again: another process may have upgraded it
+    with schema_lock(engine, wait=lock_wait) as lock, engine.begin() as connection:
+        state = schema_state(connection, config)  # again: another process may have upgraded
         if _current_enough(state, revision):
             return
         config.attributes["connection"] = connection
-        command.upgrade(config, revision)
+        for step in _steps(config, state.current, revision):
+            lock.check()
+            command.upgrade(config, step)
+
+
+def _steps(config: Config, current: str | None, revision: str) -> list[str]:
+    """The revisions from ``current`` (exclusive) up to ``revision``, oldest first."""
+    scripts = ScriptDirectory.from_config(config)
+    steps = [script.revision for script in scripts.iterate_revisions(revision, current or "base")]
+    return [step for step in reversed(steps) if step != current]
 
 
 def _current_enough(state: SchemaState, revision: str) -> bool:

@@ -550,3 +550,69 @@ def test_a_cold_budget_defers_a_caller_that_must_not_wait_for_its_first_window(f
     with no_waiting(), pytest.raises(Deferred) as deferred:
         budget.acquire()
     assert deferred.value.seconds == pytest.approx(1.05)
+
+
+def test_background_work_that_must_not_wait_and_is_first_waits_out_the_pacing(fake_time):
+    budget = RateBudget(1, 1.0, margin=0.0, clock=fake_time, sleep=fake_time.sleep)
+    budget.acquire().stamp()
+    with no_waiting():
+        slot = budget.acquire(Priority.BACKGROUND)
+    assert slot.acquired_at == pytest.approx(1001.0)
+    assert budget.deferred_total == 0
+
+
+def test_background_work_that_must_not_wait_is_deferred_behind_the_snapshot_then_goes_first(
+    fake_time,
+):
+    """Issue 38: a drift check on a shared thread behind a snapshot's chain gives its thread
+    back at once; deferred for a window, it goes ahead of the chain that is still waiting."""
+    release = threading.Event()
+
+    def sleep(seconds):  # the snapshot's chain sleeps out its pacing until released
+        if threading.current_thread().name == "chain":
+            assert release.wait(timeout=10)
+        fake_time.sleep(seconds)
+
+    budget = RateBudget(1, 1.0, margin=0.0, clock=fake_time, sleep=sleep)
+    budget.acquire().stamp()
+    started = {}
+
+    def chain():
+        slot = budget.acquire(Priority.SNAPSHOT)
+        slot.stamp()
+        started["chain"] = slot.started_at
+
+    thread = threading.Thread(target=chain, name="chain")
+    thread.start()
+    deadline = time.monotonic() + 5
+    while budget.waiting < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+
+    with no_waiting(), pytest.raises(Deferred) as deferred:
+        budget.acquire(Priority.BACKGROUND)
+    assert deferred.value.seconds == pytest.approx(1.0)  # until it is due
+    assert budget.waiting == 1  # the chain alone still waits
+    assert fake_time() == 1000.0  # not a moment was waited in the caller's thread
+
+    fake_time.advance(deferred.value.seconds)
+    with no_waiting():
+        slot = budget.acquire(Priority.BACKGROUND)
+    slot.stamp()
+    started["background"] = slot.started_at
+    release.set()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert sorted(started, key=started.__getitem__) == ["background", "chain"]
+    assert_within_limit([1000.0, *started.values()], 1, 1.0)
+    assert budget.deferred_total == 1
+
+
+def test_background_work_that_may_wait_still_queues_last(fake_time):
+    """A verify in its own thread waits behind the snapshot as before; only the shared
+    thread's caller is deferred."""
+    budget = RateBudget(1, 1.0, margin=0.0, clock=fake_time, sleep=fake_time.sleep)
+    budget.acquire().stamp()
+    slot = budget.acquire(Priority.BACKGROUND)
+    assert slot.acquired_at == pytest.approx(1001.0)
+    assert budget.deferred_total == 0
