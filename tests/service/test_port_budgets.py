@@ -31,6 +31,8 @@ from support.hostile_clients import (
 )
 from support.round_event_requests import MERCHANT, event_body, post_event
 
+from recordsync.service.bounded_http import HttpLimits
+from recordsync.service.health import PROBE_LIMITS
 from recordsync.service.round_events.connections import EventsLimits
 from recordsync.service.round_events.refusals import RefusalLog
 
@@ -198,17 +200,21 @@ def test_refusals_are_logged_once_per_reason_and_interval_with_their_count():
 METRICS_READERS = 8
 
 
+def never_reading(port: int, path: str) -> socket.socket:
+    """A client that asks for ``path`` and reads nothing (a 4 KiB receive window)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    return sock
+
+
 def test_metrics_readers_that_never_read_keep_no_probe_waiting():
     """8 clients ask for a 5 MB ``/metrics`` and never read it, while ``/healthz`` is asked
-    every 0.5 s for 3 s: every answer comes within 0.5 s.  Printed: the slowest."""
+    every 0.5 s for 3 s: every answer comes within 0.5 s, and a third ``/metrics`` meanwhile
+    is 503 at once.  Printed (``-s``): the slowest."""
     with health_server(registry=large_registry(5 * MIB)) as server:
-        readers = []
-        for _ in range(METRICS_READERS):
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.connect(("127.0.0.1", server.port))
-            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            readers.append(sock)
+        readers = [never_reading(server.port, "/metrics") for _ in range(METRICS_READERS)]
         try:
             times = []
             with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=30) as probe:
@@ -217,9 +223,40 @@ def test_metrics_readers_that_never_read_keep_no_probe_waiting():
                     status = probe.get("/healthz", headers={"Connection": "close"}).status_code
                     times.append(time.monotonic() - started)
                     assert status == 200
+                    if len(times) == 1:  # the readers' heads came first: two answers in flight
+                        started = time.monotonic()
+                        assert probe.get("/metrics").status_code == 503
+                        times.append(time.monotonic() - started)
                     time.sleep(max(0.0, 0.5 - times[-1]))
         finally:
             for sock in readers:
                 sock.close()
-    print(f"\n/healthz answers: slowest {max(times) * 1000:.0f} ms of {len(times)}")  # noqa: T201
+    print(f"\n/healthz and /metrics answers: slowest {max(times) * 1000:.0f} ms of {len(times)}")  # noqa: T201
     assert max(times) < 0.5
+
+
+def test_at_the_cap_an_answer_nobody_reads_makes_room_for_the_probe():
+    """Every connection with its head in: the oldest whose answer is not read is closed for
+    the newcomer (it was the newcomer that was closed, whatever it asked)."""
+    limits = HttpLimits(
+        head_timeout=5,
+        write_timeout=60,
+        max_connections=2,
+        lanes=PROBE_LIMITS.lanes,
+        max_head_bytes=8192,
+    )
+    with health_server(limits, registry=large_registry(5 * MIB)) as server:
+        readers = [never_reading(server.port, "/metrics") for _ in range(2)]
+        try:
+
+            def probe_answered() -> bool:
+                try:
+                    response = httpx.get(f"http://127.0.0.1:{server.port}/healthz", timeout=1)
+                except httpx.TransportError:
+                    return False  # the answers are still being computed: nothing to evict
+                return response.status_code == 200
+
+            wait_until(probe_answered, timeout=10, step=0.2)
+        finally:
+            for sock in readers:
+                sock.close()
