@@ -12,7 +12,12 @@ keep-alive, malformed requests).  A WSGI server would hand over a decoded ``PATH
 It runs its event loop in one thread of the daemon; the blocking part of a request (the
 warehouse insert) runs in the loop's thread pool, of ``EventsLimits.workers`` threads.  The
 port's deadlines and connection cap are in ``connections``: strangers holding sockets open
-cannot keep the platform out, nor take threads from the sync.
+cannot keep the platform out, nor take threads from the sync.  Nor memory: what the head
+alone decides (``RoundEventReceiver.screen``: the route, steps 1 and 2 of the verification,
+the signature's form) is refused on the event loop before a byte of the body is read, and
+the bodies read before their signature is verified share
+``EventsLimits.unverified_body_bytes`` (past it, 503 with Retry-After).  Refusals are
+counted one by one and logged once per reason and interval (``refusals``).
 
 Reply fast, never call the platform while the platform waits: a request is verified, stored
 and answered, and the tail is only *asked* to read now (its own job reads, inside its budget).
