@@ -9,6 +9,7 @@ answers ``/healthz`` whatever ``/metrics`` readers do."""
 from __future__ import annotations
 
 import json
+import select
 import socket
 import subprocess
 import sys
@@ -146,11 +147,17 @@ def test_what_the_head_decides_is_answered_401_before_a_byte_of_the_body(fields,
 
 
 def test_past_the_sum_of_unverified_bodies_the_next_is_answered_503_and_retried_later():
+    """Four bodies of 1000 bytes declared, never sent, where 3000 bytes may be held: one of
+    them (whichever head came last) is answered 503 at once, the other three wait."""
     limits = EventsLimits(unverified_body_bytes=3000)
     with events_server(limits) as server, flood(server.port) as clients:
-        holding = clients.open("slow-body", 3)  # 1000 bytes declared each: the sum is taken
-        time.sleep(0.2)
-        (refused,) = clients.open("slow-body", 1)
+        bodies = clients.open("slow-body", 4)
+
+        def answered() -> list[socket.socket]:
+            return select.select(bodies, [], [], 0)[0]
+
+        wait_until(lambda: bool(answered()), timeout=5)
+        (refused,) = answered()
         reply = received(refused, timeout=2)
         status, _, body = reply.partition(b"\r\n\r\n")
         assert status.startswith(b"HTTP/1.1 503 ")
@@ -160,7 +167,9 @@ def test_past_the_sum_of_unverified_bodies_the_next_is_answered_503_and_retried_
             "message": "too many notifications are being received; retry later",
             "retryable": True,
         }
-        for sock in holding:
+        time.sleep(0.2)
+        assert answered() == [refused]  # the other three still wait for their bodies
+        for sock in bodies:
             sock.close()  # gone before their bodies ended: their share is given back
         with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=5) as platform:
             wait_until(
