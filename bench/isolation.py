@@ -15,21 +15,33 @@ the simulator in its own process, into a new PostgreSQL database, dropped afterw
   healthy half's change polls against M / 2 / interval, and the requests the refused half
   sends meanwhile (a slow retry each).  The simulator runs in this process here, which is
   how the bench rotates the secrets;
-- idle: K merchants tailing idle at a 5 s poll: the daemon's CPU, RSS and threads.
+- idle: K merchants tailing idle at a 5 s poll: the daemon's CPU, RSS and threads;
+- events (issue 38): 250 connections to the notification port each sending a 1 MiB body
+  naming no merchant: the daemon's peak RSS against its RSS before, a signed notification's
+  answer meanwhile, and the refusal lines the log holds;
+- probes (issue 38): 8 clients that ask for ``/metrics`` and never read it while
+  ``/healthz`` is asked every 0.5 s: the slowest answer, against the liveness probe's 5 s.
 
-    .venv/bin/python bench/isolation.py [--size tiny|full] [--check] [--part ...]
+``--tree DIR`` runs the daemon from another checkout (the code before, for "before" figures).
+
+    .venv/bin/python bench/isolation.py [--size tiny|full] [--check] [--part ...] [--tree DIR]
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import json
+import select
+import socket
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import harness
 import httpx
@@ -37,6 +49,7 @@ from fleet import Warehouse, daemon
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
+from recordsync.platform.signing import format_timestamp, sign
 from recordsync.sim import SimConfig, running_simulator
 
 
@@ -47,11 +60,13 @@ class Size:
     idle_merchants: int
     window_seconds: float  # measured, after the settle
     settle_seconds: float
+    event_merchants: int
+    probe_merchants: int  # /metrics grows with them: 400 make 5 MB, more than a socket buffers
 
 
 SIZES: Final = {
-    "tiny": Size(8, 4, 10, 5.0, 2.0),
-    "full": Size(50, 20, 200, 60.0, 10.0),
+    "tiny": Size(8, 4, 10, 5.0, 2.0, 4, 4),
+    "full": Size(50, 20, 200, 60.0, 10.0, 50, 400),
 }
 HISTORY: Final = (0.05, 2_000)  # history_days, rounds_per_day: ~100 records a merchant
 LIVE_RATE: Final = 5.0  # changes a second per merchant while measured
@@ -401,11 +416,246 @@ def report_idle(report: harness.Report, run: Idle) -> None:
     report.add(f"idle, {run.merchants} merchants: daemon threads", run.threads, "")
 
 
+# -- the two ports under strangers (issue 38) --------------------------------------------------
+
+STRANGERS: Final = 250
+STRANGER_BODY: Final = 1024 * 1024
+METRICS_READERS: Final = 8
+HEALTHZ_EVERY: Final = 0.5
+LIVENESS_TIMEOUT: Final = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Events:
+    merchants: int
+    rss_before_mb: float
+    rss_peak_mb: float
+    signed_status: int
+    signed_seconds: float
+    refusal_lines: int
+
+
+@dataclass(frozen=True, slots=True)
+class Probes:
+    merchants: int
+    metrics_bytes: int
+    healthz_slowest: float
+    healthz_failed: int
+
+
+def _ports_daemon(
+    merchants: int, size: Size, folder: Path, name: str, tree: Path | None
+) -> contextlib.AbstractContextManager[tuple[Any, Any, int, int, Path]]:
+    """A tailing daemon of ``merchants`` with both ports: (sim, process, events port, probe
+    port, log)."""
+
+    @contextlib.contextmanager
+    def running() -> Iterator[tuple[Any, Any, int, int, Path]]:
+        days, rounds = HISTORY
+        with (
+            harness.sim_process(
+                history_days=days,
+                rounds_per_day=rounds,
+                record_requests=2,
+                merchants=merchants,
+            ) as sim,
+            harness.database("postgres") as url,
+        ):
+            port, events_port = harness.free_ports(2)
+            config = write_config(
+                sim.base_url,
+                sim.merchants,
+                url,
+                folder,
+                port,
+                f"events_port = {events_port}",
+                'events_host = "127.0.0.1"',
+            )
+            log = folder / f"{name}.log"
+            warehouse = Warehouse(url)
+            try:
+                with daemon(config, log, tree=tree) as process:
+                    harness.wait_until(lambda: warehouse.tailing() == merchants, (process, log))
+                    time.sleep(size.settle_seconds)
+                    yield sim, process, events_port, port, log
+            finally:
+                warehouse.close()
+
+    return running()
+
+
+def _strangers(port: int, count: int, body_size: int, timeout: float) -> None:
+    """``count`` connections each sending a head naming no merchant and a body of
+    ``body_size`` bytes, as fast as the server takes them."""
+    head = (
+        b"POST /v1/round-events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"X-Merchant-Id: nobody\r\nX-Timestamp: " + str(int(time.time())).encode() + b"\r\n"
+        b"X-Signature: "
+        + b"0" * 64
+        + b"\r\nContent-Length: "
+        + str(body_size).encode()
+        + b"\r\n\r\n"
+    )
+    body = memoryview(b"x" * body_size)
+    sent: dict[socket.socket, int] = {}
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sock.sendall(head)
+        sock.setblocking(False)  # noqa: FBT003 - the socket API's own flag
+        sent[sock] = 0
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            sending = [sock for sock, done in sent.items() if 0 <= done < body_size]
+            if not sending:
+                break
+            for sock in select.select([], sending, [], 0.1)[1]:
+                try:
+                    sent[sock] += sock.send(body[sent[sock] : sent[sock] + 65536])
+                except BlockingIOError:
+                    continue
+                except OSError:  # refused and closed by the server
+                    sent[sock] = -1
+    finally:
+        for sock in sent:
+            sock.close()
+
+
+def _signed_notification(port: int, merchant_id: str, secret: str) -> tuple[int, float]:
+    event_id = f"bench-{time.time_ns()}"
+    body = json.dumps(
+        {
+            "event_id": event_id,
+            "external_player_id": "bench-player",
+            "currency": "USD",
+            "round_id": f"round-{event_id}",
+            "type": "ROUND_ENDED",
+            "occurred_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        }
+    ).encode()
+    timestamp = format_timestamp(time.time())
+    path = "/v1/round-events"
+    headers = {
+        "X-Merchant-Id": merchant_id,
+        "X-Timestamp": timestamp,
+        "X-Signature": sign(
+            secret,
+            timestamp=timestamp,
+            method="POST",
+            target=path,
+            idempotency_key=event_id,
+            body=body,
+        ),
+        "Idempotency-Key": event_id,
+        "Content-Type": "application/json",
+    }
+    started = time.monotonic()
+    reply = httpx.post(f"http://127.0.0.1:{port}{path}", content=body, headers=headers, timeout=30)
+    return reply.status_code, time.monotonic() - started
+
+
+def events(size: Size, folder: Path, tree: Path | None) -> Events:
+    with _ports_daemon(size.event_merchants, size, folder, "events", tree) as (
+        sim,
+        process,
+        events_port,
+        _port,
+        log,
+    ):
+        before = harness.resident_mb(process.pid)
+        Path(f"/proc/{process.pid}/clear_refs").write_text("5")  # the peak starts again here
+        flooding = threading.Thread(
+            target=_strangers, args=(events_port, STRANGERS, STRANGER_BODY, 15.0)
+        )
+        flooding.start()
+        time.sleep(0.3)
+        merchant_id, secret = sim.merchants[0]
+        status, seconds = _signed_notification(events_port, merchant_id, secret)
+        flooding.join()
+        peak = harness.resident_mb(process.pid, peak=True)
+        lines = log.read_text(errors="replace").count('"round_event_refused"')
+    return Events(size.event_merchants, before, peak, status, seconds, lines)
+
+
+def _never_reading(port: int) -> socket.socket:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    return sock
+
+
+def probes(size: Size, folder: Path, tree: Path | None) -> Probes:
+    with _ports_daemon(size.probe_merchants, size, folder, "probes", tree) as (
+        _sim,
+        _process,
+        _events,
+        port,
+        _log,
+    ):
+        metrics_bytes = len(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).content)
+        readers = [_never_reading(port) for _ in range(METRICS_READERS)]
+        slowest, failed = 0.0, 0
+        try:
+            started = time.monotonic()
+            while time.monotonic() - started < max(size.window_seconds, 3 * LIVENESS_TIMEOUT):
+                asked = time.monotonic()
+                try:
+                    httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=LIVENESS_TIMEOUT)
+                except httpx.TransportError:
+                    failed += 1
+                took = time.monotonic() - asked
+                slowest = max(slowest, took)
+                time.sleep(max(0.0, HEALTHZ_EVERY - took))
+        finally:
+            for sock in readers:
+                sock.close()
+    return Probes(size.probe_merchants, metrics_bytes, slowest, failed)
+
+
+def report_events(report: harness.Report, run: Events) -> None:
+    name = f"events, {STRANGERS} strangers x 1 MiB, {run.merchants} merchants"
+    report.add(f"{name}: daemon RSS before", run.rss_before_mb, "MB")
+    growth = run.rss_peak_mb - run.rss_before_mb
+    report.add(f"{name}: peak RSS growth", growth, "MB", target="< 20", met=growth < 20)
+    report.add(
+        f"{name}: signed notification answered",
+        run.signed_seconds * 1000,
+        "ms",
+        target="200 within 1000",
+        met=run.signed_status == 200 and run.signed_seconds < 1.0,
+    )
+    report.add(f"{name}: refusal lines logged", run.refusal_lines, "")
+
+
+def report_probes(report: harness.Report, run: Probes) -> None:
+    name = f"probes, {METRICS_READERS} /metrics never read, {run.merchants} merchants"
+    report.add(f"{name}: /metrics size", run.metrics_bytes / 1024, "KiB")
+    report.add(
+        f"{name}: slowest /healthz",
+        run.healthz_slowest * 1000,
+        "ms",
+        target="< 500",
+        met=run.healthz_slowest < 0.5 and not run.healthz_failed,
+    )
+    report.add(f"{name}: /healthz past {LIVENESS_TIMEOUT:g} s", run.healthz_failed, "")
+
+
 def main() -> int:
     args = harness.arguments(
         __doc__.splitlines()[0],
-        [("--part", {"choices": ("all", "catalogue", "refused", "idle"), "default": "all"})],
+        [
+            (
+                "--part",
+                {
+                    "choices": ("all", "catalogue", "refused", "idle", "events", "probes"),
+                    "default": "all",
+                },
+            ),
+            ("--tree", {"type": Path, "default": None, "help": "run the daemon from there"}),
+        ],
     )
+    tree = None if args.tree is None else args.tree.resolve()
     size = SIZES[args.size]
     report = harness.Report("isolation: failing features and merchants, PostgreSQL", args.size)
     report.header()
@@ -417,6 +667,10 @@ def main() -> int:
             report_refused(report, refused(size, folder))
         if args.part in {"all", "idle"}:
             report_idle(report, idle(size, folder))
+        if args.part in {"all", "events"}:
+            report_events(report, events(size, folder, tree))
+        if args.part in {"all", "probes"}:
+            report_probes(report, probes(size, folder, tree))
     return report.finish(check=args.check)
 
 

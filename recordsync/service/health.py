@@ -9,9 +9,10 @@
   Before the first commit a start-up grace period applies.
 - ``/metrics``: the registry in the Prometheus text format (OpenMetrics when asked for).
 
-The server is ``bounded_http``: its threads and connections are bounded whatever clients do,
-and a slow readiness check (a warehouse ping that hangs on a dead server) never blocks
-``/healthz`` or ``/metrics``.
+The server is ``bounded_http``: its threads, connections and answers in flight are bounded
+whatever clients do.  ``/healthz`` is answered by the thread that reads the heads, so it
+never waits for another client: neither a slow readiness check (a warehouse ping that hangs
+on a dead server) nor ``/metrics`` readers that never read.
 """
 
 from __future__ import annotations
@@ -31,7 +32,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from recordsync.core.errors import ConfigurationError
-from recordsync.service.bounded_http import Answer, BoundedHTTPServer, HttpLimits, RequestHead
+from recordsync.service.bounded_http import (
+    Answer,
+    BoundedHTTPServer,
+    HttpLimits,
+    RequestHead,
+    Work,
+)
 
 DEFAULT_READY_MULTIPLE: Final = 30.0
 DEFAULT_STARTUP_GRACE: Final = 120.0
@@ -155,17 +162,23 @@ class FleetReadinessCheck:
         )
 
 
+READINESS_LANE: Final = "readiness"
+METRICS_LANE: Final = "metrics"
+
 PROBE_LIMITS: Final = HttpLimits(
     # Probes and scrapers send their head in one segment at once; 5 s covers two lost ones.
     head_timeout=5.0,
-    # A client that does not read /metrics (tens of KiB) holds a worker this long at most.
+    # The whole answer written within this (written without blocking: only the slow reader
+    # waits); a /metrics answer not read by then is dropped, and its slot freed.
     write_timeout=5.0,
     # Prometheus (one or two), the kubelet's two probes, an operator's curl: a handful at
     # once; 64 leaves room for slow ones and stays far inside the descriptors' limit.
     max_connections=64,
-    # /healthz and /metrics take milliseconds; /readyz may wait on a warehouse ping, but only
-    # one at a time (see _Endpoints), so the other three always answer /healthz.
-    workers=4,
+    # /healthz is answered by the I/O thread itself.  /readyz may wait on a warehouse ping:
+    # one at a time.  /metrics: two answers in flight (one Prometheus pair, or one scrape and
+    # an operator's curl); a third is 503 at once, so clients that never read hold two
+    # answers (a few MB with many merchants) for 5 s, never the probes.
+    lanes={READINESS_LANE: 1, METRICS_LANE: 2},
     # A probe's head is a few hundred bytes; 8 KiB is what servers commonly accept.
     max_head_bytes=8 * 1024,
     # A burst (a flood, a pause of this process) waits in the kernel's queue: a connection
@@ -176,7 +189,7 @@ PROBE_LIMITS: Final = HttpLimits(
 
 class HealthServer:
     """Serves the three endpoints on ``host:port`` from daemon threads (``bounded_http``:
-    one reading request heads, ``limits.workers`` answering).
+    one doing the I/O and answering ``/healthz``, one per answer in flight on each lane).
 
     ``port=0`` binds an ephemeral port (tests read it from ``.port``).  At the daemon level
     ``RECORDSYNC_HTTP_PORT=0`` means "no HTTP server": the daemon does not build one then.
@@ -256,40 +269,47 @@ _TEXT: Final = "text/plain; charset=utf-8"
 
 
 class _Endpoints:
-    """What each path answers (GET only; probes send nothing else)."""
+    """What each path answers (GET only; probes send nothing else).  Called on the server's
+    I/O thread: ``/healthz`` is answered there, the others are ``Work`` for their lanes."""
 
     def __init__(self, registry: CollectorRegistry, readiness: Callable[[], Readiness]) -> None:
         self._registry = registry
         self._readiness = readiness
-        # One readiness check at a time: a warehouse ping that hangs must not take every
-        # worker (and /healthz with them) as the kubelet asks again every few seconds.
-        self._checking = threading.Lock()
 
-    def __call__(self, head: RequestHead) -> Answer:
+    def __call__(self, head: RequestHead) -> Answer | Work:
         if head.method != "GET":
             return Answer(HTTPStatus.METHOD_NOT_ALLOWED, b"method not allowed\n")
         path = urlsplit(head.target).path
         if path == "/healthz":
             return Answer(HTTPStatus.OK, b"ok\n")
         if path == "/readyz":
-            return self._readyz()
+            # One readiness check at a time: a warehouse ping that hangs must not take more
+            # than its lane as the kubelet asks again every few seconds.
+            busy = Readiness(ready=False, reason="the previous readiness check has not ended")
+            return Work(READINESS_LANE, self._readyz, _readiness_answer(busy))
         if path == "/metrics":
             encoder, content_type = choose_encoder(head.headers.get("accept", ""))
-            return Answer(HTTPStatus.OK, encoder(self._registry), content_type)
+            return Work(
+                METRICS_LANE,
+                lambda: Answer(HTTPStatus.OK, encoder(self._registry), content_type),
+                _METRICS_BUSY,
+            )
         return Answer(HTTPStatus.NOT_FOUND, b"not found\n")
 
     def _readyz(self) -> Answer:
-        if not self._checking.acquire(blocking=False):
-            result = Readiness(ready=False, reason="the previous readiness check has not ended")
-        else:
-            try:
-                result = self._readiness()
-            except Exception as exc:  # noqa: BLE001 - a broken check means "not ready"
-                result = Readiness(
-                    ready=False, reason=f"readiness check failed: {type(exc).__name__}"
-                )
-            finally:
-                self._checking.release()
-        body = json.dumps({"ready": result.ready, "reason": result.reason}).encode() + b"\n"
-        status = HTTPStatus.OK if result.ready else HTTPStatus.SERVICE_UNAVAILABLE
-        return Answer(status, body, "application/json")
+        try:
+            result = self._readiness()
+        except Exception as exc:  # noqa: BLE001 - a broken check means "not ready"
+            result = Readiness(ready=False, reason=f"readiness check failed: {type(exc).__name__}")
+        return _readiness_answer(result)
+
+
+_METRICS_BUSY: Final = Answer(
+    HTTPStatus.SERVICE_UNAVAILABLE, b"two /metrics answers are in flight already; ask again\n"
+)
+
+
+def _readiness_answer(result: Readiness) -> Answer:
+    body = json.dumps({"ready": result.ready, "reason": result.reason}).encode() + b"\n"
+    status = HTTPStatus.OK if result.ready else HTTPStatus.SERVICE_UNAVAILABLE
+    return Answer(status, body, "application/json")

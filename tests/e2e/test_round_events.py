@@ -287,7 +287,7 @@ def test_under_a_flood_of_unfinished_requests_notifications_are_answered_within_
         with (
             daemon(sim, f"sqlite:///{tmp_path / 'w.db'}") as running,
             httpx.Client(base_url=f"http://127.0.0.1:{running.http_port}", timeout=5) as probe,
-            flood(running.port) as at_events,
+            flood(running.port, MERCHANT) as at_events,
             flood(running.http_port) as at_probes,
         ):
             before = thread_count()

@@ -161,7 +161,11 @@ def test_at_the_cap_the_oldest_unfinished_connection_makes_room_for_the_platform
 # -- the probe port -----------------------------------------------------------------------------
 
 SHORT_PROBES = HttpLimits(
-    head_timeout=0.5, write_timeout=1.0, max_connections=64, workers=2, max_head_bytes=8192
+    head_timeout=0.5,
+    write_timeout=1.0,
+    max_connections=64,
+    lanes=PROBE_LIMITS.lanes,
+    max_head_bytes=8192,
 )
 
 
@@ -174,7 +178,11 @@ def test_the_probe_port_closes_silent_and_half_sent_heads_at_the_head_deadline()
 
 def test_at_the_probe_cap_the_oldest_unfinished_connection_makes_room():
     limits = HttpLimits(
-        head_timeout=60, write_timeout=1.0, max_connections=10, workers=2, max_head_bytes=8192
+        head_timeout=60,
+        write_timeout=1.0,
+        max_connections=10,
+        lanes=PROBE_LIMITS.lanes,
+        max_head_bytes=8192,
     )
     with health_server(limits) as server, flood(server.port) as clients:
         oldest = clients.open("half-head", 20)
@@ -252,7 +260,11 @@ def test_resetting_hundreds_of_unfinished_connections_prints_nothing_on_stderr(c
 def test_connections_evicted_while_their_bytes_arrive_do_not_stop_the_probe_port():
     """An accept can evict a connection the same select round found readable."""
     limits = HttpLimits(
-        head_timeout=60, write_timeout=1.0, max_connections=2, workers=1, max_head_bytes=8192
+        head_timeout=60,
+        write_timeout=1.0,
+        max_connections=2,
+        lanes=PROBE_LIMITS.lanes,
+        max_head_bytes=8192,
     )
     with health_server(limits) as server, flood(server.port) as clients:
         for _ in range(20):

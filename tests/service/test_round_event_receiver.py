@@ -121,6 +121,15 @@ class CurrentReceiver:
     def too_large(self, request, *, started):
         return self.receiver.too_large(request, started=started)
 
+    def screen(self, head, *, started, close):
+        return self.receiver.screen(head, started=started, close=close)
+
+    def busy(self, head, *, started):
+        return self.receiver.busy(head, started=started)
+
+    def timed_out(self, request, *, started, seconds):
+        return self.receiver.timed_out(request, started=started, seconds=seconds)
+
 
 @pytest.fixture(scope="module")
 def served():

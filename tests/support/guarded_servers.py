@@ -8,9 +8,12 @@ closes; its log goes to stderr."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Metric
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from recordsync.core.round_events import RoundEvent, RoundEventReceipt
 from recordsync.core.secret import Secret
@@ -41,15 +44,42 @@ def new_receiver() -> RoundEventReceiver:
 
 
 def events_server(limits: EventsLimits = DEFAULT_LIMITS) -> EventsServer:
-    app = asgi_app(new_receiver(), body_timeout=limits.body_timeout)
+    app = asgi_app(new_receiver(), limits=limits)
     return EventsServer(app, host="127.0.0.1", port=0, limits=limits)
 
 
-def health_server(limits: HttpLimits = PROBE_LIMITS) -> HealthServer:
+def health_server(
+    limits: HttpLimits = PROBE_LIMITS, *, registry: CollectorRegistry | None = None
+) -> HealthServer:
     ready = Readiness(ready=True, reason="fine")
     return HealthServer(
-        0, host="127.0.0.1", registry=CollectorRegistry(), readiness=lambda: ready, limits=limits
+        0,
+        host="127.0.0.1",
+        registry=CollectorRegistry() if registry is None else registry,
+        readiness=lambda: ready,
+        limits=limits,
     )
+
+
+class _ManySeries(Collector):
+    """One gauge with as many series as make ``size`` bytes of exposition: the registry of a
+    deployment with many merchants, without them."""
+
+    def __init__(self, size: int) -> None:
+        self._series = size // 100
+
+    def collect(self) -> Iterator[Metric]:
+        gauge = GaugeMetricFamily("test_many_series", "Filler.", labels=["merchant_id", "pad"])
+        for n in range(self._series):
+            gauge.add_metric([f"m-{n:08d}", "p" * 50], float(n))
+        yield gauge
+
+
+def large_registry(size: int) -> CollectorRegistry:
+    """A registry whose ``/metrics`` answer is about ``size`` bytes."""
+    registry = CollectorRegistry()
+    registry.register(_ManySeries(size))
+    return registry
 
 
 def main() -> None:

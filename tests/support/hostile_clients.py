@@ -6,6 +6,7 @@ them) when done; ``closed_by_server`` tells which the server has let go of.
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 import time
@@ -14,11 +15,24 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 HALF_HEAD = b"POST /v1/round-events HTTP/1.1\r\nHost: x\r\nX-Merchant-Id: m-1\r\n"
-SLOW_BODY_HEAD = (
-    b"POST /v1/round-events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-    b"Content-Length: 1000\r\n\r\n{"
-)
-KINDS = {"idle": b"", "half-head": HALF_HEAD, "slow-body": SLOW_BODY_HEAD}
+
+
+def slow_body_head(merchant_id: str) -> bytes:
+    """The start of a request whose head passes what the head alone decides (a configured
+    merchant, a fresh timestamp, a well-formed signature), so its body is waited for."""
+    return (
+        b"POST /v1/round-events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"X-Merchant-Id: " + merchant_id.encode() + b"\r\n"
+        b"X-Timestamp: " + str(int(time.time())).encode() + b"\r\n"
+        b"X-Signature: " + b"0" * 64 + b"\r\nContent-Length: 1000\r\n\r\n{"
+    )
+
+
+KINDS: dict[str, Callable[[str], bytes]] = {
+    "idle": lambda _merchant_id: b"",
+    "half-head": lambda _merchant_id: HALF_HEAD,
+    "slow-body": slow_body_head,
+}
 
 
 def thread_count() -> int:
@@ -36,18 +50,20 @@ def wait_until(condition: Callable[[], bool], timeout: float, step: float = 0.02
 
 
 class Flood:
-    """Connections to ``port`` opened by ``open``; each sent its kind's bytes, no more."""
+    """Connections to ``port`` opened by ``open``; each sent its kind's bytes, no more (a slow
+    body names ``merchant_id``, a configured merchant of the server)."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, merchant_id: str = "m-1") -> None:
         self.port = port
+        self.merchant_id = merchant_id
         self.sockets: dict[str, list[socket.socket]] = {kind: [] for kind in KINDS}
 
     def open(self, kind: str, count: int) -> list[socket.socket]:
         opened = []
         for _ in range(count):
             sock = socket.create_connection(("127.0.0.1", self.port), timeout=5)
-            if KINDS[kind]:
-                sock.sendall(KINDS[kind])
+            if sent := KINDS[kind](self.merchant_id):
+                sock.sendall(sent)
             sock.setblocking(False)
             opened.append(sock)
         self.sockets[kind] += opened
@@ -80,8 +96,8 @@ class Flood:
 
 
 @contextmanager
-def flood(port: int) -> Iterator[Flood]:
-    opened = Flood(port)
+def flood(port: int, merchant_id: str = "m-1") -> Iterator[Flood]:
+    opened = Flood(port, merchant_id)
     try:
         yield opened
     finally:
@@ -109,3 +125,51 @@ def received(sock: socket.socket, timeout: float) -> bytes:
     while chunk := sock.recv(65536):
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def memory_kib(pid: int, field: str = "VmRSS") -> int:
+    """A process's resident memory (``VmRSS``) or its peak (``VmHWM``), in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise LookupError(field)
+
+
+def reset_peak_memory(pid: int) -> None:
+    """Start ``VmHWM`` again from the current resident size (Linux 4.0 and later)."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+def send_bodies(port: int, count: int, head: bytes, body_size: int, timeout: float) -> int:
+    """``count`` connections each sending ``head`` and then ``body_size`` bytes as fast as the
+    server takes them, all at once; returns how many sent their body whole before the
+    server let them go (or ``timeout`` passed)."""
+    body = memoryview(b"x" * body_size)
+    left: dict[socket.socket, int] = {}
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sock.sendall(head)
+        sock.setblocking(False)
+        left[sock] = 0
+    whole: list[socket.socket] = []  # kept open: a stranger does not hang up
+    deadline = time.monotonic() + timeout
+    try:
+        while left and time.monotonic() < deadline:
+            _, writable, _ = select.select([], list(left), [], 0.1)
+            for sock in writable:
+                try:
+                    sent = sock.send(body[left[sock] : left[sock] + 65536])
+                except BlockingIOError:
+                    continue
+                except OSError:  # refused and closed by the server
+                    del left[sock]
+                    sock.close()
+                    continue
+                left[sock] += sent
+                if left[sock] == body_size:
+                    whole.append(sock)
+                    del left[sock]
+    finally:
+        for sock in [*left, *whole]:
+            sock.close()
+    return len(whole)

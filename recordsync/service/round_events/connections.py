@@ -17,7 +17,8 @@ connection's state is known:
   The platform sends a notification whole within milliseconds of connecting, so it is never
   the oldest incomplete one: a flood of strangers evicts itself, not the platform.
 
-The body deadline belongs to the app (``receiver.asgi_app``), which answers 408 then.
+The body deadline belongs to the app (``receiver.asgi_app``), which answers 408 then; so does
+the sum of unverified bodies held (``BodyAllowance``), past which it answers 503.
 """
 
 from __future__ import annotations
@@ -58,6 +59,19 @@ class EventsLimits:
       connections overflowed it and the platform's notification behind them was answered
       in 1.03 s instead of milliseconds.  The kernel caps it at ``net.core.somaxconn``
       (4096 since Linux 5.4); queued connections hold no descriptor of ours.
+    - ``unverified_body_bytes`` 8 MiB: bodies whose head passed the checks the head alone
+      decides but whose signature is not verified yet, all connections together.  A body
+      takes its declared length (1 MiB when it declares none) before a byte is read; past
+      the sum, 503 with Retry-After, which the platform honours.  Eight 1 MiB bodies at once,
+      where the platform sends a few hundred bytes per notification: it is only refused
+      while someone who knows a merchant id sends large bodies, and without the sum 256
+      strangers' bodies were a quarter gigabyte, two thirds of the Deployment's memory.
+    - ``receive_buffer`` 16 KiB (``SO_RCVBUF``; the kernel doubles it): the most one read
+      takes from a connection.  With the default of Linux, one read took 256 KiB of a
+      stranger's body along with the head, and 250 of them at once still held 20 MiB for
+      the instant before their refusal.  A notification is a few hundred bytes, one read;
+      the price is a large body's pace over a long link (about 16 KiB per round trip: a
+      1 MiB body within the body deadline up to about 150 ms).
     """
 
     head_timeout: float = 5.0
@@ -67,9 +81,31 @@ class EventsLimits:
     max_head_bytes: int = 8 * 1024
     workers: int = 8
     backlog: int = 2048
+    unverified_body_bytes: int = 8 * 1024 * 1024
+    receive_buffer: int = 16 * 1024
 
 
 DEFAULT_LIMITS: Final = EventsLimits()
+
+
+class BodyAllowance:
+    """The bytes the port may hold for bodies not verified yet, shared by every connection.
+
+    Taken and given back on the event loop's thread only, so it needs no lock."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self.held = 0
+
+    def take(self, size: int) -> bool:
+        """Hold ``size`` more bytes, if the sum stays within the limit."""
+        if self.held + size > self._limit:
+            return False
+        self.held += size
+        return True
+
+    def give(self, size: int) -> None:
+        self.held -= size
 
 
 def guarded_h11(limits: EventsLimits) -> type[H11Protocol]:

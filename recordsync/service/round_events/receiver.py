@@ -12,7 +12,12 @@ keep-alive, malformed requests).  A WSGI server would hand over a decoded ``PATH
 It runs its event loop in one thread of the daemon; the blocking part of a request (the
 warehouse insert) runs in the loop's thread pool, of ``EventsLimits.workers`` threads.  The
 port's deadlines and connection cap are in ``connections``: strangers holding sockets open
-cannot keep the platform out, nor take threads from the sync.
+cannot keep the platform out, nor take threads from the sync.  Nor memory: what the head
+alone decides (``RoundEventReceiver.screen``: the route, steps 1 and 2 of the verification,
+the signature's form) is refused on the event loop before a byte of the body is read, and
+the bodies read before their signature is verified share
+``EventsLimits.unverified_body_bytes`` (past it, 503 with Retry-After).  Refusals are
+counted one by one and logged once per reason and interval (``refusals``).
 
 Reply fast, never call the platform while the platform waits: a request is verified, stored
 and answered, and the tail is only *asked* to read now (its own job reads, inside its budget).
@@ -40,15 +45,23 @@ from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.round_events import RoundEvent, RoundEventReceipt
 from recordsync.core.secret import Secret
 from recordsync.metrics import EventOutcome, RoundEventMetrics
-from recordsync.service.round_events.connections import DEFAULT_LIMITS, EventsLimits, guarded_h11
+from recordsync.service.round_events.connections import (
+    DEFAULT_LIMITS,
+    BodyAllowance,
+    EventsLimits,
+    guarded_h11,
+)
+from recordsync.service.round_events.refusals import RefusalLog
 from recordsync.service.round_events.signature import (
     DEPENDENCY_UNAVAILABLE,
     MAX_BODY_BYTES,
     PAYLOAD_TOO_LARGE,
     REQUEST_TIMEOUT,
+    SERVER_BUSY,
     Refusal,
     Request,
     accepted_body,
+    check_head,
     check_route,
     error_body,
     parse_event,
@@ -89,11 +102,14 @@ class RoundEventReceiver:
         metrics: RoundEventMetrics | None = None,
         clock: Callable[[], float] = time.time,
         request_ids: Callable[[], str] = lambda: str(uuid.uuid4()),
+        refusal_log: RefusalLog | None = None,
     ) -> None:
         """``secrets(merchant_id)``: the secrets a callback of that merchant may be signed
-        with (None or empty: not a configured merchant); ``store`` raises
-        ``WarehouseUnavailableError`` when the warehouse is down; ``wake`` is called for every
-        newly stored event (not for a repeat)."""
+        with (None or empty: not a configured merchant), asked on the event loop's thread
+        too, so it must not block; ``store`` raises ``WarehouseUnavailableError`` when the
+        warehouse is down; ``wake`` is called for every newly stored event (not for a
+        repeat)."""
+        self._refusal_log = RefusalLog() if refusal_log is None else refusal_log
         self._secrets = secrets
         self._store = store
         self._wake = wake
@@ -129,11 +145,39 @@ class RoundEventReceiver:
         )
         return Reply(200, accepted_body(event.event_id, receipt.accepted_at, request_id))
 
+    def screen(self, head: Request, *, started: float, close: bool) -> Reply | None:
+        """What the head alone decides (the route, steps 1 and 2 of the verification, the
+        signature's form): the refusal, or None when the body is worth reading.  Called on
+        the event loop before a byte of the body is read; ``close`` when a body follows
+        (it is never read then, so the connection cannot go on)."""
+        try:
+            check_route(head)
+            check_head(head, secrets=self._secrets, now=self._clock())
+        except Refusal as refusal:
+            self._refused(head, refusal, self._configured(head), started)
+            return Reply(refusal.status, error_body(refusal, self._request_ids()), close=close)
+        return None
+
+    def busy(self, head: Request, *, started: float) -> Reply:
+        """The port holds as many unverified bodies as it may (``EventsLimits``): 503 with
+        Retry-After before a byte of this body is read; the platform retries then."""
+        refusal = Refusal(
+            503,
+            SERVER_BUSY,
+            "too many notifications are being received; retry later",
+            retryable=True,
+            retry_after=RETRY_AFTER_SECONDS,
+        )
+        self._refused(head, refusal, self._configured(head), started)
+        body = error_body(refusal, self._request_ids())
+        return Reply(refusal.status, body, refusal.retry_after, close=True)
+
     def too_large(self, request: Request, *, started: float) -> Reply:
-        """The body passed 1 MiB (spec: Limits, "Body size"): 413 before anything else."""
+        """The body passed 1 MiB (spec: Limits, "Body size"): 413 before anything else, and
+        the connection is closed (the rest of the body is not read)."""
         refusal = Refusal(413, PAYLOAD_TOO_LARGE, f"the body is larger than {MAX_BODY_BYTES} bytes")
         self._refused(request, refusal, self._configured(request), started)
-        return Reply(refusal.status, error_body(refusal, self._request_ids()))
+        return Reply(refusal.status, error_body(refusal, self._request_ids()), close=True)
 
     def timed_out(self, request: Request, *, started: float, seconds: float) -> Reply:
         """The body did not arrive within ``seconds`` of the head: 408, and the connection is
@@ -175,14 +219,13 @@ class RoundEventReceiver:
                 merchant_id, EventOutcome.REFUSED, refusal.code, time.perf_counter() - started
             )
         # The merchant named only when it is one of ours; never a stranger's header value.
-        log.warning(
-            "round_event_refused",
+        self._refusal_log.refused(
             status=refusal.status,
             code=refusal.code,
-            reason=refusal.message,
+            message=refusal.message,
             merchant_id=merchant_id,
-            method=request.method[:10],
-            bytes=len(request.body),
+            method=request.method,
+            size=len(request.body),
         )
 
 
@@ -190,12 +233,16 @@ class RoundEventReceiver:
 
 
 def asgi_app(
-    receiver: RoundEventReceiver, *, body_timeout: float = DEFAULT_LIMITS.body_timeout
+    receiver: RoundEventReceiver, *, limits: EventsLimits = DEFAULT_LIMITS
 ) -> Callable[..., Any]:
-    """A raw ASGI app for ``receiver``: reads the body (at most 1 MiB, within
-    ``body_timeout`` seconds of the head), hands the request to a worker thread, sends the
-    reply uncompressed.  A client gone before its body ended gets no reply and is not a
-    request: nothing is verified, counted or logged above debug for it."""
+    """A raw ASGI app for ``receiver``.  On the head alone: a declared body over 1 MiB is 413,
+    and what ``receiver.screen`` refuses is answered before a byte of the body is read.  Then
+    the body takes its share of ``limits.unverified_body_bytes`` (or is answered 503), is
+    read (at most 1 MiB, within ``limits.body_timeout`` of the head), and the request goes
+    to a worker thread; the reply is sent uncompressed.  A client gone before its body ended
+    gets no reply and is not a request: nothing is verified, counted or logged above debug
+    for it."""
+    allowance = BodyAllowance(limits.unverified_body_bytes)
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -207,29 +254,52 @@ def asgi_app(
         headers: dict[str, list[str]] = {}
         for name, value in scope["headers"]:
             headers.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
-        try:
-            body = await asyncio.wait_for(_read_body(receive, headers), body_timeout)
-        except TimeoutError:
-            body = _Unread.TIMED_OUT
-        if body is _Unread.GONE:
-            log.debug("round_event_abandoned", reason="the client closed before its body ended")
-            return
-        request = Request(
-            scope["method"], target, headers, body if isinstance(body, bytes) else b""
-        )
+        head = Request(scope["method"], target, headers, b"")
+        declared = _declared_length(headers)
         started = time.perf_counter()
-        if body is _Unread.TOO_LARGE:
-            reply = receiver.too_large(request, started=started)
-        elif body is _Unread.TIMED_OUT:
-            reply = receiver.timed_out(request, started=started, seconds=body_timeout)
+        if declared is _Unread.TOO_LARGE:
+            reply: Reply | None = receiver.too_large(head, started=started)
         else:
-            reply = await asyncio.to_thread(receiver.handle, request, started=started)
+            reply = receiver.screen(head, started=started, close=declared != 0)
+        if reply is None:
+            assert not isinstance(declared, _Unread)
+            size = MAX_BODY_BYTES if declared is None else declared
+            if not allowance.take(size):
+                reply = receiver.busy(head, started=started)
+            else:
+                try:
+                    reply = await _read_and_handle(receiver, head, receive, limits.body_timeout)
+                finally:
+                    allowance.give(size)
+        if reply is None:
+            return
         await send(
             {"type": "http.response.start", "status": reply.status, "headers": reply.headers()}
         )
         await send({"type": "http.response.body", "body": reply.body})
 
     return app
+
+
+async def _read_and_handle(
+    receiver: RoundEventReceiver, head: Request, receive: Any, body_timeout: float
+) -> Reply | None:
+    """The reply once the body is in (None: the client went away first)."""
+    try:
+        body = await asyncio.wait_for(_read_body(receive), body_timeout)
+    except TimeoutError:
+        body = _Unread.TIMED_OUT
+    if body is _Unread.GONE:
+        log.debug("round_event_abandoned", reason="the client closed before its body ended")
+        return None
+    started = time.perf_counter()
+    if body is _Unread.TOO_LARGE:
+        return receiver.too_large(head, started=started)
+    if body is _Unread.TIMED_OUT:
+        return receiver.timed_out(head, started=started, seconds=body_timeout)
+    assert isinstance(body, bytes)
+    request = Request(head.method, head.target, head.headers, body)
+    return await asyncio.to_thread(receiver.handle, request, started=started)
 
 
 class _Unread(enum.Enum):
@@ -240,16 +310,23 @@ class _Unread(enum.Enum):
     GONE = enum.auto()
 
 
-async def _read_body(receive: Any, headers: dict[str, list[str]]) -> bytes | _Unread:
-    declared = headers.get("content-length", ["0"])[0]
+def _declared_length(headers: dict[str, list[str]]) -> int | _Unread | None:
+    """The body's declared length; None when it declares none (chunked); TOO_LARGE past 1 MiB,
+    refused before a byte is read."""
+    values = headers.get("content-length")
+    if not values:
+        return None
+    declared = values[0]
     # ASCII digits only ("²" is a digit to str.isdigit, not to int), and a length past any
     # body's refused by its digits before int() (which refuses more than 4,300 of them).
-    if (
-        declared.isascii()
-        and declared.isdigit()
-        and (len(declared) > len(str(MAX_BODY_BYTES)) or int(declared) > MAX_BODY_BYTES)
-    ):
-        return _Unread.TOO_LARGE  # refused on the declared length, before a byte is read
+    if not (declared.isascii() and declared.isdigit()):
+        return None  # h11 refuses such a head before the app sees it
+    if len(declared) > len(str(MAX_BODY_BYTES)) or int(declared) > MAX_BODY_BYTES:
+        return _Unread.TOO_LARGE
+    return int(declared)
+
+
+async def _read_body(receive: Any) -> bytes | _Unread:
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -270,7 +347,7 @@ class EventsServer:
 
     The socket is bound at ``start`` (so a port in use fails the start, in the caller's
     thread); port 0 takes a free one, read back from ``port``.  ``limits`` bound the
-    connections and threads (give ``app`` the same ``body_timeout``).
+    connections and threads (give ``app`` the same ``limits``).
     """
 
     def __init__(
@@ -315,6 +392,9 @@ class EventsServer:
         family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Inherited by every accepted connection, before its handshake sets the window: what
+        # one read can take from a connection, so what a head refused unread leaves behind.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._limits.receive_buffer)
         try:
             sock.bind((self._host, self._port))
         except OSError:

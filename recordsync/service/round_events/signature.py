@@ -10,9 +10,12 @@ The checks run exactly in the spec's order (Authentication, "Callback verificati
    ``X-Signature`` for the current secret or, during the overlap after a rotation, the
    previous one (Key rotation), compared in constant time, else 401 AUTHENTICATION_FAILED.
 
-Only then is the body read (Events, "Round end"): a UTF-8 JSON object with ``event_id``,
-``external_player_id``, ``currency``, ``round_id``, ``type`` and ``occurred_at`` (RFC 3339),
-``parent_round_id`` optional, other members ignored; ``event_id`` equal to the Idempotency-Key.
+Steps 1 and 2 and the form of ``X-Signature`` need only the head (``check_head``): the port
+refuses on them before it reads a byte of the body, and runs step 3 once the body is in
+(``check_signature``).  Only then is the body parsed (Events, "Round end"): a UTF-8 JSON
+object with ``event_id``, ``external_player_id``, ``currency``, ``round_id``, ``type`` and
+``occurred_at`` (RFC 3339), ``parent_round_id`` optional, other members ignored; ``event_id``
+equal to the Idempotency-Key.
 Anything else is 400 VALIDATION_FAILED.  Messages name the rule broken, never a secret, a
 signature, or more than a short prefix of what was sent.
 """
@@ -45,6 +48,8 @@ VALIDATION_FAILED: Final = "VALIDATION_FAILED"
 PAYLOAD_TOO_LARGE: Final = "PAYLOAD_TOO_LARGE"
 # Nor one for 408: the body did not arrive in time (a slow client, or one holding the port).
 REQUEST_TIMEOUT: Final = "REQUEST_TIMEOUT"
+# Nor one for a receiver that holds as many unverified bodies as it may: 503, retry later.
+SERVER_BUSY: Final = "SERVER_BUSY"
 RESOURCE_NOT_FOUND: Final = "RESOURCE_NOT_FOUND"
 METHOD_NOT_ALLOWED: Final = "METHOD_NOT_ALLOWED"
 DEPENDENCY_UNAVAILABLE: Final = "DEPENDENCY_UNAVAILABLE"
@@ -99,13 +104,27 @@ def check_route(request: Request) -> None:
         raise Refusal(405, METHOD_NOT_ALLOWED, f"{PATH} takes POST only")
 
 
-def verify(
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What a request's head claims, steps 1 and 2 passed and the signature well formed: only
+    step 3, over the body, remains."""
+
+    merchant_id: str
+    secrets: Sequence[Secret]
+    timestamp: str
+    signature: str
+    target: str
+
+
+def check_head(
     request: Request,
     *,
     secrets: Callable[[str], Sequence[Secret] | None],
     now: float,
-) -> str:
-    """The merchant whose secret signed ``request``; raises ``Refusal`` (401) otherwise."""
+) -> Claim:
+    """Steps 1 and 2, and the form of ``X-Signature``: everything the head alone decides, so
+    that a stranger is refused before a byte of the body is read (the body is not looked
+    at); raises ``Refusal`` (401)."""
     merchant_id = request.header("x-merchant-id")
     accepted = None if merchant_id is None else secrets(merchant_id)
     if merchant_id is None or not accepted:
@@ -128,24 +147,40 @@ def verify(
         target = None
     if received is None or _SIGNATURE.fullmatch(received) is None or target is None:
         raise Refusal(401, AUTHENTICATION_FAILED, "signature mismatch")
+    return Claim(merchant_id, tuple(accepted), timestamp, received, target)
+
+
+def check_signature(request: Request, claim: Claim) -> str:
+    """Step 3: the merchant whose secret signed ``request``'s head and body; raises
+    ``Refusal`` (401) otherwise."""
     matches = [
         signatures_match(
             sign(
                 secret.reveal(),
-                timestamp=timestamp,
+                timestamp=claim.timestamp,
                 method=request.method,
-                target=target,
+                target=claim.target,
                 idempotency_key=request.header("idempotency-key"),
                 if_match=None,  # this endpoint takes no If-Match: its line is empty
                 body=request.body,
             ),
-            received,
+            claim.signature,
         )
-        for secret in accepted  # every secret is tried: no early exit tells which one matched
+        for secret in claim.secrets  # every secret is tried: no early exit tells which matched
     ]
     if not any(matches):
         raise Refusal(401, AUTHENTICATION_FAILED, "signature mismatch")
-    return merchant_id
+    return claim.merchant_id
+
+
+def verify(
+    request: Request,
+    *,
+    secrets: Callable[[str], Sequence[Secret] | None],
+    now: float,
+) -> str:
+    """The merchant whose secret signed ``request``; raises ``Refusal`` (401) otherwise."""
+    return check_signature(request, check_head(request, secrets=secrets, now=now))
 
 
 @dataclass(frozen=True, slots=True)
