@@ -154,7 +154,7 @@ def stdlib_baseline(base_url: str, start: datetime, end: datetime) -> dict[str, 
         updates = ", ".join(f"{name} = excluded.{name}" for name in _COLUMNS[1:])
         # Built from the constant column names above.
         upsert = (
-            f"INSERT INTO records VALUES ({', '.join('?' * (len(_COLUMNS) + 1))}) "  # noqa: S608
+            f"INSERT INTO records VALUES ({', '.join('?' * (len(_COLUMNS) + 1))}) "
             f"ON CONFLICT (merchant_id, record_id) DO UPDATE SET {updates} "
             "WHERE records.revision < excluded.revision"
         )

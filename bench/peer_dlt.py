@@ -125,7 +125,7 @@ def count_rows(database_url: str, table: str) -> int:
     engine = create_engine(database_url, poolclass=pool.NullPool)
     try:
         with engine.connect() as conn:
-            return int(conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one())  # noqa: S608
+            return int(conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one())
     finally:
         engine.dispose()
 

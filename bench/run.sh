@@ -23,3 +23,5 @@ run isolation
 run fairness  # issue 27: one merchant's burst of changes among others
 run budget_share  # issue 27: a backfill's share of the budget, the tail fresh
 run chaos     # issue 30: pauses and cuts of a replica, some inside a write
+run scale     # issue 36: the warehouse at a year's rounds, PostgreSQL (20M) and MariaDB (5M)
+run scale --backend mariadb
