@@ -15,7 +15,17 @@ the simulator in its own process, into a new PostgreSQL database, dropped afterw
   healthy half's change polls against M / 2 / interval, and the requests the refused half
   sends meanwhile (a slow retry each).  The simulator runs in this process here, which is
   how the bench rotates the secrets;
-- idle: K merchants tailing idle at a 5 s poll: the daemon's CPU, RSS and threads.
+- idle: K merchants tailing idle at a 5 s poll: the daemon's CPU, RSS and threads;
+- takeover (issue 38, point 1): a replica holding 10 merchants takes one more while the
+  warehouse pool's only connection is held elsewhere for S seconds, so its takeover is stuck
+  in its write; meanwhile each held merchant's ``confirmed()`` (asked before every request)
+  is timed every 0.2 s: p50, p99, max and how many answered False (before the fix: 11.7 s
+  and False, every merchant's lock lost);
+- schemalock (issue 38, point 5), MariaDB: a migration whose revision runs past the DDL
+  sessions' idle limit (``wait_timeout``: 300 s, 330 s held; tiny: 2 s injected, 6 s held)
+  while another session asks ``GET_LOCK(..., 0)`` every 0.5 s: how often it got the lock
+  (before the fix: from 300 s on) and whether the upgrade ended.  Skipped, with a note, when
+  no MariaDB answers.
 
     .venv/bin/python bench/isolation.py [--size tiny|full] [--check] [--part ...]
 """
@@ -23,7 +33,12 @@ the simulator in its own process, into a new PostgreSQL database, dropped afterw
 from __future__ import annotations
 
 import collections
+import contextlib
+import dataclasses
+import shutil
+import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,9 +50,14 @@ import harness
 import httpx
 from fleet import Warehouse, daemon
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import text
+from sqlalchemy import make_url, text
+from sqlalchemy.pool import NullPool
 
 from recordsync.sim import SimConfig, running_simulator
+from recordsync.warehouse import Warehouse as Store
+from recordsync.warehouse.connection import create_warehouse_engine
+from recordsync.warehouse.migrate import current_revision, head_revision, script_location, upgrade
+from recordsync.warehouse.timeouts import DDL
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +67,14 @@ class Size:
     idle_merchants: int
     window_seconds: float  # measured, after the settle
     settle_seconds: float
+    stuck_seconds: float = 15.0  # how long the takeover's write is held up
+    ddl_idle_seconds: int = DDL.idle_session  # the DDL sessions' idle limit (MariaDB)
+    migration_seconds: float = 330.0  # how long the test-only revision runs
 
 
 SIZES: Final = {
-    "tiny": Size(8, 4, 10, 5.0, 2.0),
-    "full": Size(50, 20, 200, 60.0, 10.0),
+    "tiny": Size(8, 4, 10, 5.0, 2.0, stuck_seconds=2.0, ddl_idle_seconds=2, migration_seconds=6.0),
+    "full": Size(50, 20, 200, 60.0, 10.0, stuck_seconds=15.0),
 }
 HISTORY: Final = (0.05, 2_000)  # history_days, rounds_per_day: ~100 records a merchant
 LIVE_RATE: Final = 5.0  # changes a second per merchant while measured
@@ -401,10 +424,216 @@ def report_idle(report: harness.Report, run: Idle) -> None:
     report.add(f"idle, {run.merchants} merchants: daemon threads", run.threads, "")
 
 
+# -- a takeover stuck in its write (issue 38, point 1) ----------------------------------------
+
+TAKEOVER_MERCHANTS: Final = 10
+CONFIRM_EVERY: Final = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Takeover:
+    stuck_seconds: float
+    stuck: bool  # the takeover was still waiting when the pool's connection came back
+    asked: int
+    refused: int  # confirmed() answered False
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    lost: int  # merchants no longer held at the end
+
+
+def takeover(size: Size) -> Takeover:
+    """The fleet test's scenario (tests/warehouse/test_warehouse_fleet.py) on a new database."""
+    with harness.database("postgres") as url:
+        store = Store.connect(url, pool_size=1, max_overflow=0, pool_timeout=60)
+        store.migrate()
+        session = store.fleet_session("bench-replica")
+        merchants = [f"merchant-{n}" for n in range(TAKEOVER_MERCHANTS)]
+        stop = threading.Event()
+        seen: list[tuple[float, bool]] = []
+        lock = threading.Lock()
+
+        def poll(merchant_id: str) -> None:
+            while not stop.is_set():
+                asked = time.monotonic()
+                answer = session.confirmed(merchant_id)
+                with lock:
+                    seen.append((time.monotonic() - asked, answer))
+                stop.wait(CONFIRM_EVERY)
+
+        try:
+            for merchant_id in merchants:
+                session.try_hold(merchant_id)
+            pollers = [threading.Thread(target=poll, args=(m,), daemon=True) for m in merchants]
+            taker = threading.Thread(target=lambda: session.try_hold("merchant-new"), daemon=True)
+            with store.engine.connect():  # the pool's one connection: the takeover waits
+                taker.start()
+                for poller in pollers:
+                    poller.start()
+                time.sleep(size.stuck_seconds)
+                stuck = taker.is_alive()
+            taker.join(30)
+            stop.set()
+            for poller in pollers:
+                poller.join(5)
+            held = session.still_held()
+        finally:
+            stop.set()
+            with contextlib.suppress(Exception):
+                session.close()
+            store.close()
+    took = sorted(seconds * 1000 for seconds, _answer in seen)
+    return Takeover(
+        stuck_seconds=size.stuck_seconds,
+        stuck=stuck,
+        asked=len(seen),
+        refused=sum(1 for _seconds, answer in seen if not answer),
+        p50_ms=statistics.median(took),
+        p99_ms=took[min(len(took) - 1, int(0.99 * len(took)))],
+        max_ms=took[-1],
+        lost=len(set(merchants) - set(held)),
+    )
+
+
+def report_takeover(report: harness.Report, run: Takeover) -> None:
+    name = f"takeover stuck {run.stuck_seconds:g} s, {TAKEOVER_MERCHANTS} merchants' confirmed()"
+    if not run.stuck:
+        report.note("the takeover did not wait for the pool: the figures below prove nothing")
+    report.add(f"{name}: asked", run.asked, "")
+    report.add(f"{name}: p50", run.p50_ms, "ms")
+    report.add(f"{name}: p99", run.p99_ms, "ms", target="< 10", met=run.p99_ms < 10)
+    report.add(f"{name}: max", run.max_ms, "ms")
+    report.add(f"{name}: answered False", run.refused, "", target="0", met=run.refused == 0)
+    report.add(f"{name}: merchants lost", run.lost, "", target="0", met=run.lost == 0)
+
+
+# -- the schema lock held past the DDL sessions' idle limit (issue 38, point 5) ---------------
+
+_SLEEPING: Final = '''"""Bench-only: a revision that runs for {seconds} s on the server."""
+
+from alembic import op
+
+revision = "9001"
+down_revision = "{down}"
+branch_labels = None
+depends_on = None
+
+
+def upgrade():
+    op.execute("SELECT SLEEP({seconds})")
+
+
+def downgrade():
+    pass
+'''
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaLockRun:
+    idle_seconds: int
+    held_seconds: float
+    asked: int
+    taken: int  # another session's GET_LOCK(..., 0) succeeded
+    first_taken_at: float | None  # seconds into the revision
+    finished: bool  # the upgrade reached the test-only revision
+    error: str
+
+
+def mariadb_reachable() -> bool:
+    engine = create_warehouse_engine(harness.server_url("mariadb"), poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception:  # noqa: BLE001 - any failure means: no MariaDB to measure on
+        return False
+    finally:
+        engine.dispose()
+    return True
+
+
+def schema_lock_run(size: Size, folder: Path) -> SchemaLockRun:
+    scripts = folder / "sleeping-migrations"
+    shutil.copytree(script_location(), scripts, ignore=shutil.ignore_patterns("__pycache__"))
+    (scripts / "versions" / "9001_sleep.py").write_text(
+        _SLEEPING.format(seconds=size.migration_seconds, down=head_revision())
+    )
+    with harness.database("mariadb") as url:
+        store = Store.connect(url)
+        store.migrate()
+        store.close()
+        limits = dataclasses.replace(DDL, idle_session=size.ddl_idle_seconds)
+        engine = create_warehouse_engine(url, limits=limits, poolclass=NullPool)
+        other = create_warehouse_engine(url, poolclass=NullPool)
+        name = f"recordsync-schema:{make_url(url).database}"[:64]
+        raised: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                upgrade(engine, scripts=scripts)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                raised.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        try:
+            with other.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                thread.start()
+                deadline = time.monotonic() + 60
+                while conn.execute(text("SELECT IS_USED_LOCK(:n)"), {"n": name}).scalar() is None:
+                    if time.monotonic() > deadline or not thread.is_alive():
+                        raise RuntimeError(f"the upgrade never took the lock: {raised}")
+                    time.sleep(0.05)
+                began = time.monotonic()
+                asked, taken, first = 0, 0, None
+                while thread.is_alive():
+                    got = conn.execute(text("SELECT GET_LOCK(:n, 0)"), {"n": name}).scalar()
+                    asked += 1
+                    if got == 1:
+                        taken += 1
+                        first = first if first is not None else time.monotonic() - began
+                        conn.execute(text("SELECT RELEASE_LOCK(:n)"), {"n": name})
+                    time.sleep(0.5)
+                thread.join()
+            with engine.connect() as conn:
+                finished = current_revision(conn) == "9001"
+        finally:
+            engine.dispose()
+            other.dispose()
+    return SchemaLockRun(
+        idle_seconds=size.ddl_idle_seconds,
+        held_seconds=size.migration_seconds,
+        asked=asked,
+        taken=taken,
+        first_taken_at=first,
+        finished=finished,
+        error=str(raised[0]) if raised else "",
+    )
+
+
+def report_schema_lock(report: harness.Report, run: SchemaLockRun | None) -> None:
+    if run is None:
+        report.note("schemalock: no MariaDB reachable (RECORDSYNC_TEST_MARIADB_URL): skipped")
+        return
+    name = f"schemalock, a revision of {run.held_seconds:g} s, idle limit {run.idle_seconds} s"
+    report.add(f"{name}: GET_LOCK(..., 0) asked", run.asked, "")
+    report.add(
+        f"{name}: another session got the lock", run.taken, "", target="0", met=run.taken == 0
+    )
+    if run.first_taken_at is not None:
+        report.add(f"{name}: first taken after", run.first_taken_at, "s")
+    report.add(
+        f"{name}: upgrade finished", 1 if run.finished else 0, "", target="1", met=run.finished
+    )
+    if run.error:
+        report.note(f"schemalock: the upgrade stopped: {run.error}")
+
+
+PARTS: Final = ("all", "catalogue", "refused", "idle", "takeover", "schemalock")
+
+
 def main() -> int:
     args = harness.arguments(
         __doc__.splitlines()[0],
-        [("--part", {"choices": ("all", "catalogue", "refused", "idle"), "default": "all"})],
+        [("--part", {"choices": PARTS, "default": "all"})],
     )
     size = SIZES[args.size]
     report = harness.Report("isolation: failing features and merchants, PostgreSQL", args.size)
@@ -417,6 +646,12 @@ def main() -> int:
             report_refused(report, refused(size, folder))
         if args.part in {"all", "idle"}:
             report_idle(report, idle(size, folder))
+        if args.part in {"all", "takeover"}:
+            report_takeover(report, takeover(size))
+        if args.part in {"all", "schemalock"}:
+            report_schema_lock(
+                report, schema_lock_run(size, folder) if mariadb_reachable() else None
+            )
     return report.finish(check=args.check)
 
 
