@@ -25,7 +25,13 @@ the simulator in its own process, into a new PostgreSQL database, dropped afterw
   sessions' idle limit (``wait_timeout``: 300 s, 330 s held; tiny: 2 s injected, 6 s held)
   while another session asks ``GET_LOCK(..., 0)`` every 0.5 s: how often it got the lock
   (before the fix: from 300 s on) and whether the upgrade ended.  Skipped, with a note, when
-  no MariaDB answers.
+  no MariaDB answers;
+- periodic (issue 38, point 2): nine merchants backfilling in one process (``MerchantSyncs``,
+  the daemon's assembly, over an in-process simulator whose budget the backfills keep full)
+  whose checks share 8 periodic threads: over a window, the longest gap of each merchant's
+  drift check, catalogue refresh and cross-check against twice its interval, the drift
+  check's age as scraped (``recordsync_drift_check_age_seconds``) and its deferrals (before
+  the fix: 11-18 s gaps at a 3 s interval, the drift checks queued on every thread).
 
     .venv/bin/python bench/isolation.py [--size tiny|full] [--check] [--part ...]
 """
@@ -35,6 +41,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import itertools
 import shutil
 import statistics
 import tempfile
@@ -53,7 +60,18 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import make_url, text
 from sqlalchemy.pool import NullPool
 
-from recordsync.sim import SimConfig, running_simulator
+from recordsync.core.secret import Secret, SecretSource
+from recordsync.core.settings import MerchantSettings, Settings
+from recordsync.core.state import Phase, Window, backfill_job
+from recordsync.core.stopping import Stopper
+from recordsync.core.times import floor_ms
+from recordsync.metrics import MERCHANT_LABEL, MetricName, Metrics
+from recordsync.service.merchant_syncs import MerchantSyncs
+from recordsync.service.secrets import SecretKeeper
+from recordsync.sim import SimConfig, Simulator, running_simulator
+from recordsync.sync.events import SyncObserver
+from recordsync.sync.jobs import JobHost
+from recordsync.warehouse import RequestKind, RequestState
 from recordsync.warehouse import Warehouse as Store
 from recordsync.warehouse.connection import create_warehouse_engine
 from recordsync.warehouse.migrate import current_revision, head_revision, script_location, upgrade
@@ -70,10 +88,23 @@ class Size:
     stuck_seconds: float = 15.0  # how long the takeover's write is held up
     ddl_idle_seconds: int = DDL.idle_session  # the DDL sessions' idle limit (MariaDB)
     migration_seconds: float = 330.0  # how long the test-only revision runs
+    drift_seconds: float = 3.0  # the periodic part's drift check interval
+    periodic_window: float = 30.0  # the periodic part's window, measured while all backfill
 
 
 SIZES: Final = {
-    "tiny": Size(8, 4, 10, 5.0, 2.0, stuck_seconds=2.0, ddl_idle_seconds=2, migration_seconds=6.0),
+    "tiny": Size(
+        8,
+        4,
+        10,
+        5.0,
+        2.0,
+        stuck_seconds=2.0,
+        ddl_idle_seconds=2,
+        migration_seconds=6.0,
+        drift_seconds=1.5,
+        periodic_window=4.0,
+    ),
     "full": Size(50, 20, 200, 60.0, 10.0, stuck_seconds=15.0),
 }
 HISTORY: Final = (0.05, 2_000)  # history_days, rounds_per_day: ~100 records a merchant
@@ -627,7 +658,217 @@ def report_schema_lock(report: harness.Report, run: SchemaLockRun | None) -> Non
         report.note(f"schemalock: the upgrade stopped: {run.error}")
 
 
-PARTS: Final = ("all", "catalogue", "refused", "idle", "takeover", "schemalock")
+# -- nine backfills on eight periodic threads (issue 38, point 2) ------------------------------
+
+PERIODIC_MERCHANTS: Final = 9
+PERIODIC_THREADS: Final = 8
+PERIODIC_RATE: Final = 4  # record requests a second per merchant: the backfills keep it full
+PERIODIC_RECORDS: Final = 6000  # per merchant: far more than the window reads at that rate
+
+
+class _Checks(SyncObserver):
+    """When each periodic check of one merchant ended, on the monotonic clock."""
+
+    def __init__(self, merchant: str, seen: dict[tuple[str, str], list[float]]) -> None:
+        self._merchant = merchant
+        self._seen = seen
+
+    def _ran(self, kind: str) -> None:
+        self._seen[(kind, self._merchant)].append(time.monotonic())
+
+    def drift_checked(self, window: Window, rows_behind: int) -> None:
+        self._ran("drift")
+
+    def catalogue_refreshed(self, games: int, seconds: float) -> None:
+        self._ran("catalogue")
+
+    def rounds_checked(self, missing: int) -> None:
+        self._ran("cross-check")
+
+
+@dataclass(frozen=True, slots=True)
+class Periodic:
+    intervals: dict[str, float]
+    gaps: dict[str, float]  # kind -> the longest gap of any merchant
+    drift_age: float  # the largest drift check age scraped
+    deferrals: float  # drift check deferrals, every merchant
+    backfilling: bool  # every backfill still read at the window's end
+    violations: int
+
+
+def _history_days() -> float:
+    """History after the last UTC midnight, so the drift check's last closed day holds none
+    of it: a check is one page, however the day falls (as the test does)."""
+    now = datetime.now(UTC)
+    since_midnight = (now - now.replace(hour=0, minute=0, second=0, microsecond=0)).seconds
+    if since_midnight < 90:
+        time.sleep(90 - since_midnight)
+        since_midnight = 90
+    return min(0.05, (since_midnight - 60) / 86400)
+
+
+def periodic(size: Size) -> Periodic:
+    """tests/service/test_periodic_pool_backfills.py, sized by ``size``."""
+    drift = size.drift_seconds
+    intervals = {"drift": drift, "catalogue": drift * 2 / 3, "cross-check": drift / 3}
+    days = _history_days()
+    config = SimConfig(
+        merchant_id="m-pool",
+        seed=38,
+        history_days=days,
+        rounds_per_day=int(PERIODIC_RECORDS / days),
+        record_requests=PERIODIC_RATE,
+        record_seconds=1,
+    ).with_merchants(PERIODIC_MERCHANTS)
+    sim = Simulator(config)
+    sim.start()
+    try:
+        with harness.database("postgres") as url:
+            result = _periodic_run(sim, url, intervals, size.periodic_window)
+    finally:
+        sim.stop()
+    return result
+
+
+def _periodic_run(sim: Simulator, url: str, intervals: dict[str, float], window: float) -> Periodic:
+    now = floor_ms(sim.now())
+    settings = Settings(
+        merchants=tuple(
+            MerchantSettings(
+                profile.merchant_id,
+                SecretSource.given(Secret(profile.secret)),
+                sim.base_url,
+                now - timedelta(minutes=1),
+            )
+            for profile in sim.config.profiles
+        ),
+        database_url=url,
+        page_size=25,
+        poll_interval=0.2,
+        poll_ceiling=1.6,
+        snapshot_concurrency=2,
+        drift_check_interval=intervals["drift"],
+        catalogue_interval=intervals["catalogue"],
+        events_port=1,  # notifications received (nothing listens here): cross-checks run
+        event_grace=4 * intervals["cross-check"],
+        http_timeout=5.0,
+    )
+    warehouse = Store.connect(url)
+    warehouse.migrate()
+    session = warehouse.fleet_session("holder", lease_seconds=120)
+    seen: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+    stopper, metrics = Stopper(), Metrics()
+    host = JobHost(periodic_threads=PERIODIC_THREADS, worker_threads=16)
+    syncs = MerchantSyncs(
+        settings,
+        warehouse=warehouse,
+        secrets=SecretKeeper.from_settings(settings),
+        metrics=metrics,
+        host=host,
+        stopper=stopper,
+        replica_id="holder",
+        extra_observer=lambda merchant: _Checks(merchant, seen),
+        request_poll=0.05,
+    )
+    merchants = list(sim.merchant_ids)
+
+    def sample(name: MetricName, merchant: str) -> float:
+        return metrics.registry.get_sample_value(name, {MERCHANT_LABEL: merchant}) or 0.0
+
+    def tailing() -> bool:
+        states = [warehouse.load_state(merchant) for merchant in merchants]
+        return all(state is not None and state.phase is Phase.TAILING for state in states)
+
+    try:
+        for merchant in merchants:
+            epoch = session.try_hold(merchant)
+            assert epoch is not None
+            syncs.start(merchant, epoch)
+        harness.wait_until(tailing, period=0.1, timeout=120)
+        start, end = now - timedelta(days=1), now - timedelta(minutes=1)
+        requests = [
+            warehouse.requests.ask(
+                merchant, RequestKind.BACKFILL, start, end, key=backfill_job(start, end)
+            )
+            for merchant in merchants
+        ]
+        harness.wait_until(
+            lambda: all(_request(warehouse, r) is RequestState.RUNNING for r in requests)
+        )
+        time.sleep(2 * intervals["drift"])  # every drift check now meets a full budget
+        deferred = sum(sample(MetricName.DRIFT_CHECK_DEFERRALS, m) for m in merchants)
+        began = time.monotonic()
+        age = 0.0
+        while time.monotonic() < began + window:
+            age = max(age, *(sample(MetricName.DRIFT_CHECK_AGE, m) for m in merchants))
+            time.sleep(0.25)
+        ended = time.monotonic()
+        deferred = sum(sample(MetricName.DRIFT_CHECK_DEFERRALS, m) for m in merchants) - deferred
+        backfilling = all(_request(warehouse, r) is RequestState.RUNNING for r in requests)
+    finally:
+        stopper.stop()
+        for merchant in merchants:
+            syncs.stop(merchant)
+        for thread in threading.enumerate():  # the handed-over requests' own threads
+            if thread.name.startswith("backfill-") or thread.name == "holder-requests":
+                thread.join(timeout=30)
+        session.close()
+        host.shutdown()
+        warehouse.close()
+    gaps = {
+        kind: max(_longest_gap(seen[(kind, m)], began, ended) for m in merchants)
+        for kind in intervals
+    }
+    return Periodic(
+        intervals=intervals,
+        gaps=gaps,
+        drift_age=age,
+        deferrals=deferred,
+        backfilling=backfilling,
+        violations=sim.stats().rate_limit_violations,
+    )
+
+
+def _request(warehouse: Store, request_id: int) -> RequestState | None:
+    request = warehouse.requests.get(request_id)
+    if request is not None and request.state is RequestState.FAILED:
+        raise RuntimeError(f"the backfill failed at the holder: {request.error}")
+    return None if request is None else request.state
+
+
+def _longest_gap(times: list[float], start: float, end: float) -> float:
+    marks = [start, *(t for t in times if start < t < end), end]
+    return max(b - a for a, b in itertools.pairwise(marks))
+
+
+def report_periodic(report: harness.Report, run: Periodic) -> None:
+    name = f"periodic, {PERIODIC_MERCHANTS} backfills on {PERIODIC_THREADS} threads"
+    if not run.backfilling:
+        report.note("periodic: a backfill ended within the window: the figures prove less")
+    for kind, gap in run.gaps.items():
+        bound = 2 * run.intervals[kind]
+        report.add(
+            f"{name}: longest {kind} gap (every {run.intervals[kind]:g} s)",
+            gap,
+            "s",
+            target=f"<= {bound:g}",
+            met=gap <= bound,
+        )
+    bound = 2 * run.intervals["drift"]
+    report.add(
+        f"{name}: largest drift check age scraped",
+        run.drift_age,
+        "s",
+        target=f"<= {bound:g}",
+        met=run.drift_age <= bound,
+    )
+    report.add(f"{name}: drift check deferrals in the window", run.deferrals, "")
+    report.add(
+        f"{name}: rate-limit violations", run.violations, "", target="0", met=run.violations == 0
+    )
+
+
+PARTS: Final = ("all", "catalogue", "refused", "idle", "takeover", "schemalock", "periodic")
 
 
 def main() -> int:
@@ -652,6 +893,8 @@ def main() -> int:
             report_schema_lock(
                 report, schema_lock_run(size, folder) if mariadb_reachable() else None
             )
+        if args.part in {"all", "periodic"}:
+            report_periodic(report, periodic(size))
     return report.finish(check=args.check)
 
 
