@@ -20,9 +20,26 @@ the simulator in its own process, into a new PostgreSQL database, dropped afterw
   naming no merchant: the daemon's peak RSS against its RSS before, a signed notification's
   answer meanwhile, and the refusal lines the log holds;
 - probes (issue 38): 8 clients that ask for ``/metrics`` and never read it while
-  ``/healthz`` is asked every 0.5 s: the slowest answer, against the liveness probe's 5 s.
+  ``/healthz`` is asked every 0.5 s: the slowest answer, against the liveness probe's 5 s;
+- takeover (issue 38, point 1): a replica holding 10 merchants takes one more while the
+  warehouse pool's only connection is held elsewhere for S seconds, so its takeover is stuck
+  in its write; meanwhile each held merchant's ``confirmed()`` (asked before every request)
+  is timed every 0.2 s: p50, p99, max and how many answered False (before the fix: 11.7 s
+  and False, every merchant's lock lost);
+- schemalock (issue 38, point 5), MariaDB: a migration whose revision runs past the DDL
+  sessions' idle limit (``wait_timeout``: 300 s, 330 s held; tiny: 2 s injected, 6 s held)
+  while another session asks ``GET_LOCK(..., 0)`` every 0.5 s: how often it got the lock
+  (before the fix: from 300 s on) and whether the upgrade ended.  Skipped, with a note, when
+  no MariaDB answers;
+- periodic (issue 38, point 2): nine merchants backfilling in one process (``MerchantSyncs``,
+  the daemon's assembly, over an in-process simulator whose budget the backfills keep full)
+  whose checks share 8 periodic threads: over a window, the longest gap of each merchant's
+  drift check, catalogue refresh and cross-check against twice its interval, the drift
+  check's age as scraped (``recordsync_drift_check_age_seconds``) and its deferrals (before
+  the fix: 11-18 s gaps at a 3 s interval, the drift checks queued on every thread).
 
-``--tree DIR`` runs the daemon from another checkout (the code before, for "before" figures).
+``--tree DIR`` runs the events and probes parts' daemon from another checkout (the code
+before, for "before" figures).
 
     .venv/bin/python bench/isolation.py [--size tiny|full] [--check] [--part ...] [--tree DIR]
 """
@@ -31,9 +48,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
+import itertools
 import json
 import select
+import shutil
 import socket
+import statistics
 import tempfile
 import threading
 import time
@@ -47,10 +68,26 @@ import harness
 import httpx
 from fleet import Warehouse, daemon
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import text
+from sqlalchemy import make_url, text
+from sqlalchemy.pool import NullPool
 
+from recordsync.core.secret import Secret, SecretSource
+from recordsync.core.settings import MerchantSettings, Settings
+from recordsync.core.state import Phase, Window, backfill_job
+from recordsync.core.stopping import Stopper
+from recordsync.core.times import floor_ms
+from recordsync.metrics import MERCHANT_LABEL, MetricName, Metrics
 from recordsync.platform.signing import format_timestamp, sign
-from recordsync.sim import SimConfig, running_simulator
+from recordsync.service.merchant_syncs import MerchantSyncs
+from recordsync.service.secrets import SecretKeeper
+from recordsync.sim import SimConfig, Simulator, running_simulator
+from recordsync.sync.events import SyncObserver
+from recordsync.sync.jobs import JobHost
+from recordsync.warehouse import RequestKind, RequestState
+from recordsync.warehouse import Warehouse as Store
+from recordsync.warehouse.connection import create_warehouse_engine
+from recordsync.warehouse.migrate import current_revision, head_revision, script_location, upgrade
+from recordsync.warehouse.timeouts import DDL
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,11 +99,29 @@ class Size:
     settle_seconds: float
     event_merchants: int
     probe_merchants: int  # /metrics grows with them: 400 make 5 MB, more than a socket buffers
+    stuck_seconds: float = 15.0  # how long the takeover's write is held up
+    ddl_idle_seconds: int = DDL.idle_session  # the DDL sessions' idle limit (MariaDB)
+    migration_seconds: float = 330.0  # how long the test-only revision runs
+    drift_seconds: float = 3.0  # the periodic part's drift check interval
+    periodic_window: float = 30.0  # the periodic part's window, measured while all backfill
 
 
 SIZES: Final = {
-    "tiny": Size(8, 4, 10, 5.0, 2.0, 4, 4),
-    "full": Size(50, 20, 200, 60.0, 10.0, 50, 400),
+    "tiny": Size(
+        8,
+        4,
+        10,
+        5.0,
+        2.0,
+        4,
+        4,
+        stuck_seconds=2.0,
+        ddl_idle_seconds=2,
+        migration_seconds=6.0,
+        drift_seconds=1.5,
+        periodic_window=4.0,
+    ),
+    "full": Size(50, 20, 200, 60.0, 10.0, 50, 400, stuck_seconds=15.0),
 }
 HISTORY: Final = (0.05, 2_000)  # history_days, rounds_per_day: ~100 records a merchant
 LIVE_RATE: Final = 5.0  # changes a second per merchant while measured
@@ -416,6 +471,419 @@ def report_idle(report: harness.Report, run: Idle) -> None:
     report.add(f"idle, {run.merchants} merchants: daemon threads", run.threads, "")
 
 
+# -- a takeover stuck in its write (issue 38, point 1) ----------------------------------------
+
+TAKEOVER_MERCHANTS: Final = 10
+CONFIRM_EVERY: Final = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Takeover:
+    stuck_seconds: float
+    stuck: bool  # the takeover was still waiting when the pool's connection came back
+    asked: int
+    refused: int  # confirmed() answered False
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    lost: int  # merchants no longer held at the end
+
+
+def takeover(size: Size) -> Takeover:
+    """The fleet test's scenario (tests/warehouse/test_warehouse_fleet.py) on a new database."""
+    with harness.database("postgres") as url:
+        store = Store.connect(url, pool_size=1, max_overflow=0, pool_timeout=60)
+        store.migrate()
+        session = store.fleet_session("bench-replica")
+        merchants = [f"merchant-{n}" for n in range(TAKEOVER_MERCHANTS)]
+        stop = threading.Event()
+        seen: list[tuple[float, bool]] = []
+        lock = threading.Lock()
+
+        def poll(merchant_id: str) -> None:
+            while not stop.is_set():
+                asked = time.monotonic()
+                answer = session.confirmed(merchant_id)
+                with lock:
+                    seen.append((time.monotonic() - asked, answer))
+                stop.wait(CONFIRM_EVERY)
+
+        try:
+            for merchant_id in merchants:
+                session.try_hold(merchant_id)
+            pollers = [threading.Thread(target=poll, args=(m,), daemon=True) for m in merchants]
+            taker = threading.Thread(target=lambda: session.try_hold("merchant-new"), daemon=True)
+            with store.engine.connect():  # the pool's one connection: the takeover waits
+                taker.start()
+                for poller in pollers:
+                    poller.start()
+                time.sleep(size.stuck_seconds)
+                stuck = taker.is_alive()
+            taker.join(30)
+            stop.set()
+            for poller in pollers:
+                poller.join(5)
+            held = session.still_held()
+        finally:
+            stop.set()
+            with contextlib.suppress(Exception):
+                session.close()
+            store.close()
+    took = sorted(seconds * 1000 for seconds, _answer in seen)
+    return Takeover(
+        stuck_seconds=size.stuck_seconds,
+        stuck=stuck,
+        asked=len(seen),
+        refused=sum(1 for _seconds, answer in seen if not answer),
+        p50_ms=statistics.median(took),
+        p99_ms=took[min(len(took) - 1, int(0.99 * len(took)))],
+        max_ms=took[-1],
+        lost=len(set(merchants) - set(held)),
+    )
+
+
+def report_takeover(report: harness.Report, run: Takeover) -> None:
+    name = f"takeover stuck {run.stuck_seconds:g} s, {TAKEOVER_MERCHANTS} merchants' confirmed()"
+    if not run.stuck:
+        report.note("the takeover did not wait for the pool: the figures below prove nothing")
+    report.add(f"{name}: asked", run.asked, "")
+    report.add(f"{name}: p50", run.p50_ms, "ms")
+    report.add(f"{name}: p99", run.p99_ms, "ms", target="< 10", met=run.p99_ms < 10)
+    report.add(f"{name}: max", run.max_ms, "ms")
+    report.add(f"{name}: answered False", run.refused, "", target="0", met=run.refused == 0)
+    report.add(f"{name}: merchants lost", run.lost, "", target="0", met=run.lost == 0)
+
+
+# -- the schema lock held past the DDL sessions' idle limit (issue 38, point 5) ---------------
+
+_SLEEPING: Final = '''"""Bench-only: a revision that runs for {seconds} s on the server."""
+
+from alembic import op
+
+revision = "9001"
+down_revision = "{down}"
+branch_labels = None
+depends_on = None
+
+
+def upgrade():
+    op.execute("SELECT SLEEP({seconds})")
+
+
+def downgrade():
+    pass
+'''
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaLockRun:
+    idle_seconds: int
+    held_seconds: float
+    asked: int
+    taken: int  # another session's GET_LOCK(..., 0) succeeded
+    first_taken_at: float | None  # seconds into the revision
+    finished: bool  # the upgrade reached the test-only revision
+    error: str
+
+
+def mariadb_reachable() -> bool:
+    engine = create_warehouse_engine(harness.server_url("mariadb"), poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception:  # noqa: BLE001 - any failure means: no MariaDB to measure on
+        return False
+    finally:
+        engine.dispose()
+    return True
+
+
+def schema_lock_run(size: Size, folder: Path) -> SchemaLockRun:
+    scripts = folder / "sleeping-migrations"
+    shutil.copytree(script_location(), scripts, ignore=shutil.ignore_patterns("__pycache__"))
+    (scripts / "versions" / "9001_sleep.py").write_text(
+        _SLEEPING.format(seconds=size.migration_seconds, down=head_revision())
+    )
+    with harness.database("mariadb") as url:
+        store = Store.connect(url)
+        store.migrate()
+        store.close()
+        limits = dataclasses.replace(DDL, idle_session=size.ddl_idle_seconds)
+        engine = create_warehouse_engine(url, limits=limits, poolclass=NullPool)
+        other = create_warehouse_engine(url, poolclass=NullPool)
+        name = f"recordsync-schema:{make_url(url).database}"[:64]
+        raised: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                upgrade(engine, scripts=scripts)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                raised.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        try:
+            with other.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                thread.start()
+                deadline = time.monotonic() + 60
+                while conn.execute(text("SELECT IS_USED_LOCK(:n)"), {"n": name}).scalar() is None:
+                    if time.monotonic() > deadline or not thread.is_alive():
+                        raise RuntimeError(f"the upgrade never took the lock: {raised}")
+                    time.sleep(0.05)
+                began = time.monotonic()
+                asked, taken, first = 0, 0, None
+                while thread.is_alive():
+                    got = conn.execute(text("SELECT GET_LOCK(:n, 0)"), {"n": name}).scalar()
+                    asked += 1
+                    if got == 1:
+                        taken += 1
+                        first = first if first is not None else time.monotonic() - began
+                        conn.execute(text("SELECT RELEASE_LOCK(:n)"), {"n": name})
+                    time.sleep(0.5)
+                thread.join()
+            with engine.connect() as conn:
+                finished = current_revision(conn) == "9001"
+        finally:
+            engine.dispose()
+            other.dispose()
+    return SchemaLockRun(
+        idle_seconds=size.ddl_idle_seconds,
+        held_seconds=size.migration_seconds,
+        asked=asked,
+        taken=taken,
+        first_taken_at=first,
+        finished=finished,
+        error=str(raised[0]) if raised else "",
+    )
+
+
+def report_schema_lock(report: harness.Report, run: SchemaLockRun | None) -> None:
+    if run is None:
+        report.note("schemalock: no MariaDB reachable (RECORDSYNC_TEST_MARIADB_URL): skipped")
+        return
+    name = f"schemalock, a revision of {run.held_seconds:g} s, idle limit {run.idle_seconds} s"
+    report.add(f"{name}: GET_LOCK(..., 0) asked", run.asked, "")
+    report.add(
+        f"{name}: another session got the lock", run.taken, "", target="0", met=run.taken == 0
+    )
+    if run.first_taken_at is not None:
+        report.add(f"{name}: first taken after", run.first_taken_at, "s")
+    report.add(
+        f"{name}: upgrade finished", 1 if run.finished else 0, "", target="1", met=run.finished
+    )
+    if run.error:
+        report.note(f"schemalock: the upgrade stopped: {run.error}")
+
+
+# -- nine backfills on eight periodic threads (issue 38, point 2) ------------------------------
+
+PERIODIC_MERCHANTS: Final = 9
+PERIODIC_THREADS: Final = 8
+PERIODIC_RATE: Final = 4  # record requests a second per merchant: the backfills keep it full
+PERIODIC_RECORDS: Final = 6000  # per merchant: far more than the window reads at that rate
+
+
+class _Checks(SyncObserver):
+    """When each periodic check of one merchant ended, on the monotonic clock."""
+
+    def __init__(self, merchant: str, seen: dict[tuple[str, str], list[float]]) -> None:
+        self._merchant = merchant
+        self._seen = seen
+
+    def _ran(self, kind: str) -> None:
+        self._seen[(kind, self._merchant)].append(time.monotonic())
+
+    def drift_checked(self, window: Window, rows_behind: int) -> None:
+        self._ran("drift")
+
+    def catalogue_refreshed(self, games: int, seconds: float) -> None:
+        self._ran("catalogue")
+
+    def rounds_checked(self, missing: int) -> None:
+        self._ran("cross-check")
+
+
+@dataclass(frozen=True, slots=True)
+class Periodic:
+    intervals: dict[str, float]
+    gaps: dict[str, float]  # kind -> the longest gap of any merchant
+    drift_age: float  # the largest drift check age scraped
+    deferrals: float  # drift check deferrals, every merchant
+    backfilling: bool  # every backfill still read at the window's end
+    violations: int
+
+
+def _history_days() -> float:
+    """History after the last UTC midnight, so the drift check's last closed day holds none
+    of it: a check is one page, however the day falls (as the test does)."""
+    now = datetime.now(UTC)
+    since_midnight = (now - now.replace(hour=0, minute=0, second=0, microsecond=0)).seconds
+    if since_midnight < 90:
+        time.sleep(90 - since_midnight)
+        since_midnight = 90
+    return min(0.05, (since_midnight - 60) / 86400)
+
+
+def periodic(size: Size) -> Periodic:
+    """tests/service/test_periodic_pool_backfills.py, sized by ``size``."""
+    drift = size.drift_seconds
+    intervals = {"drift": drift, "catalogue": drift * 2 / 3, "cross-check": drift / 3}
+    days = _history_days()
+    config = SimConfig(
+        merchant_id="m-pool",
+        seed=38,
+        history_days=days,
+        rounds_per_day=int(PERIODIC_RECORDS / days),
+        record_requests=PERIODIC_RATE,
+        record_seconds=1,
+    ).with_merchants(PERIODIC_MERCHANTS)
+    sim = Simulator(config)
+    sim.start()
+    try:
+        with harness.database("postgres") as url:
+            result = _periodic_run(sim, url, intervals, size.periodic_window)
+    finally:
+        sim.stop()
+    return result
+
+
+def _periodic_run(sim: Simulator, url: str, intervals: dict[str, float], window: float) -> Periodic:
+    now = floor_ms(sim.now())
+    settings = Settings(
+        merchants=tuple(
+            MerchantSettings(
+                profile.merchant_id,
+                SecretSource.given(Secret(profile.secret)),
+                sim.base_url,
+                now - timedelta(minutes=1),
+            )
+            for profile in sim.config.profiles
+        ),
+        database_url=url,
+        page_size=25,
+        poll_interval=0.2,
+        poll_ceiling=1.6,
+        snapshot_concurrency=2,
+        drift_check_interval=intervals["drift"],
+        catalogue_interval=intervals["catalogue"],
+        events_port=1,  # notifications received (nothing listens here): cross-checks run
+        event_grace=4 * intervals["cross-check"],
+        http_timeout=5.0,
+    )
+    warehouse = Store.connect(url)
+    warehouse.migrate()
+    session = warehouse.fleet_session("holder", lease_seconds=120)
+    seen: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+    stopper, metrics = Stopper(), Metrics()
+    host = JobHost(periodic_threads=PERIODIC_THREADS, worker_threads=16)
+    syncs = MerchantSyncs(
+        settings,
+        warehouse=warehouse,
+        secrets=SecretKeeper.from_settings(settings),
+        metrics=metrics,
+        host=host,
+        stopper=stopper,
+        replica_id="holder",
+        extra_observer=lambda merchant: _Checks(merchant, seen),
+        request_poll=0.05,
+    )
+    merchants = list(sim.merchant_ids)
+
+    def sample(name: MetricName, merchant: str) -> float:
+        return metrics.registry.get_sample_value(name, {MERCHANT_LABEL: merchant}) or 0.0
+
+    def tailing() -> bool:
+        states = [warehouse.load_state(merchant) for merchant in merchants]
+        return all(state is not None and state.phase is Phase.TAILING for state in states)
+
+    try:
+        for merchant in merchants:
+            epoch = session.try_hold(merchant)
+            assert epoch is not None
+            syncs.start(merchant, epoch)
+        harness.wait_until(tailing, period=0.1, timeout=120)
+        start, end = now - timedelta(days=1), now - timedelta(minutes=1)
+        requests = [
+            warehouse.requests.ask(
+                merchant, RequestKind.BACKFILL, start, end, key=backfill_job(start, end)
+            )
+            for merchant in merchants
+        ]
+        harness.wait_until(
+            lambda: all(_request(warehouse, r) is RequestState.RUNNING for r in requests)
+        )
+        time.sleep(2 * intervals["drift"])  # every drift check now meets a full budget
+        deferred = sum(sample(MetricName.DRIFT_CHECK_DEFERRALS, m) for m in merchants)
+        began = time.monotonic()
+        age = 0.0
+        while time.monotonic() < began + window:
+            age = max(age, *(sample(MetricName.DRIFT_CHECK_AGE, m) for m in merchants))
+            time.sleep(0.25)
+        ended = time.monotonic()
+        deferred = sum(sample(MetricName.DRIFT_CHECK_DEFERRALS, m) for m in merchants) - deferred
+        backfilling = all(_request(warehouse, r) is RequestState.RUNNING for r in requests)
+    finally:
+        stopper.stop()
+        for merchant in merchants:
+            syncs.stop(merchant)
+        for thread in threading.enumerate():  # the handed-over requests' own threads
+            if thread.name.startswith("backfill-") or thread.name == "holder-requests":
+                thread.join(timeout=30)
+        session.close()
+        host.shutdown()
+        warehouse.close()
+    gaps = {
+        kind: max(_longest_gap(seen[(kind, m)], began, ended) for m in merchants)
+        for kind in intervals
+    }
+    return Periodic(
+        intervals=intervals,
+        gaps=gaps,
+        drift_age=age,
+        deferrals=deferred,
+        backfilling=backfilling,
+        violations=sim.stats().rate_limit_violations,
+    )
+
+
+def _request(warehouse: Store, request_id: int) -> RequestState | None:
+    request = warehouse.requests.get(request_id)
+    if request is not None and request.state is RequestState.FAILED:
+        raise RuntimeError(f"the backfill failed at the holder: {request.error}")
+    return None if request is None else request.state
+
+
+def _longest_gap(times: list[float], start: float, end: float) -> float:
+    marks = [start, *(t for t in times if start < t < end), end]
+    return max(b - a for a, b in itertools.pairwise(marks))
+
+
+def report_periodic(report: harness.Report, run: Periodic) -> None:
+    name = f"periodic, {PERIODIC_MERCHANTS} backfills on {PERIODIC_THREADS} threads"
+    if not run.backfilling:
+        report.note("periodic: a backfill ended within the window: the figures prove less")
+    for kind, gap in run.gaps.items():
+        bound = 2 * run.intervals[kind]
+        report.add(
+            f"{name}: longest {kind} gap (every {run.intervals[kind]:g} s)",
+            gap,
+            "s",
+            target=f"<= {bound:g}",
+            met=gap <= bound,
+        )
+    bound = 2 * run.intervals["drift"]
+    report.add(
+        f"{name}: largest drift check age scraped",
+        run.drift_age,
+        "s",
+        target=f"<= {bound:g}",
+        met=run.drift_age <= bound,
+    )
+    report.add(f"{name}: drift check deferrals in the window", run.deferrals, "")
+    report.add(
+        f"{name}: rate-limit violations", run.violations, "", target="0", met=run.violations == 0
+    )
+
+
 # -- the two ports under strangers (issue 38) --------------------------------------------------
 
 STRANGERS: Final = 250
@@ -641,17 +1109,24 @@ def report_probes(report: harness.Report, run: Probes) -> None:
     report.add(f"{name}: /healthz past {LIVENESS_TIMEOUT:g} s", run.healthz_failed, "")
 
 
+PARTS: Final = (
+    "all",
+    "catalogue",
+    "refused",
+    "idle",
+    "events",
+    "probes",
+    "takeover",
+    "schemalock",
+    "periodic",
+)
+
+
 def main() -> int:
     args = harness.arguments(
         __doc__.splitlines()[0],
         [
-            (
-                "--part",
-                {
-                    "choices": ("all", "catalogue", "refused", "idle", "events", "probes"),
-                    "default": "all",
-                },
-            ),
+            ("--part", {"choices": PARTS, "default": "all"}),
             ("--tree", {"type": Path, "default": None, "help": "run the daemon from there"}),
         ],
     )
@@ -671,6 +1146,14 @@ def main() -> int:
             report_events(report, events(size, folder, tree))
         if args.part in {"all", "probes"}:
             report_probes(report, probes(size, folder, tree))
+        if args.part in {"all", "takeover"}:
+            report_takeover(report, takeover(size))
+        if args.part in {"all", "schemalock"}:
+            report_schema_lock(
+                report, schema_lock_run(size, folder) if mariadb_reachable() else None
+            )
+        if args.part in {"all", "periodic"}:
+            report_periodic(report, periodic(size))
     return report.finish(check=args.check)
 
 

@@ -83,6 +83,11 @@ class MetricName(StrEnum):
     SYNC_FAILURES = "recordsync_merchant_sync_failures_total"
     DRIFT_CHECKS = "recordsync_drift_checks_total"
     DRIFT_ROWS_BEHIND = "recordsync_drift_rows_behind"
+    # The drift check's starvation bound (issue 38): how long since it last ran to its end,
+    # its interval, and how often it gave its periodic thread back behind the sync's reads.
+    DRIFT_CHECK_AGE = "recordsync_drift_check_age_seconds"
+    DRIFT_CHECK_INTERVAL = "recordsync_drift_check_interval_seconds"
+    DRIFT_CHECK_DEFERRALS = "recordsync_drift_check_deferrals_total"
     # The game catalogue (issue 13): passes committed; whether the platform serves it (28).
     CATALOGUE_REFRESHES = "recordsync_catalogue_refreshes_total"
     CATALOGUE_AVAILABLE = "recordsync_catalogue_available"
@@ -208,6 +213,8 @@ class _MerchantState:
     tail_wait: float | None = None
     tail_last_sequence: float | None = None
     drift_rows_behind: int | None = None
+    drift_interval: float | None = None  # seconds; None: no drift check scheduled here
+    drift_ran_at: float | None = None  # last run ended, or the check was scheduled
     catalogue_available: bool | None = None
     budget: BudgetView | None = None
 
@@ -305,6 +312,7 @@ class _Instruments:
     rebuilds: Counter
     errors: Counter
     drift_checks: Counter
+    drift_deferrals: Counter
     sync_failures: Counter
     catalogue_refreshes: Counter
 
@@ -384,6 +392,11 @@ class _Instruments:
                 MetricName.DRIFT_CHECKS,
                 "Drift checks completed (a closed 24 h window re-read and compared).",
             ),
+            drift_deferrals=counter(
+                MetricName.DRIFT_CHECK_DEFERRALS,
+                "Drift check runs that gave their periodic thread back and were scheduled "
+                "again (the rate budget taken by the sync's own reads, a pause, an outage).",
+            ),
             sync_failures=counter(
                 MetricName.SYNC_FAILURES,
                 "Merchant syncs ended by an unexpected error (a bug) and restarted after a "
@@ -415,6 +428,7 @@ class MerchantMetrics:
             instruments.changes_applied,
             instruments.rebuilds,
             instruments.drift_checks,
+            instruments.drift_deferrals,
             instruments.catalogue_refreshes,
         ):
             counter.labels(merchant_id)
@@ -516,6 +530,23 @@ class MerchantMetrics:
         self._series.drift_checks.labels(self.merchant_id).inc()
         with self._book.editing(self.merchant_id) as state:
             state.drift_rows_behind = rows_behind
+
+    def drift_check_scheduled(self, interval: float) -> None:
+        """The merchant's drift check runs every ``interval`` seconds here from now on; its
+        age counts from now until its first run ends."""
+        with self._book.editing(self.merchant_id) as state:
+            state.drift_interval = interval
+            state.drift_ran_at = self._book.clock()
+
+    def drift_check_ran(self) -> None:
+        """A drift check run ended: it compared the last closed day, or found nothing to
+        compare yet (the snapshot still filling the warehouse)."""
+        with self._book.editing(self.merchant_id) as state:
+            state.drift_ran_at = self._book.clock()
+
+    def drift_check_deferred(self) -> None:
+        """A drift check run gave its thread back and was scheduled again (``Deferred``)."""
+        self._series.drift_deferrals.labels(self.merchant_id).inc()
 
     def catalogue_refreshed(self) -> None:
         """A whole game catalogue pass was committed."""
@@ -863,6 +894,17 @@ def _sync_families(
         "check; non-zero is an alert.",
         labels=labels,
     )
+    drift_age = GaugeMetricFamily(
+        MetricName.DRIFT_CHECK_AGE,
+        "Seconds since the merchant's drift check last ran to its end here (or was "
+        "scheduled); past twice its interval, it was starved (see the deferrals).",
+        labels=labels,
+    )
+    drift_interval = GaugeMetricFamily(
+        MetricName.DRIFT_CHECK_INTERVAL,
+        "Seconds between the merchant's drift checks (RECORDSYNC_DRIFT_CHECK_INTERVAL).",
+        labels=labels,
+    )
     catalogue_available = GaugeMetricFamily(
         MetricName.CATALOGUE_AVAILABLE,
         "1 while the platform serves the game catalogue to the merchant, 0 while it refuses "
@@ -884,6 +926,9 @@ def _sync_families(
         last_commit.add_metric(key, 0.0 if state.last_commit_at is None else state.last_commit_at)
         if state.drift_rows_behind is not None:
             rows_behind.add_metric(key, state.drift_rows_behind)
+        if state.drift_interval is not None and state.drift_ran_at is not None:
+            drift_interval.add_metric(key, state.drift_interval)
+            drift_age.add_metric(key, max(now - state.drift_ran_at, 0.0))
     return [
         freshness,
         has_more,
@@ -891,6 +936,8 @@ def _sync_families(
         last_sequence,
         last_commit,
         rows_behind,
+        drift_age,
+        drift_interval,
         catalogue_available,
     ]
 

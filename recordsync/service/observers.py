@@ -84,6 +84,15 @@ class SyncMetricsObserver(SyncObserver):
     def drift_checked(self, window: Window, rows_behind: int) -> None:
         self._metrics.drift_checked(rows_behind)
 
+    def drift_check_scheduled(self, interval: float) -> None:
+        self._metrics.drift_check_scheduled(interval)
+
+    def drift_check_ran(self) -> None:
+        self._metrics.drift_check_ran()
+
+    def drift_check_deferred(self, reason: str) -> None:
+        self._metrics.drift_check_deferred()
+
     def catalogue_refreshed(self, games: int, seconds: float) -> None:
         self._metrics.catalogue_refreshed()
 

@@ -4,6 +4,11 @@ budget priority and compared with the warehouse (what counts as drift is in ``dr
 It runs as a periodic job of the daemon, every ``drift_interval`` seconds, and compares
 nothing until the snapshot is done.  A check deferred by a failure (``core.waiting``) goes on
 from the page it failed on when it runs again, its tally kept.
+
+Its starvation bound is seen, not hoped for: every run that ends (a comparison, or nothing to
+compare yet) and every deferral is reported to the observer, so the metrics show how long
+since it last ran and how often it gave its periodic thread back behind the sync's own reads
+(the rate budget serves background work last, ``platform.budget``).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from recordsync.core.state import Phase, Window
+from recordsync.core.waiting import Deferred
 from recordsync.platform.budget import Priority
 from recordsync.sync.context import SyncContext
 from recordsync.sync.drift import DriftTally, last_closed_day
@@ -39,7 +45,15 @@ class DriftCheck:
 
     def run(self) -> None:
         """Re-read the last closed day at the lowest priority; count rows behind the
-        platform."""
+        platform.  A deferral is reported, then left to the job runner to schedule again."""
+        try:
+            self._run()
+        except Deferred as later:
+            self._ctx.observer.drift_check_deferred(later.reason)
+            raise
+        self._ctx.observer.drift_check_ran()
+
+    def _run(self) -> None:
         ctx, runner = self._ctx, self._runner
         check = self._check
         if check is None:

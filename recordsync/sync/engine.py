@@ -217,6 +217,7 @@ class SyncEngine:
         if options.drift_interval:
             drift = DriftCheck(ctx, ctx.runner(generation, fatal_is_final=False))
             jobs.every("drift-check", options.drift_interval, drift.run, now=False)
+            ctx.observer.drift_check_scheduled(options.drift_interval)
         if options.event_grace is not None:
             cross_check = self._cross_check
             cross_runner = ctx.runner(generation, fatal_is_final=False)

@@ -47,6 +47,15 @@ class SyncObserver:
     def drift_checked(self, window: Window, rows_behind: int) -> None:
         """A drift check over ``window`` finished; ``rows_behind`` > 0 is an alert."""
 
+    def drift_check_scheduled(self, interval: float) -> None:
+        """The drift check runs every ``interval`` seconds from now on."""
+
+    def drift_check_ran(self) -> None:
+        """A drift check run ended (compared, or nothing to compare before the snapshot)."""
+
+    def drift_check_deferred(self, reason: str) -> None:
+        """A drift check run gave its thread back, to run again later (``reason``: why)."""
+
     def catalogue_refreshed(self, games: int, seconds: float) -> None:
         """A catalogue pass of ``games`` games was committed, ``seconds`` after it began."""
 
@@ -117,6 +126,18 @@ class MultiObserver(SyncObserver):
     def drift_checked(self, window: Window, rows_behind: int) -> None:
         for observer in self.observers:
             observer.drift_checked(window, rows_behind)
+
+    def drift_check_scheduled(self, interval: float) -> None:
+        for observer in self.observers:
+            observer.drift_check_scheduled(interval)
+
+    def drift_check_ran(self) -> None:
+        for observer in self.observers:
+            observer.drift_check_ran()
+
+    def drift_check_deferred(self, reason: str) -> None:
+        for observer in self.observers:
+            observer.drift_check_deferred(reason)
 
     def catalogue_refreshed(self, games: int, seconds: float) -> None:
         for observer in self.observers:

@@ -363,6 +363,31 @@ def test_drift_check_reports_rows_behind(metrics, merchant, registry):
     assert value(registry, MetricName.DRIFT_ROWS_BEHIND) == 3
 
 
+def test_the_drift_checks_age_counts_from_its_last_run_and_its_deferrals_are_counted(
+    merchant, registry, clock
+):
+    """Issue 38: a drift check starved on the periodic pool is seen: its age passes twice its
+    interval while its deferrals grow, and a run that ends (or finds nothing to compare)
+    brings the age back to 0."""
+    observer = SyncMetricsObserver(merchant)
+    assert value(registry, MetricName.DRIFT_CHECK_AGE) is None  # not scheduled here
+    assert value(registry, MetricName.DRIFT_CHECK_DEFERRALS) == 0
+    observer.drift_check_scheduled(60.0)
+    clock.now += 50
+    assert value(registry, MetricName.DRIFT_CHECK_AGE) == 50
+    assert value(registry, MetricName.DRIFT_CHECK_INTERVAL) == 60
+    for _ in range(3):
+        observer.drift_check_deferred("the rate budget is taken by the sync")
+        clock.now += 40
+    assert value(registry, MetricName.DRIFT_CHECK_AGE) == 170  # past twice the interval
+    assert value(registry, MetricName.DRIFT_CHECK_DEFERRALS) == 3
+    observer.drift_checked(WINDOW, 0)
+    observer.drift_check_ran()
+    clock.now += 5
+    assert value(registry, MetricName.DRIFT_CHECK_AGE) == 5
+    assert value(registry, MetricName.DRIFT_CHECK_DEFERRALS) == 3
+
+
 def test_the_tails_wait_is_a_gauge_per_merchant(metrics, merchant, registry):
     SyncMetricsObserver(merchant).tail_interval(8.0)
     value = registry.get_sample_value("recordsync_tail_wait_seconds", {"merchant_id": MERCHANT})
@@ -379,6 +404,7 @@ def test_every_named_metric_is_exposed_with_conventional_names(metrics, merchant
         1, has_more=False, projection_as_of=datetime.fromtimestamp(START, UTC), last_sequence="1"
     )
     observer.tail_interval(4.0)
+    observer.drift_check_scheduled(60.0)
     observer.quarantined("tail", 1)
     observer.rebuild_started("x")
     observer.error("ServerError")
@@ -446,6 +472,9 @@ PER_MERCHANT = [
     (MetricName.ERRORS, {"kind": "ServerError"}, 1, 2),
     (MetricName.DRIFT_CHECKS, {}, 1, 2),
     (MetricName.DRIFT_ROWS_BEHIND, {}, 1, 2),
+    (MetricName.DRIFT_CHECK_AGE, {}, 70, 10),
+    (MetricName.DRIFT_CHECK_INTERVAL, {}, 3600, 7200),
+    (MetricName.DRIFT_CHECK_DEFERRALS, {}, 1, 2),
     (MetricName.SYNC_FAILURES, {"kind": "RuntimeError"}, 1, 2),
     (MetricName.CATALOGUE_REFRESHES, {}, 1, 2),
     (MetricName.CATALOGUE_AVAILABLE, {}, 1, 0),
@@ -469,6 +498,8 @@ GONE_WHEN_FORGOTTEN = frozenset(
         MetricName.TAIL_WAIT,
         MetricName.TAIL_LAST_SEQUENCE,
         MetricName.DRIFT_ROWS_BEHIND,
+        MetricName.DRIFT_CHECK_AGE,
+        MetricName.DRIFT_CHECK_INTERVAL,
         MetricName.CATALOGUE_AVAILABLE,
     }
 )
@@ -483,6 +514,7 @@ def feed(metrics, merchant_id, n, clock):
     for _ in range(2 * n + 1):  # the last one waits a full window: n seconds
         budget.acquire().stamp()
     client, sync = ClientMetricsObserver(view), SyncMetricsObserver(view)
+    sync.drift_check_scheduled(3600.0 * n)
     sync.windows_planned("rebuild", 5 + 5 * n, 0)
     clock.now += 10
     for _ in range(n):
@@ -495,6 +527,7 @@ def feed(metrics, merchant_id, n, clock):
         sync.rebuild_started("change cursor expired")
         sync.error("ServerError")
         sync.drift_checked(WINDOW, n)
+        sync.drift_check_deferred("the rate budget is taken by the sync")
         view.sync_failed("RuntimeError")
         sync.catalogue_refreshed(24, 0.5)
     sync.catalogue_available(available=n == 1)

@@ -27,7 +27,7 @@ from recordsync.core.settings import MerchantSettings, Settings
 from recordsync.core.state import Phase, Window, backfill_job
 from recordsync.core.stopping import Stopper
 from recordsync.core.times import floor_ms
-from recordsync.metrics import Metrics
+from recordsync.metrics import MERCHANT_LABEL, MetricName, Metrics
 from recordsync.service.merchant_syncs import MerchantSyncs
 from recordsync.service.secrets import SecretKeeper
 from recordsync.sim import SimConfig, Simulator
@@ -146,12 +146,13 @@ def test_nine_backfills_leave_every_merchants_checks_on_time(sim, tmp_path):
                 return Checks(merchant, seen)
 
         stopper = Stopper()
+        metrics = Metrics()
         host = JobHost(periodic_threads=PERIODIC_THREADS, worker_threads=16)
         syncs = MerchantSyncs(
             settings,
             warehouse=warehouse,
             secrets=SecretKeeper.from_settings(settings),
-            metrics=Metrics(),
+            metrics=metrics,
             host=host,
             stopper=stopper,
             replica_id="holder",
@@ -181,8 +182,17 @@ def test_nine_backfills_leave_every_merchants_checks_on_time(sim, tmp_path):
             wait_for(lambda: all(_state(warehouse, r) is RequestState.RUNNING for r in requests))
             time.sleep(2 * DRIFT)  # every drift check now meets a full budget
             began = time.monotonic()
-            time.sleep(WINDOW)
+            ages = dict.fromkeys(merchants, 0.0)
+            while time.monotonic() < began + WINDOW:  # the drift check's age, as scraped
+                for merchant in merchants:
+                    age = _sample(metrics, MetricName.DRIFT_CHECK_AGE, merchant)
+                    ages[merchant] = max(ages[merchant], age or 0.0)
+                time.sleep(0.25)
             ended = time.monotonic()
+            deferrals = {
+                merchant: _sample(metrics, MetricName.DRIFT_CHECK_DEFERRALS, merchant)
+                for merchant in merchants
+            }
             still_reading = [_state(warehouse, r) for r in requests]
         finally:
             stopper.stop()
@@ -202,7 +212,7 @@ def test_nine_backfills_leave_every_merchants_checks_on_time(sim, tmp_path):
         for kind in ("drift", "catalogue", "cross-check")
         for merchant in merchants
     }
-    print(f"longest gaps {gaps}")  # noqa: T201
+    print(f"longest gaps {gaps}; drift check ages {ages}; deferrals {deferrals}")  # noqa: T201
     # The backfills read throughout: the checks ran beside them, not after them.
     assert still_reading == [RequestState.RUNNING] * MERCHANTS
     assert stats.rate_limit_violations == 0
@@ -213,6 +223,14 @@ def test_nine_backfills_leave_every_merchants_checks_on_time(sim, tmp_path):
         > 2 * {"drift": DRIFT, "catalogue": CATALOGUE, "cross-check": CROSS_CHECK}[key[0]] + 0.5
     }
     assert late == {}
+    # The metrics tell the same: no drift check older than twice its interval, and each
+    # merchant's was deferred behind its backfill's reads (the bound is kept, and seen).
+    assert {m: age for m, age in ages.items() if age > 2 * DRIFT + 0.5} == {}
+    assert all(count is not None and count > 0 for count in deferrals.values()), deferrals
+
+
+def _sample(metrics: Metrics, name: MetricName, merchant: str) -> float | None:
+    return metrics.registry.get_sample_value(name, {MERCHANT_LABEL: merchant})
 
 
 def _state(warehouse: Warehouse, request_id: int) -> RequestState | None:
