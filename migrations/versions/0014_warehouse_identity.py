@@ -16,6 +16,9 @@ finding the schema at a revision it does not know keeps running when every revis
 own is additive (``warehouse.migrate``).  The rows are written after each upgrade by
 ``migrations/env.py`` from the scripts' own ``additive`` flag.
 
+``drift_checks``: when each merchant's drift check last ran, and since when it has been
+deferred behind the sync's own reads, so that ``status`` says why one is overdue.
+
 ``replicas.version`` and ``replicas.request_kinds``: the version a replica runs and the kinds of
 handed-over work it takes, so that a command refuses to hand work to a holder that cannot do
 it (an older version's) instead of following a request nobody runs.  NULL for a replica of a
@@ -98,6 +101,15 @@ def upgrade() -> None:
             {"id": str(uuid.uuid4())},
         )
     op.create_table(
+        "drift_checks",
+        sa.Column("merchant_id", sa.String(_ID), nullable=False),
+        sa.Column("last_run_at", _time(), nullable=True),
+        sa.Column("deferred_since", _time(), nullable=True),
+        sa.PrimaryKeyConstraint("merchant_id", name="pk_drift_checks"),
+        **_table_options(),
+        if_not_exists=True,
+    )
+    op.create_table(
         "schema_revisions",
         sa.Column("revision", sa.String(_REVISION), nullable=False),
         sa.Column("down_revision", sa.String(_REVISION), nullable=True),
@@ -126,4 +138,5 @@ def downgrade() -> None:
         batch.drop_column("request_kinds")
         batch.drop_column("version")
     op.drop_table("schema_revisions")
+    op.drop_table("drift_checks")
     op.drop_table("warehouse_identity")

@@ -28,6 +28,7 @@ from recordsync.service.console import PipeConsole
 from recordsync.service.health import assess_readiness
 from recordsync.warehouse import (
     Availability,
+    DriftCheckRun,
     Freshness,
     Pause,
     QuarantinedRecord,
@@ -49,12 +50,15 @@ class MerchantView:
     # The optional endpoints (the game catalogue) and whether the platform serves them.
     endpoints: Sequence[Availability] = ()
     paused: Pause | None = None  # an operator's pause (``recordsync merchant pause``)
+    # The drift check's last run and wait (None: never ran), and its interval (0: off).
+    drift: DriftCheckRun | None = None
+    drift_interval: float = 0.0
 
 
 def show_status(settings: Settings, *, as_json: bool, check: bool = False) -> int:
     """Every configured merchant's status: a block each for people, one document for scripts
     (``{"merchants": [{"merchant_id", "status", "quarantined", "holder", "epoch",
-    "freshness", "endpoints", "paused"}, ...]}``)."""
+    "freshness", "endpoints", "paused", "drift_check"}, ...]}``)."""
     merchant_ids = _merchant_ids(settings)
     if check:
         return _check(settings, merchant_ids)
@@ -71,6 +75,8 @@ def show_status(settings: Settings, *, as_json: bool, check: bool = False) -> in
                 freshness=warehouse.freshness(merchant_id),
                 endpoints=warehouse.availability(merchant_id),
                 paused=paused.get(merchant_id),
+                drift=warehouse.drift_check_run(merchant_id),
+                drift_interval=settings.drift_check_interval,
             )
             for merchant_id in merchant_ids
         ]
@@ -114,7 +120,42 @@ def _json_view(view: MerchantView) -> dict[str, Any]:
         },
         "endpoints": [_plain(dataclasses.asdict(item)) for item in view.endpoints],
         "paused": None if view.paused is None else _plain(dataclasses.asdict(view.paused)),
+        "drift_check": _drift_json(view),
     }
+
+
+def _drift_json(view: MerchantView) -> dict[str, Any] | None:
+    drift = view.drift
+    if drift is None or not view.drift_interval:
+        return None
+    return {
+        "last_run_at": _plain(drift.last_run_at),
+        "deferred_since": _plain(drift.deferred_since),
+        "interval_seconds": view.drift_interval,
+        "overdue": drift_overdue(view) is not None,
+    }
+
+
+def drift_overdue(view: MerchantView) -> str | None:
+    """Why the drift check is late (its last run older than twice its interval), or None.
+
+    A drift check is background work: behind the sync's own reads (a snapshot, a backfill)
+    it is deferred rather than queued, and runs once the budget has room (``platform.budget``).
+    """
+    drift, interval = view.drift, view.drift_interval
+    if drift is None or not interval:
+        return None
+    since = drift.last_run_at or drift.deferred_since
+    if since is None or (drift.read_at - since).total_seconds() <= 2 * interval:
+        return None
+    last = "never ran" if drift.last_run_at is None else f"last ran {_when(drift.last_run_at)}"
+    waiting = (
+        f"; deferred behind the sync's own reads (a snapshot, a backfill) since "
+        f"{_when(drift.deferred_since)}"
+        if drift.deferred_since is not None
+        else ""
+    )
+    return f"OVERDUE: {last}, every {interval:g} s{waiting}"
 
 
 def _merchant_ids(settings: Settings) -> list[str]:
@@ -133,6 +174,7 @@ def render_status(console: Console, view: MerchantView) -> None:
         *_holder_lines(view),
         *_state_lines(report),
         *_freshness_lines(view),
+        *_drift_lines(view),
         *_endpoint_lines(view),
     ]
     for label, value in lines:
@@ -205,6 +247,15 @@ def _freshness_lines(view: MerchantView) -> list[tuple[str, str]]:
         ("data age (platform time)", _seconds(freshness.staleness_seconds)),
         ("since last commit", _seconds(freshness.seconds_since_commit)),
     ]
+
+
+def _drift_lines(view: MerchantView) -> list[tuple[str, str]]:
+    overdue = drift_overdue(view)
+    if overdue is not None:
+        return [("drift check", overdue)]
+    if view.drift is None or view.drift.last_run_at is None or not view.drift_interval:
+        return []
+    return [("drift check", f"last ran {_when(view.drift.last_run_at)}")]
 
 
 _ENDPOINT_LABELS = {"games": "game catalogue (GET /v1/games)"}

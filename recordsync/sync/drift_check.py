@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from recordsync.core.errors import RecordSyncError
 from recordsync.core.state import Phase, Window
 from recordsync.core.waiting import Deferred
 from recordsync.platform.budget import Priority
@@ -42,16 +43,32 @@ class DriftCheck:
         self._ctx = ctx
         self._runner = runner
         self._check: _Check | None = None
+        self._waiting = False  # a deferral of the current run noted
 
     def run(self) -> None:
         """Re-read the last closed day at the lowest priority; count rows behind the
-        platform.  A deferral is reported, then left to the job runner to schedule again."""
+        platform.  A deferral is reported, then left to the job runner to schedule again;
+        the first of a run's deferrals and the run's end are noted in the warehouse, for
+        ``status`` to say why a check is overdue."""
         try:
             self._run()
         except Deferred as later:
             self._ctx.observer.drift_check_deferred(later.reason)
+            if not self._waiting:
+                self._waiting = self._note(deferred=True)
             raise
         self._ctx.observer.drift_check_ran()
+        self._note(deferred=False)
+        self._waiting = False
+
+    def _note(self, *, deferred: bool) -> bool:
+        """Bookkeeping: never what fails or delays the check (True once noted)."""
+        try:
+            self._ctx.warehouse.note_drift_check(deferred=deferred)
+        except RecordSyncError as exc:
+            self._ctx.log.debug("drift_check_note_failed", error_type=type(exc).__name__)
+            return False
+        return True
 
     def _run(self) -> None:
         ctx, runner = self._ctx, self._runner

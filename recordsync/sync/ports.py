@@ -132,6 +132,11 @@ class SyncStore(Protocol):
         """record_id -> stored revision, for the ids that exist."""
         ...
 
+    def note_drift_check(self, *, deferred: bool) -> None:
+        """The drift check ran (``deferred`` False), or began to wait behind the sync's own
+        reads (True), for ``status`` to say why one is overdue."""
+        ...
+
     def rounds_announced_missing(self, grace_seconds: float) -> list[str]:
         """Round ids announced by round-end notifications more than ``grace_seconds`` ago that
         ``records`` still lacks, sorted (the cross-check)."""

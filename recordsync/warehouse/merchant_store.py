@@ -113,6 +113,9 @@ class MerchantStore:
     def stored_revisions(self, record_ids: Collection[str]) -> dict[str, int]:
         return self._warehouse.stored_revisions(self._merchant_id, record_ids)
 
+    def note_drift_check(self, *, deferred: bool) -> None:
+        self._warehouse.note_drift_check(self._merchant_id, deferred=deferred, epoch=self._epoch)
+
     def rounds_announced_missing(self, grace_seconds: float) -> list[str]:
         # Only marks rounds found (found_at): nothing a superseded holder could spoil.
         return self._warehouse.rounds_announced_missing(self._merchant_id, grace_seconds)

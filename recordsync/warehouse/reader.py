@@ -23,6 +23,7 @@ from recordsync.warehouse.timeouts import READS, SessionLimits
 from recordsync.warehouse.values import (
     Availability,
     DailySummary,
+    DriftCheckRun,
     Freshness,
     GameName,
     Pause,
@@ -73,6 +74,9 @@ class WarehouseReader:
     def freshness(self, merchant_id: str) -> Freshness | None:
         return self._warehouse.freshness(merchant_id)
 
+    def drift_check_run(self, merchant_id: str) -> DriftCheckRun | None:
+        return self._warehouse.drift_check_run(merchant_id)
+
     def availability(self, merchant_id: str) -> list[Availability]:
         return self._warehouse.availability(merchant_id)
 
@@ -90,8 +94,9 @@ class WarehouseReader:
         return self._warehouse.game_names(merchant_id)
 
     def count_created(self, merchant_id: str, start: datetime, end: datetime) -> int:
-        """The stored rows created in ``[start, end)`` (a dry run's estimate)."""
-        return len(self._warehouse.record_ids_created(merchant_id, start, end))
+        """The stored rows created in ``[start, end)`` (a dry run's estimate), counted by the
+        database: no id is loaded, whatever the window holds."""
+        return self._warehouse.count_created(merchant_id, start, end)
 
     def paused(self, merchant_ids: Collection[str]) -> dict[str, Pause]:
         return self._warehouse.controls.paused(merchant_ids)

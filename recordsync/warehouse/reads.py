@@ -112,6 +112,21 @@ def stored_records(
     return found
 
 
+def count_created(conn: Connection, merchant_id: str, start: datetime, end: datetime) -> int:
+    """How many rows were created in ``[start, end)`` (the index on merchant and creation
+    time answers it without a row loaded)."""
+    query = (
+        select(func.count())
+        .select_from(records)
+        .where(
+            records.c.merchant_id == merchant_id,
+            records.c.created_at >= start,
+            records.c.created_at < end,
+        )
+    )
+    return int(conn.execute(query).scalar_one())
+
+
 def record_ids_created(
     conn: Connection, merchant_id: str, start: datetime, end: datetime
 ) -> list[str]:

@@ -379,6 +379,17 @@ warehouse_identity = Table(
     Column("created_at", utc_datetime(), nullable=False),
 )
 
+# Revision 0014: when each merchant's drift check last ran (``last_run_at``) and since when it
+# has been deferred behind the sync's own reads (``deferred_since``, NULL once it runs), by the
+# database's clock; written by its holder (``drift_checks``), read by ``status``.
+drift_checks = Table(
+    "drift_checks",
+    metadata,
+    Column("merchant_id", String(ID_LENGTH), primary_key=True),
+    Column("last_run_at", utc_datetime(), nullable=True),
+    Column("deferred_since", utc_datetime(), nullable=True),
+)
+
 # Revision 0014: every revision applied and whether it only adds to the one before it
 # (``migrate.SchemaState``: an older version keeps running on additive revisions above its
 # own); written by migrations/env.py after each upgrade.

@@ -52,6 +52,7 @@ from recordsync.core.state import (
 from recordsync.warehouse import (
     availability,
     catalogue,
+    drift_checks,
     reads,
     round_events,
     sync_state,
@@ -82,6 +83,7 @@ from recordsync.warehouse.values import (
     Availability,
     CatalogueResult,
     DailySummary,
+    DriftCheckRun,
     Freshness,
     GameName,
     QuarantinedRecord,
@@ -689,6 +691,11 @@ class Warehouse:
         with translate_errors("read stored records"), self._engine.begin() as conn:
             return reads.stored_records(conn, merchant_id, record_ids)
 
+    def count_created(self, merchant_id: str, start: datetime, end: datetime) -> int:
+        """How many stored rows were created in ``[start, end)``, counted by the database."""
+        with translate_errors("count records"), self._engine.begin() as conn:
+            return reads.count_created(conn, merchant_id, start, end)
+
     def record_ids_created(self, merchant_id: str, start: datetime, end: datetime) -> list[str]:
         """The ids of the stored rows created in ``[start, end)`` (``verify`` looks for rows
         the platform does not list)."""
@@ -715,6 +722,16 @@ class Warehouse:
             return summaries.daily_summaries(
                 conn, merchant_id, per=per, first_day=first_day, last_day=last_day
             )
+
+    def note_drift_check(self, merchant_id: str, *, deferred: bool, epoch: int | None) -> None:
+        """The merchant's drift check ran, or began to wait (``drift_checks``)."""
+        with self._write("note drift check", merchant_id, epoch) as conn:
+            drift_checks.note(conn, merchant_id, deferred=deferred)
+
+    def drift_check_run(self, merchant_id: str) -> DriftCheckRun | None:
+        """When the merchant's drift check last ran and since when it waits; None: never."""
+        with translate_errors("read drift checks"), self._engine.begin() as conn:
+            return drift_checks.last_run(conn, merchant_id)
 
     def freshness(self, merchant_id: str) -> Freshness | None:
         """The merchant's row of ``sync_freshness``; None before the first (re)build."""

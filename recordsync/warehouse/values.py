@@ -216,3 +216,13 @@ class ReplicaVersion:
 
     def takes(self, kind: RequestKind) -> bool:
         return kind.value in self.request_kinds
+
+
+@dataclass(frozen=True, slots=True)
+class DriftCheckRun:
+    """When a merchant's drift check last ran and since when it has been deferred (None:
+    never, or not now), with the database's clock at the read, for ages."""
+
+    last_run_at: datetime | None
+    deferred_since: datetime | None
+    read_at: datetime

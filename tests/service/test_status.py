@@ -275,3 +275,42 @@ def test_a_running_daemon_is_named_as_holder_and_null_once_killed(warehouse_url,
             if daemon.poll() is None:
                 daemon.kill()
                 daemon.wait()
+
+
+def test_status_says_why_a_drift_check_is_overdue(config, capsys):
+    """Deferred behind a backfill for hours (the holder noted it), the check is overdue and
+    ``status`` says why; once it runs, the line says when it last ran."""
+    url = config.read_text().split('database_url = "')[1].split('"')[0]
+    store = Warehouse.connect(url)
+    try:
+        store.note_drift_check(MERCHANT, deferred=False, epoch=None)
+        store.note_drift_check(MERCHANT, deferred=True, epoch=None)
+        with store.engine.begin() as conn:  # as if it ran 3 h ago, deferred since 2 h ago
+            run = store.drift_check_run(MERCHANT)
+            assert run is not None
+            conn.execute(
+                schema.drift_checks.update().values(
+                    last_run_at=run.read_at - timedelta(hours=3),
+                    deferred_since=run.read_at - timedelta(hours=2),
+                )
+            )
+    finally:
+        store.close()
+    assert cli.main(["--config", str(config), "status"]) == 0
+    words = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "drift check OVERDUE: last ran 20" in words
+    assert "every 3600 s; deferred behind the sync's own reads (a snapshot, a backfill)" in words
+    assert cli.main(["--config", str(config), "status", "--json"]) == 0
+    (report,) = orjson.loads(capsys.readouterr().out)["merchants"]
+    assert report["drift_check"]["overdue"] is True
+    assert report["drift_check"]["interval_seconds"] == 3600.0
+
+    store = Warehouse.connect(url)
+    try:
+        store.note_drift_check(MERCHANT, deferred=False, epoch=None)
+    finally:
+        store.close()
+    assert cli.main(["--config", str(config), "status"]) == 0
+    words = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "OVERDUE" not in words
+    assert "drift check last ran 20" in words

@@ -242,6 +242,7 @@ class FakeStore:
     calls: list[str] = field(default_factory=list)
     tail_commits: list[TailCommit] = field(default_factory=list)
     window_page_groups: list[int] = field(default_factory=list)  # pages per group commit
+    drift_notes: list[bool] = field(default_factory=list)  # note_drift_check's ``deferred``
     # The BI indexes as the warehouse keeps them: left out by a new job into no rows at all.
     bi_indexes: bool = True
     deferrals: int = 0  # new jobs that left the BI indexes out
@@ -428,6 +429,11 @@ class FakeStore:
         with self._lock:
             self._called("stored_revisions")
             return {key: self.rows[key].revision for key in record_ids if key in self.rows}
+
+    def note_drift_check(self, *, deferred: bool) -> None:
+        with self._lock:
+            self._called("note_drift_check")
+            self.drift_notes.append(deferred)
 
 
 def _progress(
