@@ -28,7 +28,7 @@ from support.hostile_clients import (
     thread_count,
     wait_until,
 )
-from support.round_event_requests import event_body, post_event
+from support.round_event_requests import PATH, event_body, post_event, signed_headers
 
 from recordsync.service.bounded_http import HttpLimits, parse_head
 from recordsync.service.health import PROBE_LIMITS
@@ -320,3 +320,52 @@ def test_a_burst_while_the_process_is_paused_waits_in_the_kernel_queue_not_a_sec
             sock.close()
         server.communicate(timeout=10)  # stdin closed: it stops; its pipes closed
     print(f"\nslowest of {2 * BURST} handshakes to a paused process: {slowest * 1000:.0f} ms")  # noqa: T201
+
+
+def _raw_notification(event_id: str) -> bytes:
+    body = json.dumps(event_body(event_id)).encode()
+    headers = signed_headers(body, now=time.time(), idempotency_key=event_id)
+    head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    return (
+        f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n{head}\r\n"
+    ).encode() + body
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """One whole answer of a keep-alive connection (its head and its Content-Length body)."""
+    sock.settimeout(5)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, rest = data.partition(b"\r\n\r\n")
+    length = int(
+        next(
+            line.split(b":")[1]
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        )
+    )
+    while len(rest) < length:
+        rest += sock.recv(65536)
+    return head
+
+
+def test_a_flood_evicts_strangers_before_the_platform_s_idle_keep_alive_connection():
+    """At the cap, the connection closed first is the oldest that never had a request answered,
+    not the platform's keep-alive connection idle between two notifications, though it is the
+    oldest of all: closing it would reset the platform's next notification."""
+    limits = EventsLimits(max_connections=8)
+    with events_server(limits) as events, flood(events.port) as strangers:
+        platform = socket.create_connection(("127.0.0.1", events.port))
+        try:
+            platform.sendall(_raw_notification("ev-keep-1"))
+            assert _answer(platform).startswith(b"HTTP/1.1 200")
+            strangers.open("idle", 20)  # past the cap: evictions begin
+            time.sleep(0.3)
+            platform.setblocking(False)
+            assert not closed_by_server(platform)
+            platform.setblocking(True)
+            platform.sendall(_raw_notification("ev-keep-2"))
+            assert _answer(platform).startswith(b"HTTP/1.1 200")
+        finally:
+            platform.close()

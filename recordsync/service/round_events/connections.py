@@ -13,9 +13,11 @@ connection's state is known:
   without a reply (nobody is waiting for one);
 - **a connection cap**: at ``max_connections`` a new connection closes the *oldest* one with
   no complete request in hand (silent, idle between requests, or still sending its head or
-  body); only when every connection has a request being answered is the newcomer closed.
-  The platform sends a notification whole within milliseconds of connecting, so it is never
-  the oldest incomplete one: a flood of strangers evicts itself, not the platform.
+  body) that never had a request answered, then, only when there is none, the oldest idle
+  one that had; only when every connection has a request being answered is the newcomer
+  closed.  The platform sends a notification whole within milliseconds of connecting, and
+  its keep-alive connections have had answers, so a flood of strangers evicts itself, not
+  the platform.
 
 The body deadline belongs to the app (``receiver.asgi_app``), which answers 408 then; so does
 the sum of unverified bodies held (``BodyAllowance``), past which it answers 503.
@@ -124,6 +126,7 @@ class _GuardedH11Protocol(H11Protocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.opened = 0.0
+        self.answered = 0  # responses completed on this connection
         self._head_deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -142,6 +145,7 @@ class _GuardedH11Protocol(H11Protocol):
 
     def on_response_complete(self) -> None:
         self._cancel_head_deadline()
+        self.answered += 1
         super().on_response_complete()
         pipelined, _closed = self.conn.trailing_data
         if pipelined and self.conn.their_state is h11.IDLE:
@@ -171,8 +175,16 @@ class _GuardedH11Protocol(H11Protocol):
             log.debug("events_connection_refused", open=len(open_))
             self.transport.close()
             return
-        oldest = min(evictable, key=lambda c: c.opened)
-        log.debug("events_connection_evicted", open=len(open_), age=self.opened - oldest.opened)
+        # Those that never had a request answered go first, the oldest of them: a keep-alive
+        # connection of the platform's is idle between its notifications, and is the oldest
+        # of all when a flood begins; closing it would reset its next notification.
+        oldest = min(evictable, key=lambda c: (c.answered > 0, c.opened))
+        log.debug(
+            "events_connection_evicted",
+            open=len(open_),
+            age=self.opened - oldest.opened,
+            answered=oldest.answered,
+        )
         oldest.transport.close()
 
     def _arm_head_deadline(self) -> None:
