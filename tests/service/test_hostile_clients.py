@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -156,6 +157,43 @@ def test_at_the_cap_the_oldest_unfinished_connection_makes_room_for_the_platform
         assert reply.status_code == 200
         wait_until(lambda: closed_by_server(newest[0]), timeout=5)  # made room for it
         assert not any(closed_by_server(sock) for sock in newest[1:])
+
+
+def test_bursts_of_strangers_larger_than_the_cap_never_get_the_platform_a_503():
+    """Connections the guard closes are still counted by the server until the loop's next
+    turn; a burst accepted in one turn must not make the platform's notification, on a
+    connection the guard kept, look like one too many."""
+    limits = EventsLimits(head_timeout=60, max_connections=8)
+    answers: list[int] = []
+    started, done = threading.Event(), threading.Event()
+    with events_server(limits) as server:
+
+        def platform() -> None:
+            with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=5) as client:
+                # Answered before the strangers come, as the platform's pooled connection is; a
+                # connection not yet answered is fair game at the cap.
+                answers.append(
+                    post_event(client, event_body("ev-first"), now=time.time()).status_code
+                )
+                started.set()
+                while not done.is_set():
+                    event = event_body(f"ev-{len(answers)}")
+                    answers.append(post_event(client, event, now=time.time()).status_code)
+
+        sender = threading.Thread(target=platform)
+        sender.start()
+        started.wait(5)
+        try:
+            for _ in range(20):
+                burst = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(100)]
+                time.sleep(0.05)
+                for sock in burst:
+                    sock.close()
+        finally:
+            done.set()
+            sender.join()
+    assert len(answers) > 1
+    assert set(answers) == {200}
 
 
 # -- the probe port -----------------------------------------------------------------------------

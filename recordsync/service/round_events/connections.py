@@ -5,8 +5,8 @@ never finish a request.  uvicorn times out only an idle keep-alive connection, a
 a response: a connection that sends nothing, half a request head, or a body a byte a minute
 is held for ever.  Its ``limit_concurrency`` answers 503 to a *new request* once the open
 connections reach the limit, so strangers' silent sockets would lock the platform out while
-costing them nothing.  ``guarded_h11`` adds what is missing, in the protocol where the
-connection's state is known:
+costing them nothing; it is not used.  ``guarded_h11`` adds what is missing, in the protocol
+where the connection's state is known:
 
 - **a head deadline**: a request head must be complete ``head_timeout`` after the connection
   opens, or after the first byte of a later request on it; else the connection is closed

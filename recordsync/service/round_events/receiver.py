@@ -373,9 +373,12 @@ class EventsServer:
             timeout_keep_alive=limits.keep_alive,
             timeout_graceful_shutdown=5,
             h11_max_incomplete_event_size=limits.max_head_bytes,
-            # A backstop only: uvicorn counts idle and closing connections too and answers the
-            # next request 503 at its limit; the guard keeps the open ones at max_connections.
-            limit_concurrency=2 * limits.max_connections,
+            # No limit of uvicorn's own: it counts the connections closed by the guard until the
+            # loop's next turn, so a burst of strangers accepted in one turn (more than the cap)
+            # made it answer the platform's next notification 503 on a connection the guard
+            # had kept.  The guard alone bounds the open connections, and with them the tasks
+            # (one request at a time per connection).
+            limit_concurrency=None,
         )
         self._server = uvicorn.Server(self._config)
         self._host = host
