@@ -45,7 +45,7 @@ from recordsync.sync.indexes import bi_indexes_missing, build_bi_indexes
 from recordsync.sync.jobs import JobHost, Jobs
 from recordsync.sync.options import DEFAULT_CATALOGUE_INTERVAL, DEFAULT_DRIFT_INTERVAL, SyncOptions
 from recordsync.sync.ports import CatalogueStore, GameSource, RecordSource, SyncStore
-from recordsync.sync.snapshot import BackfillResult, backfill, plan_snapshot, schedule_snapshot
+from recordsync.sync.snapshot.job import BackfillResult, backfill, plan_snapshot, schedule_snapshot
 from recordsync.sync.tail import Tail, TailWakeups, follow_tail
 
 __all__ = [

@@ -70,7 +70,7 @@ def hand_out_order(pending: Iterable[WindowProgress]) -> list[WindowProgress]:
     so the order is the same on every run, except along a run of fresh windows of one length
     under 24 h that follow one another (a range cut into equal windows): there every other one
     goes first, so that the window after each one taken is still unread and its chain can carry
-    its rest into it (``window_chain.carry_if_spare``) and end the two on one partial page.  A
+    its rest into it (``snapshot.chain.carry_if_spare``) and end the two on one partial page.  A
     window of 24 h can take nothing more, so whole days keep their date order.
     """
     items = list(pending)

@@ -22,7 +22,7 @@ from recordsync.core.state import Window, WindowProgress
 from recordsync.core.stopping import Stopper
 from recordsync.platform.budget import Priority
 from recordsync.sync.demand import SnapshotDemand
-from recordsync.sync.pending_windows import PendingWindows
+from recordsync.sync.snapshot.pending_windows import PendingWindows
 from recordsync.sync.tail import Tail, TailWakeups, follow_tail
 from recordsync.sync.tail_pace import TailPacing
 

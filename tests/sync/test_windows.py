@@ -26,10 +26,10 @@ from recordsync.core.state import Window, WindowProgress, backfill_job
 from recordsync.core.stopping import Stopper
 from recordsync.core.times import MILLISECOND, ceil_ms, floor_ms
 from recordsync.platform.budget import Pace
-from recordsync.sync.pending_windows import PendingWindows
 from recordsync.sync.plan import plan_windows
-from recordsync.sync.snapshot import first_plan, plan_snapshot, starting_chains
-from recordsync.sync.window_chain import read_window
+from recordsync.sync.snapshot.chain import read_window
+from recordsync.sync.snapshot.job import first_plan, plan_snapshot, starting_chains
+from recordsync.sync.snapshot.pending_windows import PendingWindows
 from recordsync.sync.windows import (
     MAX_CHAINS,
     MAX_WINDOW,

@@ -24,8 +24,8 @@ from recordsync.core.state import (
 from recordsync.core.times import MILLISECOND
 from recordsync.platform.budget import Priority
 from recordsync.sync.context import SyncContext
-from recordsync.sync.pending_windows import PendingWindows
 from recordsync.sync.resilience import StepRunner
+from recordsync.sync.snapshot.pending_windows import PendingWindows
 from recordsync.sync.windows import (
     resplit,
 )

@@ -28,9 +28,9 @@ from recordsync.core.waiting import Deferred
 from recordsync.sync.context import SyncContext
 from recordsync.sync.indexes import build_bi_indexes, defer_bi_indexes
 from recordsync.sync.jobs import JobHost, Jobs
-from recordsync.sync.pending_windows import PendingWindows
 from recordsync.sync.resilience import StepRunner
-from recordsync.sync.window_chain import WindowChain
+from recordsync.sync.snapshot.chain import WindowChain
+from recordsync.sync.snapshot.pending_windows import PendingWindows
 from recordsync.sync.windows import (
     MAX_CHAINS,
     chains_needed,
