@@ -1,7 +1,7 @@
 """Hostile values round-trip exactly: MariaDB's page writer sends them as escaped literals,
 PostgreSQL's as COPY text.
 
-MariaDB's page writer formats each page's values into the SQL text (``mariadb_pages``), so
+MariaDB's page writer formats each page's values into the SQL text (``warehouse.pages.mariadb``), so
 every string must come back byte for byte, in both of MariaDB's string-literal modes;
 PostgreSQL's writes each page as one buffer in COPY text format (``copy_text``), where a
 backslash, tab, newline or carriage return must be escaped and ``\\N`` is NULL; SQLite binds
