@@ -4,11 +4,12 @@ SQLAlchemy's default pool (5 connections and 10 more on demand, a 30 s wait) was
 for every process, while a daemon runs a tail per merchant, up to ``worker_threads`` snapshot
 workers, the periodic jobs, the event receiver's workers and the probe port's: a few busy
 merchants took every connection, and every other thread, the fleet's epoch raises among them,
-queued for up to 30 s (issue 38, point 1).  So the daemon sizes the pool from what it runs
+queued for up to 30 s.  So the daemon sizes the pool from what it runs
 (``PoolDemand``): one connection for each thread that may hold one, plus a few for the fleet's
 own loop and the watchers.  Each checkout is timed (``CheckoutTimedPool``): the caller's
 ``observe`` sees every wait (a metric), and one longer than ``SLOW_CHECKOUT`` is logged with
-the name of the thread that waited, so a pool that is still too small is seen, and by whom.
+the name of the thread that waited (at most a line a minute, counting the others), so a pool
+that is still too small is seen, and by whom.
 
 The lease's locks never come from this pool (``lease.connection``), so a pool wait never
 keeps the lease keeper from its look.
@@ -25,10 +26,13 @@ from typing import Any, Final
 import structlog
 from sqlalchemy.pool import PoolProxiedConnection, QueuePool
 
+from recordsync.core.log_throttle import LogThrottle
+
 _log = structlog.get_logger(__name__)
 
 POOL_TIMEOUT: Final = 30  # seconds a checkout waits for a connection before it fails
 SLOW_CHECKOUT: Final = 1.0  # seconds: a checkout this slow is logged with its waiter
+SLOW_CHECKOUT_LINE_INTERVAL: Final = 60.0  # seconds: at most one such line per pool in it
 # The fleet's loop, the pause watch, the handed-over work's poll, a command's own reads.
 SPARE_CONNECTIONS: Final = 4
 # Unless the operator says how many (``RECORDSYNC_DB_POOL_SIZE``), no process opens more than
@@ -81,19 +85,27 @@ class CheckoutTimedPool(QueuePool):
 
     observe: Callable[[float], None] | None = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A pool too small for the load makes every checkout slow: a line for each would
+        # grow the log as fast as the trouble.
+        self.slow_lines: LogThrottle[str] = LogThrottle(SLOW_CHECKOUT_LINE_INTERVAL)
+
     def connect(self) -> PoolProxiedConnection:
         started = time.monotonic()
         connection = super().connect()
         waited = time.monotonic() - started
         if self.observe is not None:
             self.observe(waited)
-        if waited >= SLOW_CHECKOUT:
+        if waited >= SLOW_CHECKOUT and (count := self.slow_lines.due("slow")) is not None:
             _log.warning(
                 "warehouse_pool_checkout_slow",
                 waiter=threading.current_thread().name,
                 seconds=round(waited, 3),
                 pool_size=self.size(),
                 checked_out=self.checkedout(),
+                count=count,  # slow checkouts since the previous line, this one included
+                interval_s=self.slow_lines.interval,
                 action="the pool is too small for what this process runs, or the warehouse slow",
             )
         return connection
@@ -103,4 +115,5 @@ class CheckoutTimedPool(QueuePool):
         fresh = super().recreate()
         assert isinstance(fresh, CheckoutTimedPool)
         fresh.observe = self.observe
+        fresh.slow_lines = self.slow_lines
         return fresh

@@ -11,23 +11,17 @@ merchant's wrong secret, and the number of reasons is bounded by the configurati
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final
 
 import structlog
 
+from recordsync.core.log_throttle import LogThrottle
+
 log = structlog.get_logger("recordsync.events")
 
 DEFAULT_INTERVAL_S: Final = 60.0
-
-
-@dataclass(slots=True)
-class _Reason:
-    next_line_at: float
-    unlogged: int = 0
 
 
 class RefusalLog:
@@ -41,10 +35,7 @@ class RefusalLog:
         interval: float = DEFAULT_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._interval = interval
-        self._clock = clock
-        self._reasons: dict[tuple[str, str | None], _Reason] = {}
-        self._lock = threading.Lock()
+        self._lines: LogThrottle[tuple[str, str | None]] = LogThrottle(interval, clock)
 
     def refused(
         self,
@@ -57,14 +48,9 @@ class RefusalLog:
         size: int,
     ) -> None:
         """``merchant_id`` is a configured merchant or None, never a stranger's header."""
-        now = self._clock()
-        with self._lock:
-            reason = self._reasons.get((code, merchant_id))
-            if reason is not None and now < reason.next_line_at:
-                reason.unlogged += 1
-                return
-            count = 1 if reason is None else reason.unlogged + 1
-            self._reasons[code, merchant_id] = _Reason(now + self._interval)
+        count = self._lines.due((code, merchant_id))
+        if count is None:
+            return
         log.warning(
             "round_event_refused",
             status=status,
@@ -74,5 +60,5 @@ class RefusalLog:
             method=method[:10],
             bytes=size,
             count=count,  # refusals of this reason since its previous line, this one included
-            interval_s=self._interval,
+            interval_s=self._lines.interval,
         )
