@@ -6,7 +6,7 @@ points in time.  ``MetricName`` holds each name exactly as it appears on ``/metr
 histograms, the base name of the ``_bucket``/``_sum``/``_count`` series), so the dashboards,
 the alerts and the tests refer to the same strings.
 
-One process may sync several merchants (issue 17), each with its own rate budget, cursors and
+One process may sync several merchants, each with its own rate budget, cursors and
 state, so every series that describes one merchant's sync carries a ``merchant_id`` label and
 is fed through that merchant's view, ``Metrics.merchant(merchant_id)``.  The few that describe
 the process (``PROCESS_WIDE``: the build, how many merchants it holds, how many replicas it
@@ -83,23 +83,23 @@ class MetricName(StrEnum):
     SYNC_FAILURES = "recordsync_merchant_sync_failures_total"
     DRIFT_CHECKS = "recordsync_drift_checks_total"
     DRIFT_ROWS_BEHIND = "recordsync_drift_rows_behind"
-    # The drift check's starvation bound (issue 38): how long since it last ran to its end,
+    # The drift check's starvation bound: how long since it last ran to its end,
     # its interval, and how often it gave its periodic thread back behind the sync's reads.
     DRIFT_CHECK_AGE = "recordsync_drift_check_age_seconds"
     DRIFT_CHECK_INTERVAL = "recordsync_drift_check_interval_seconds"
     DRIFT_CHECK_DEFERRALS = "recordsync_drift_check_deferrals_total"
-    # The game catalogue (issue 13): passes committed; whether the platform serves it (28).
+    # The game catalogue: passes committed; whether the platform serves it.
     CATALOGUE_REFRESHES = "recordsync_catalogue_refreshes_total"
     CATALOGUE_AVAILABLE = "recordsync_catalogue_available"
-    # The fleet (issue 17): who syncs which merchant.
+    # The fleet: who syncs which merchant.
     LEASE_HELD = "recordsync_lease_held"
     MERCHANTS_HELD = "recordsync_merchants_held"
     REPLICAS_LIVE = "recordsync_replicas_live"
-    # Operators' controls (issue 26): a paused merchant is synced by nobody, on purpose.
+    # Operators' controls: a paused merchant is synced by nobody, on purpose.
     MERCHANT_PAUSED = "recordsync_merchant_paused"
     # The process.
     BUILD_INFO = "recordsync_build_info"
-    # The warehouse's connection pool (issue 38): how long a thread waited for a connection.
+    # The warehouse's connection pool: how long a thread waited for a connection.
     POOL_CHECKOUT = "recordsync_warehouse_pool_checkout_seconds"
 
 
@@ -667,7 +667,7 @@ class Metrics:
 
 
 class RoundEventMetricName(StrEnum):
-    """The round-end notification receiver's metrics (issue 12), each labelled ``merchant_id``:
+    """The round-end notification receiver's metrics, each labelled ``merchant_id``:
     a configured merchant, or ``none`` for a request that named no configured one (so what a
     stranger sends cannot add series)."""
 

@@ -5,7 +5,7 @@ Revises: 0008
 Create Date: 2026-11-28
 
 An optional endpoint the platform does not serve to a merchant (``GET /v1/games`` answering
-404 or 403, or failing on and on) disables that feature alone, for that merchant (issue 28);
+404 or 403, or failing on and on) disables that feature alone, for that merchant;
 its holder writes what it saw here, so that ``recordsync status`` can say so from any
 process: ``available``, the HTTP status and ``error.code`` of the last refusal (NULL when no
 answer came), since when it is so, when it was last checked and when it is checked next.

@@ -5,10 +5,10 @@ Revises: 0009
 Create Date: 2026-11-28
 
 Replicas whose configurations differ (a rolling update that adds a merchant, a canary) must
-still hold every merchant some live replica knows, and share only what each can hold (issue 30,
-point 10).  So each replica writes the merchants it is configured with when it joins: a JSON
-array of their ids, NULL for a replica of an older version (taken to know the asking
-replica's merchants).  Added only when missing, so that a revision killed half-way runs again.
+still hold every merchant some live replica knows, and share only what each can hold.  So each
+replica writes the merchants it is configured with when it joins: a JSON array of their ids,
+NULL for a replica of an older version (taken to know the asking replica's merchants).  Added
+only when missing, so that a revision killed half-way runs again.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Revises: 0010
 Create Date: 2026-11-28
 
 - ``quarantined_records.item_key``: a page read again (after any failure, or the same record
-  from a snapshot and from the change stream) quarantined its bad items again (issue 29).
+  from a snapshot and from the change stream) quarantined its bad items again.
   Each row now carries a key, unique per merchant: SHA-256 of the item's record id and
   revision when it names both (a revision is immutable on the platform), else of its stored
   JSON.  The rows already there get theirs here, computed as ``recordsync.warehouse.

@@ -4,8 +4,8 @@ Revision ID: 0012
 Revises: 0011
 Create Date: 2026-11-28
 
-``backfill_requests`` (0004) and ``verify_requests`` (0007) were one mechanism written twice
-(issue 25): the same life (pending, running under a holder, done or failed), the same
+``backfill_requests`` (0004) and ``verify_requests`` (0007) were one mechanism written twice:
+the same life (pending, running under a holder, done or failed), the same
 columns but one.  ``sync_requests`` carries both, a ``kind`` apart, and whatever kind the
 control plane adds next.  The rows already there are copied, in one statement, so that a
 request pending or running at the upgrade is run by the new version's holder: a backfill's

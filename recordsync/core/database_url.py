@@ -62,7 +62,7 @@ def parse_database_url(url: str | URL) -> URL:
 
 def check_driver_installed(driver: str) -> None:
     """A server database on a plain install: one line naming the extra, not the 25-line
-    ``ModuleNotFoundError`` of the first connection (issue 29)."""
+    ``ModuleNotFoundError`` of the first connection."""
     extra = DRIVER_EXTRAS.get(driver)
     if extra is None or importlib.util.find_spec(driver) is not None:
         return
@@ -75,7 +75,7 @@ def check_driver_installed(driver: str) -> None:
 def check_sqlite_folder(url: str | URL) -> None:
     """A SQLite file's folder must exist and take new files (the database, its journal and
     write-ahead log): otherwise every command would retry "unable to open database file" for
-    ever, never naming the folder (issue 29).  Tried by creating a file there, which also
+    ever, never naming the folder.  Tried by creating a file there, which also
     tells a read-only file system apart for a user whom permissions do not stop."""
     parsed = make_url(url)
     path = parsed.database

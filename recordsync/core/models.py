@@ -52,7 +52,7 @@ class Record(msgspec.Struct, frozen=True, gc=False):
     faster than it built dataclasses (``platform.parsing``), and ``gc=False`` keeps them out of
     the cycle collector, which no longer walks the thousands a page holds until it commits.
     That is safe because a record holds only strings, ints, ``Decimal`` and ``datetime``
-    values, which never form a cycle (bench/README.md, issue 14).  Build a changed copy with
+    values, which never form a cycle.  Build a changed copy with
     ``msgspec.structs.replace``.
     """
 

@@ -115,7 +115,7 @@ class TailPage:
 @dataclass(frozen=True, slots=True)
 class EndpointAvailability:
     """Whether the platform serves an optional endpoint (``games``) to a merchant, as its
-    holder just saw it (issue 28); ``status`` and ``code`` are a refusal's (None: served, or
+    holder just saw it; ``status`` and ``code`` are a refusal's (None: served, or
     no answer came at all), ``recheck_in`` the seconds until it is looked at again."""
 
     endpoint: str

@@ -4,7 +4,7 @@ The daemon runs every merchant's periodic jobs (the catalogue, the drift check, 
 cross-check) and snapshot workers on a few shared threads (``sync.jobs``).  A job that slept
 out a failure there (a step's backoff, the fatal backoff of a refused secret, a 429's
 Retry-After) held a thread that every other merchant's jobs waited for: eight failing
-catalogue refreshes once stopped all fifty tails of a daemon (issue 28).  So the job runner
+catalogue refreshes once stopped all fifty tails of a daemon.  So the job runner
 runs such jobs under ``no_waiting()``, and wherever one would wait out a failure it raises
 ``Deferred`` instead: the runner schedules the job again for when the wait is over and the
 thread goes back to the pool at once.

@@ -44,7 +44,7 @@ such a caller waits it out like any other.
 Background work on a shared thread (the drift check, on the periodic pool) does not queue
 either: behind the snapshot's chains it would wait for the whole snapshot, and eight
 merchants backfilling once held every periodic thread that way, each merchant's catalogue
-refresh and cross-check stopped behind them (issue 38).  So such a caller is served only
+refresh and cross-check stopped behind them.  So such a caller is served only
 when nobody is ahead of it; otherwise, or when two windows did not serve it, it gets
 ``Deferred`` and its thread goes back to the pool.  Last is not never: once background work
 has been deferred for a window, its next request goes ahead of the snapshot (never of the

@@ -13,7 +13,7 @@ the next request without a restart (spec: Authentication, Key rotation).  A clie
 under a lease (``hold_under``) asks it before every attempt, and again right before sending:
 once the lease is not confirmed, nothing more goes out for the merchant
 (``LeaseUnconfirmedError``), so a process cut off or paused past its lease never spends the
-new holder's rate limit (issue 30).
+new holder's rate limit.
 What is retried, and how long to wait, is ``RetryPolicy``'s decision; a 429 pauses the budget
 for every caller.  A caller that must not wait out a failure in its thread (a job on a shared
 pool, ``core.waiting``) gets the error at once instead: its job's step runner retries it later,
@@ -635,7 +635,7 @@ class PlatformClient:
 
 
 def _why_no_answer(exc: BaseException, host: str) -> str:
-    """The cause an operator can act on, from the OS error under httpx's (issue 29: "no
+    """The cause an operator can act on, from the OS error under httpx's ("no
     answer (ConnectError)" never said that the name did not resolve).  Only the host, which
     the configuration names anyway, and fixed words: never an exception's own text."""
     seen: set[int] = set()

@@ -7,7 +7,7 @@ perhaps a new connection, h11's framing and, in a process whose other threads pa
 write pages, waits for the GIL and the collector's pauses: milliseconds as a rule, tens of
 them when the machine is loaded, and every one of them came out of the margin meant for the
 network.  A request that left 60 ms after its stamp could be counted by the platform in the
-same second as one the budget started a second later (issue 14's end-to-end failure under
+same second as one the budget started a second later (an end-to-end test failed so under
 load).
 
 So the start is taken where it happens: the transport built here stamps the request's slot

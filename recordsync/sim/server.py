@@ -10,7 +10,7 @@ A request's arrival, which the rate limit counts, is when the kernel received it
 needs the GIL, which the engine's threads in a test's process, a page being rendered or a
 collection of a large heap can hold for tens of milliseconds, and a real platform's front
 door adds no such delay to what it counts.  Stamped late, a request the client spaced
-correctly could be counted in the same second as a later one (issue 14's end-to-end failure
+correctly could be counted in the same second as a later one (an end-to-end test failed so
 under load).
 """
 

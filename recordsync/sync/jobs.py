@@ -11,8 +11,8 @@ window after window.  So the threads of a process that syncs fifty merchants are
 the pools' sizes, not multiplied by the merchants, and a long backfill of one merchant can
 never starve another.  A job never waits out a failure on those threads: it runs under
 ``core.waiting.no_waiting()``, raises ``Deferred`` where it would wait, and is scheduled again
-for when the wait is over (``Jobs``), so the pools hold only work that is running (issue 28:
-eight catalogue refreshes sleeping out a 404 once held all eight threads).  A ``Jobs`` is one
+for when the wait is over (``Jobs``), so the pools hold only work that is running (eight
+catalogue refreshes sleeping out a 404 once held all eight threads).  A ``Jobs`` is one
 generation of one engine's jobs on a host (its own private host when none is given, as for a
 one-shot backfill): started together, stopped together, failures surfaced to the thread that
 waits.

@@ -10,8 +10,8 @@ platform), while a one-shot backfill stops with that error.
 
 A one-shot command cannot wait for ever for a platform it cannot reach (a mistyped name, a
 firewall): given ``give_up_after``, a step that has found no way to the platform
-(``TransportError``) for that long ends as ``PlatformUnreachableError``, naming the last cause
-(issue 29).  Any answer from the platform, even an error, restarts the count.
+(``TransportError``) for that long ends as ``PlatformUnreachableError``, naming the last
+cause.  Any answer from the platform, even an error, restarts the count.
 
 Where the step runs on a shared pool's thread (``core.waiting``), the runner never sleeps
 there: it raises ``Deferred`` with the wait, the job runs again when it is over, and the

@@ -354,7 +354,7 @@ game_localizations = Table(
 )
 
 # Revision 0009: whether the platform serves each optional endpoint (``games``) to a merchant,
-# as its holder last saw it (issue 28), for ``recordsync status``; ``status`` and ``code`` are
+# as its holder last saw it, for ``recordsync status``; ``status`` and ``code`` are
 # the last refusal's (NULL: no answer came), ``since`` when it became as it is.
 endpoint_availability = Table(
     "endpoint_availability",

@@ -3,7 +3,7 @@
 Replicas of a new Deployment start in the same second, a ``recordsync migrate`` Job may run
 beside them, and every one of them finds the warehouse empty or behind: upgraded side by side,
 Alembic's version row and DDL raced (on PostgreSQL a duplicate ``pg_type`` entry for its
-version table, on MariaDB "expected to match one row", issue 30) and some of them exited 1.
+version table, on MariaDB "expected to match one row") and some of them exited 1.
 So the upgrade takes a lock the database or the kernel frees when its holder dies:
 
 - PostgreSQL: a session advisory lock on its own connection (``SCHEMA_KEY``);
@@ -19,7 +19,7 @@ to the head and there is nothing left to do.  It waits at most ``wait`` seconds,
 
 The lock lives as long as its session, and that session sits idle while the revisions run on
 another: on MariaDB the DDL sessions' ``wait_timeout`` (300 s) once closed it mid-upgrade and
-another session got the lock while the upgrade still ran (issue 38).  So the lock's session
+another session got the lock while the upgrade still ran.  So the lock's session
 has no idle limit of the server's (MariaDB ``wait_timeout`` at its maximum, PostgreSQL
 ``idle_session_timeout`` off; it is never inside a transaction, so no idle-in-transaction
 limit applies), and ``SchemaLock.check()``, called before every revision, raises

@@ -1,4 +1,4 @@
-"""Every wait on the database is bounded (issue 30): the limits, their values and why.
+"""Every wait on the database is bounded: the limits, their values and why.
 
 A warehouse connection can wait on the database in three ways, and each has a bound here, on
 the server's side (so that a process that stops talking, paused or cut off, lets go of what
@@ -13,7 +13,7 @@ it holds) and on ours (so that we never hang on a network that went silent):
 The numbers follow from the lease (``LEASE_SECONDS``, 10 s): a holder that stops talking loses
 its merchant locks after the lease (the lock connection's own limits, ``lock_session``); by
 then, every transaction it had open must be gone too, or the new holder's epoch raise would
-wait behind its fence check's row lock (a takeover that never came, issue 30, point 2).  So a
+wait behind its fence check's row lock (a takeover that never came).  So a
 silent transaction ends after 5 s, half the lease, and so does a statement whose client went
 silent in the middle of it (a COPY waiting for its rows): a statement may run 5 s (25 times a
 page commit here), and then its transaction, aborted, waits for the client's rollback for at

@@ -16,7 +16,7 @@ were the holder's at the time, and finish), and a commit that starts after the r
 new epoch.  So once ``raise_epoch`` returns, no commit of an older epoch can succeed.
 
 **Epochs are never reused**, not even after a failover to an asynchronous replica that lacks
-the last raises (issue 30, point 11): a raise gives ``max(epoch + 1, the database's clock in
+the last raises: a raise gives ``max(epoch + 1, the database's clock in
 milliseconds)``.  Within one history epochs rise by at least one; across a failover, the new
 primary's next raise reads a clock later than every raise the old primary made (a failover
 takes longer than the skew between two NTP-synced servers), so its epoch is above every epoch

@@ -21,7 +21,7 @@ caller's.
 While it holds anything, a small thread of the session's own (the keeper) asks the database
 every ``KEEP_EVERY`` seconds which locks it still holds: that keeps the lock connection from
 looking silent to the server whatever the caller's loop is doing (a slow tick, a long epoch
-raise: issue 30, point 3), and it dates each merchant's last confirmation.  A merchant is
+raise), and it dates each merchant's last confirmation.  A merchant is
 ``confirmed`` for ``lease_seconds - CONFIRM_MARGIN`` after the moment its lock was last seen
 held: the server cannot free it sooner, since a silent session is ended only
 ``lease_seconds`` after the last statement it received, which came after that moment.  Past
@@ -29,7 +29,7 @@ it (the database unreachable, a cut, a pause of this process), the caller must s
 more for the merchant: the lease may be someone else's soon.  A lock found lost is
 forgotten, and ``on_lost`` is told at once.
 
-No I/O happens under the lock that guards the session's state (issue 38, point 1):
+No I/O happens under the lock that guards the session's state:
 ``confirmed`` runs before every request of every merchant and the keeper must look in time,
 so neither may wait for one merchant's takeover (a pool checkout, a row lock behind a stale
 holder's write).  They read state copied under ``_io``; a takeover or a release works on the

@@ -11,7 +11,7 @@ A move applies only to an unfinished row (``LookupError`` otherwise), so a reque
 failed by the command that took it back, or cancelled, is never started again.  Times are the
 database's.
 
-Requests do not outlive their purpose (issue 35):
+Requests do not outlive their purpose:
 
 - a request nobody started within its kind's limit (``START_WITHIN``, by the database's clock
   from ``requested_at``) expires: failed with a reason, by whoever looks first (the holder
