@@ -21,7 +21,7 @@ MAX_TRANSACTION_AMOUNT = Decimal("999999999999.9999")
 # "-0" and "-0.00" are accepted: the platform may print a zero net amount with a sign.
 # Possessive quantifiers (``*+``, ``?+``): giving characters back could never make a
 # mismatch match (what follows a part is never what the part takes), so the engine is told
-# not to try; the same strings match, about twice as fast over a page (bench/README.md).
+# not to try; the same strings match, about twice as fast over a page (``bench/parse.py``).
 _MONEY = re.compile(r"-?+(?:0|[1-9][0-9]*+)(?:\.[0-9]{1,4}+)?+")
 
 

@@ -84,7 +84,7 @@ DEFAULT_SAFETY_POLL: Final = 10.0
 # polls and wake-ups alike: at the default limit of 2 requests a second the snapshot keeps
 # 0.95 of the budget, and a round's end reaches the warehouse within it and a round trip.
 # 5 s (0.9 of the budget) was tried first and measured 0.902 of the requests and 0.840 of
-# the ceiling for a whole process (bench/README.md, section 10): on the edge of 0.9 and under
+# the ceiling for a whole process (``bench/budget_share.py``): on the edge of 0.9 and under
 # 0.85, because a daemon's start (about 4 s) and its budget's margin cost the rest.
 DEFAULT_SNAPSHOT_TAIL_INTERVAL: Final = 10.0
 

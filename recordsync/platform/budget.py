@@ -16,7 +16,7 @@ no ``seconds`` of the platform's clock can then hold more than ``requests`` arri
 - The margin is the assumption: a request unanswered after ``margin`` seconds (a slow or lost
   answer) is taken to have arrived within ``margin`` of its start, that is, no request is
   delayed on its way ``margin`` more than a later one (arrival jitter).  50 ms by default
-  (``RECORDSYNC_RATE_MARGIN``), measured in bench/README.md.
+  (``RECORDSYNC_RATE_MARGIN``), measured by ``bench/budget_utilisation.py``.
 - A fast answer removes the assumption: with quick round trips, the spacing is the round
   trip, not the margin, so the budget is used nearly in full without trusting any bound.
 
@@ -33,7 +33,7 @@ come first served: the tail must not starve behind a week-long snapshot, and bac
 goes last.  The snapshot ranks a chain's request by the pages its chain has left, so that when
 several chains wait, the one with most to read goes first: a job ends when its longest chain
 ends, and served in arrival order, the chains' ends scatter and the budget idles while the
-last few read their rest one round trip at a time (bench/README.md, 1b).  A 429's
+last few read their rest one round trip at a time (``bench/budget_utilisation.py``).  A 429's
 Retry-After pauses the whole budget (``pause``), every caller, not only the one that got it.
 
 A caller that must not wait out a failure in its thread (a job on a shared pool,

@@ -575,7 +575,7 @@ class PlatformClient:
         is proof of arrival, and a page's body (a few hundred kilobytes, read while other
         chains parse and commit theirs) can take milliseconds more that the budget would
         otherwise count as the request's: at 0 ms latency every pair of requests is spaced
-        by one second plus that (bench/README.md, 1b).
+        by one second plus that (``bench/budget_utilisation.py``).
 
         Messages name the exception class only: httpx and h11 messages may quote header
         values, and the signature is one of them.

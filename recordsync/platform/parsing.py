@@ -356,7 +356,7 @@ def parse_records_page(
 # on which path read it.  Why not decode straight into ``Record``: that typed decode takes
 # "+1", "1e3" or a JSON number as a Decimal and any RFC3339 offset as a time, so the strings
 # must be seen first; one decode and a conversion cost less than the typed decode and a
-# second one for the strings did (bench/README.md, section 7, fifth pass).
+# second one for the strings did (``bench/parse.py``).
 
 _NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 

@@ -1,15 +1,15 @@
 """Group commits: snapshot pages that wait for the one writer commit together.
 
 A warehouse that takes one writer at a time (SQLite: ``SyncStore.concurrent_writes`` is false)
-pays most of a page's commit per transaction, not per row: SQLite
-writes every B-tree page a transaction touched to the WAL once per commit, and the random keys
-of ``records`` and ``record_revisions`` touch a different leaf for almost every row.  Pages of
-the same transaction share those leaves, so the same rows cost less together (bench/README.md,
-section 7).  When the writer is the bottleneck, pages of several chains wait for it anyway: the
-first to find the writer free becomes the *leader* and commits, in one transaction, every page
-queued by then (each with its own window's cursor, so invariant 1 holds page by page); the
-others wait for the leader's word.  A page that finds the writer free commits alone at once:
-nothing waits for a group to fill.
+pays most of a page's commit per transaction, not per row: SQLite writes every B-tree page a
+transaction touched to the WAL once per commit, and the random keys of ``records`` and
+``record_revisions`` touch a different leaf for almost every row.  Pages of the same transaction
+share those leaves, so the same rows cost less together (``bench/ingest.py``).  When the writer
+is the bottleneck, pages of several chains wait for it anyway: the first to find the writer free
+becomes the *leader* and commits, in one transaction, every page queued by then (each with its
+own window's cursor, so invariant 1 holds page by page); the others wait for the leader's
+word.  A page that finds the writer free commits alone at once: nothing waits for a group to
+fill.
 
 If a group's transaction fails, each of its pages is committed alone, so that a failure is
 reported to the chain whose page caused it and the other pages still land.

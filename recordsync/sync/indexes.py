@@ -1,13 +1,13 @@
 """The BI indexes of a bulk load: whether to leave them out, and when to have them built.
 
-The warehouse leaves them out when a new snapshot job starts while ``records`` is empty and
-the sync asks it to (``Warehouse.ensure_job`` and ``start_rebuild``): a first load writes about
-half as much per record without them, but the build at its end costs time of its own (6 to 9
-us per record on SQLite, 5 on PostgreSQL, 6 on MariaDB here).  That trade pays only when the
-writer is what bounds the load.  When the platform's rate limit bounds it, the writer idles
-most of the time with the indexes on, so leaving them out saves nothing and the build only
-adds its seconds to the job's end (bench/README.md, 1b: 1.8 s of a 104 s backfill at the
-default limit).  ``defer_for`` decides from the budget's terms, before the first page.
+The warehouse leaves them out when a new snapshot job starts while ``records`` is empty and the
+sync asks it to (``Warehouse.ensure_job`` and ``start_rebuild``): a first load writes about half
+as much per record without them, but the build at its end costs time of its own (6 to 9 us per
+record on SQLite, 5 on PostgreSQL, 6 on MariaDB here).  That trade pays only when the writer is
+what bounds the load.  When the platform's rate limit bounds it, the writer idles most of the
+time with the indexes on, so leaving them out saves nothing and the build only adds its seconds
+to the job's end (``bench/budget_utilisation.py``: 1.8 s of a 104 s backfill at the default
+limit).  ``defer_for`` decides from the budget's terms, before the first page.
 
 They are derived data, so only one thing matters: that they are built in the end.  The sync
 asks for them when a job is done (a backfill after its last window, the daemon's rebuild once
@@ -26,11 +26,11 @@ from recordsync.platform.budget import Pace
 from recordsync.sync.context import SyncContext
 from recordsync.sync.resilience import StepRunner
 
-# Records per second above which a first load may outrun a writer keeping the BI indexes up
-# to date.  The slowest indexed load measured here is MariaDB's at its default buffer pool:
-# 9 400 records/s before revision 0008 gave it a sequential key, 18 800 after (bench/README.md,
-# 7).  At half of the slowest the writer keeps up with room to spare; the platform's default
-# limit (2 requests of 1000 records a second) is well below it.
+# Records per second above which a first load may outrun a writer keeping the BI indexes up to
+# date.  The slowest indexed load measured here is MariaDB's at its default buffer pool: 9 400
+# records/s before revision 0008 gave it a sequential key, 18 800 after (``bench/ingest.py``).  At
+# half of the slowest the writer keeps up with room to spare; the platform's default limit (2
+# requests of 1000 records a second) is well below it.
 WRITE_BOUND_RECORDS_PER_S: Final = 5_000.0
 
 

@@ -404,8 +404,8 @@ schema_revisions = Table(
 # Revision 0008, MariaDB / MySQL only: InnoDB stores a table's rows in its primary key's
 # B-tree, and every secondary index entry carries that key.  With (merchant_id, record_id[,
 # revision]) as the key, random ids put each insert on a random leaf of a tree far larger than
-# the default buffer pool, and each index entry carries ~50 bytes of key (bench/README.md, 7,
-# "MariaDB: a sequential clustered key").  So there ``records`` and ``record_revisions`` are
+# the default buffer pool, and each index entry carries ~50 bytes of key (measured with
+# ``bench/ingest.py``).  So there ``records`` and ``record_revisions`` are
 # clustered by ``row_id``, an AUTO_INCREMENT surrogate: rows are appended in arrival order, and
 # the old key stays, unique, under the names below.  The upserts (``pages.mariadb``) never name
 # ``row_id``; their ``ON DUPLICATE KEY UPDATE`` meets an existing row through the unique key.

@@ -121,7 +121,7 @@ def mysql_time_text(value: datetime) -> str:
 # in C (``to_builtins``, about 0.03 us each): ``2024-03-01T00:01:00.123456Z`` for a UTC time
 # with a fraction, the only form 27 characters long, sliced here into the backend's own; a
 # time in any other form (no fraction, another offset, or naive, which is refused) takes the
-# one-value function, so both give the same text (bench/README.md, "times a page at once").
+# one-value function, so both give the same text (``bench/write_path.py`` times both).
 _UTC_WITH_FRACTION: Final = len("2024-03-01T00:01:00.123456Z")
 
 

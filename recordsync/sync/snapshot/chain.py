@@ -223,8 +223,8 @@ def carry_if_spare(
     reads on, or None when it reads on as it is.
 
     Every window ends on a partial page, half a page lost on average; a week cut into eight
-    equal windows lost 2.4 % of the budget to them (bench/README.md, 1b).  Carried over, the
-    two windows end on one.  Committed before the joined window is read, like a cut: a
+    equal windows lost 2.4 % of the budget to them (``bench/budget_utilisation.py``).  Carried
+    over, the two windows end on one.  Committed before the joined window is read, like a cut: a
     process killed before it resumes the window's chain from its cursor, one killed after it
     reads the joined window (records of its first millisecond may be read twice; the highest
     revision wins).

@@ -84,10 +84,10 @@ def first_plan(ctx: SyncContext, start: datetime, end: datetime) -> list[Window]
     """A new job's windows: equal ones of at most 24 h, at least as many as the chains it
     starts with (``starting_chains``).
 
-    Equal, not UTC days: a job ends when its longest chain ends, and the chains that outlive
-    the others run too few to keep the budget busy.  A week and an hour by days is six whole
-    days and two partial ones, so at a 3 s round trip the last 100 s ran six chains where
-    seven were needed (bench/README.md, 1b).  The chains cut their windows further as they
+    Equal, not UTC days: a job ends when its longest chain ends, and the chains that outlive the
+    others run too few to keep the budget busy.  A week and an hour by days is six whole days and
+    two partial ones, so at a 3 s round trip the last 100 s ran six chains where seven were
+    needed (``bench/budget_utilisation.py``).  The chains cut their windows further as they
     go when the round trip wants more."""
     return plan_for_chains(start, end, starting_chains(ctx))
 
