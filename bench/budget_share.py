@@ -1,4 +1,4 @@
-"""Benchmark 11, the budget's share (issue 27): a backfill gets the whole budget while the tail
+"""Benchmark 11, the budget's share: a backfill gets the whole budget while the tail
 stays fresh.
 
 As an operator would run it: ``python -m recordsync run``, a real child process with

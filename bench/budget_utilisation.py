@@ -131,7 +131,7 @@ def _rate_limited(output: str) -> int:
 
 
 def ideal_seconds(records: int, latency_ms: int) -> float:
-    """What the rate and the latency allow a whole process (issue 27): every full page at
+    """What the rate and the latency allow a whole process: every full page at
     the budget's spacing, one round trip for the last answer, and a start."""
     pages = math.ceil(records / PAGE)
     return pages * (1.0 + MARGIN) / 2 + latency_ms / 1000 + IDEAL_START_SECONDS

@@ -1,4 +1,4 @@
-"""Benchmark 9, the fleet under pauses and cuts (issue 30): three real replicas, six merchants
+"""Benchmark 9, the fleet under pauses and cuts: three real replicas, six merchants
 with live traffic, on PostgreSQL and on MariaDB.
 
 Each replica reaches the database through a fault proxy and the simulator through another

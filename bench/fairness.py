@@ -1,4 +1,4 @@
-"""Benchmark 10, fairness under load (issue 27): a merchant with a backlog of changes never
+"""Benchmark 10, fairness under load: a merchant with a backlog of changes never
 starves the others in the same process.
 
 One ``recordsync run`` process (a real child, every merchant in its ``[[merchants]]``, every

@@ -69,7 +69,7 @@ TARGET_IDLE_CORE: Final = 0.15
 TARGET_IDLE_RSS_MB: Final = 300.0
 PLATFORM_LIMIT: Final = 2  # requests per second per merchant: the default limit
 PAGE: Final = 1000
-TARGET_BACKFILL_SHARE: Final = 0.85  # of the merchants' whole limit (issue 27)
+TARGET_BACKFILL_SHARE: Final = 0.85  # of the merchants' whole limit
 
 
 # -- the daemon and its warehouse --------------------------------------------------------

@@ -8,7 +8,7 @@ simulator and the watcher read the same machine clock).  The watcher's 20 ms per
 most 20 ms to a delay.  The simulator counts every request against the platform's default
 limit (2 per second) and must never see a violation.
 
-``--events`` (issue 12): the poll interval is 20 s and round-end notifications wake the tail.
+``--events``: the poll interval is 20 s and round-end notifications wake the tail.
 The simulator runs in its own process (its own GIL, as the platform would) and announces every
 live round that ends (signed, retried, replies read strictly) to the receiver
 (``RoundEventReceiver`` on a real socket, storing into the warehouse and waking the engine's

@@ -1,4 +1,4 @@
-"""Benchmark 8, isolation (issue 28): one merchant's or one feature's failure never slows
+"""Benchmark 8, isolation: one merchant's or one feature's failure never slows
 another's tail.
 
 One ``recordsync run`` process (a real child, every merchant in its ``[[merchants]]``) against
@@ -16,22 +16,22 @@ the simulator in its own process, into a new PostgreSQL database, dropped afterw
   sends meanwhile (a slow retry each).  The simulator runs in this process here, which is
   how the bench rotates the secrets;
 - idle: K merchants tailing idle at a 5 s poll: the daemon's CPU, RSS and threads;
-- events (issue 38): 250 connections to the notification port each sending a 1 MiB body
+- events: 250 connections to the notification port each sending a 1 MiB body
   naming no merchant: the daemon's peak RSS against its RSS before, a signed notification's
   answer meanwhile, and the refusal lines the log holds;
-- probes (issue 38): 8 clients that ask for ``/metrics`` and never read it while
+- probes: 8 clients that ask for ``/metrics`` and never read it while
   ``/healthz`` is asked every 0.5 s: the slowest answer, against the liveness probe's 5 s;
-- takeover (issue 38, point 1): a replica holding 10 merchants takes one more while the
+- takeover: a replica holding 10 merchants takes one more while the
   warehouse pool's only connection is held elsewhere for S seconds, so its takeover is stuck
   in its write; meanwhile each held merchant's ``confirmed()`` (asked before every request)
   is timed every 0.2 s: p50, p99, max and how many answered False (before the fix: 11.7 s
   and False, every merchant's lock lost);
-- schemalock (issue 38, point 5), MariaDB: a migration whose revision runs past the DDL
+- schemalock, MariaDB: a migration whose revision runs past the DDL
   sessions' idle limit (``wait_timeout``: 300 s, 330 s held; tiny: 2 s injected, 6 s held)
   while another session asks ``GET_LOCK(..., 0)`` every 0.5 s: how often it got the lock
   (before the fix: from 300 s on) and whether the upgrade ended.  Skipped, with a note, when
   no MariaDB answers;
-- periodic (issue 38, point 2): nine merchants backfilling in one process (``MerchantSyncs``,
+- periodic: nine merchants backfilling in one process (``MerchantSyncs``,
   the daemon's assembly, over an in-process simulator whose budget the backfills keep full)
   whose checks share 8 periodic threads: over a window, the longest gap of each merchant's
   drift check, catalogue refresh and cross-check against twice its interval, the drift
@@ -471,7 +471,7 @@ def report_idle(report: harness.Report, run: Idle) -> None:
     report.add(f"idle, {run.merchants} merchants: daemon threads", run.threads, "")
 
 
-# -- a takeover stuck in its write (issue 38, point 1) ----------------------------------------
+# -- a takeover stuck in its write ----------------------------------------
 
 TAKEOVER_MERCHANTS: Final = 10
 CONFIRM_EVERY: Final = 0.2
@@ -554,7 +554,7 @@ def report_takeover(report: harness.Report, run: Takeover) -> None:
     report.add(f"{name}: merchants lost", run.lost, "", target="0", met=run.lost == 0)
 
 
-# -- the schema lock held past the DDL sessions' idle limit (issue 38, point 5) ---------------
+# -- the schema lock held past the DDL sessions' idle limit ---------------
 
 _SLEEPING: Final = '''"""Bench-only: a revision that runs for {seconds} s on the server."""
 
@@ -674,7 +674,7 @@ def report_schema_lock(report: harness.Report, run: SchemaLockRun | None) -> Non
         report.note(f"schemalock: the upgrade stopped: {run.error}")
 
 
-# -- nine backfills on eight periodic threads (issue 38, point 2) ------------------------------
+# -- nine backfills on eight periodic threads ------------------------------
 
 PERIODIC_MERCHANTS: Final = 9
 PERIODIC_THREADS: Final = 8
@@ -884,7 +884,7 @@ def report_periodic(report: harness.Report, run: Periodic) -> None:
     )
 
 
-# -- the two ports under strangers (issue 38) --------------------------------------------------
+# -- the two ports under strangers --------------------------------------------------
 
 STRANGERS: Final = 250
 STRANGER_BODY: Final = 1024 * 1024

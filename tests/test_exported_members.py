@@ -1,6 +1,6 @@
 """Every package's ``__all__`` is sorted and names exactly its public members (as httpx's
 tests/test_exported_members.py keeps its own): a name added to a package is exported on
-purpose or kept private, never half of each.  The packages without a facade (issue 25: the
+purpose or kept private, never half of each.  The packages without a facade (the
 code imports their modules by name) export nothing, so that none grows one again unseen."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The tests' helpers live in one support package (issue 25): a module under tests/ is a test
+"""The tests' helpers live in one support package: a module under tests/ is a test
 module, a conftest, or a part of ``support``; a test imports its helpers from there, never
 from another test module or a conftest."""
 

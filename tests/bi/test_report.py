@@ -137,7 +137,7 @@ def test_a_sum_sqlite_cannot_compute_exactly_is_shown_as_unknown(loaded):
         assert "100,000,000,000,000,000,000.5000" in table
 
 
-# -- several merchants, grouped (issue 17) ---------------------------------------------------
+# -- several merchants, grouped ---------------------------------------------------
 
 GROUP = (MERCHANT, OLD_MERCHANT)
 

@@ -212,7 +212,7 @@ def test_demo_refuses_a_bad_database_url_with_exit_2(capsys):
     assert "s3cret" not in err
 
 
-# -- several merchants (issue 17) ------------------------------------------------------------
+# -- several merchants ------------------------------------------------------------
 
 
 def merchant_secret(merchant_id: str) -> str:
@@ -455,7 +455,7 @@ def test_the_secret_overlap_is_configurable_and_checked():
         load_settings({**BASE, "RECORDSYNC_SECRET_OVERLAP": "-1"})
 
 
-# -- round-end notifications (issue 12) ---------------------------------------------------------
+# -- round-end notifications ---------------------------------------------------------
 
 
 def test_the_events_receiver_is_off_by_default_and_binds_like_the_metrics_port():
@@ -557,7 +557,7 @@ def test_the_catalogue_interval_defaults_to_an_hour_and_zero_turns_it_off(tmp_pa
         load_settings({**BASE, "RECORDSYNC_CATALOGUE_INTERVAL": "-1"})
 
 
-# -- the secret's form and the previous secret (issue 29) ------------------------------------
+# -- the secret's form and the previous secret ------------------------------------
 
 PREVIOUS = "p" * 43
 
@@ -652,7 +652,7 @@ def test_a_previous_secret_outside_the_merchants_entries_is_refused(tmp_path):
         load_settings({"RECORDSYNC_PREVIOUS_SECRET_FILE": "/run/previous"}, config_path=config)
 
 
-# -- the tail's pace (issue 27) ------------------------------------------------------------------
+# -- the tail's pace ------------------------------------------------------------------
 
 
 def test_the_tails_pace_has_its_defaults_and_comes_from_the_environment():

@@ -317,7 +317,7 @@ def test_daemon_and_backfill_share_settings_and_sizes(resources):
     assert job["image"] == f"{image['newName']}:{image['newTag']}"
 
 
-# -- round-end notifications (issue 12) ---------------------------------------------------------
+# -- round-end notifications ---------------------------------------------------------
 
 
 def test_the_events_port_runs_from_settings_to_the_service(resources):

@@ -1,6 +1,6 @@
 """``recordsync merchant pause|resume|state|resync|reset`` and ``--dry-run`` as an operator runs
 them (the CLI's main, beside daemons in processes of their own), with and without daemons, on
-the three backends (issue 26).
+the three backends.
 
 A paused merchant is held and synced by no replica, across a kill of its holder; the
 simulator sees no request for it while it is paused; resumed, a replica syncs it again within

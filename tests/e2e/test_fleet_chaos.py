@@ -1,5 +1,5 @@
 """Pauses and cuts, some inside a write, under three real replicas on PostgreSQL and MariaDB
-with live traffic (issue 30): every takeover within 15 s, never two holders of a merchant at
+with live traffic: every takeover within 15 s, never two holders of a merchant at
 any sample, no request of a replica for a merchant it lost, no crash, the shares even again,
 and every merchant equal to the truth.  The benchmark ``bench/chaos.py`` runs the same driver
 (``fleetchaos``) with ten pauses of 20 s and ten cuts of 25 s on each server."""

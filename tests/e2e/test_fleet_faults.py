@@ -1,4 +1,4 @@
-"""The fleet under what real clusters do (issue 30): a holder cut off from the database in the
+"""The fleet under what real clusters do: a holder cut off from the database in the
 middle of a fenced write, through the tests' fault-injecting proxy (``netfaults``).
 
 The holder's every connection to the database goes through the proxy; the standby connects

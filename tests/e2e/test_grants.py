@@ -1,4 +1,4 @@
-"""docs/operations.md, "Who may run what", as written (issue 35, point 6): the four accounts
+"""docs/operations.md, "Who may run what", as written: the four accounts
 created with exactly the grants the docs give, in a fresh database of each server; each command
 runs under each account, what it may do succeeds and what it may not ends with one plain line
 (exit 2), no traceback."""

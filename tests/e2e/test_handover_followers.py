@@ -1,6 +1,5 @@
 """Requests handed to a daemon and the commands that follow them, when either side is killed
-or interrupted: daemons and commands in processes of their own, on PostgreSQL (issue 35,
-point 4 and the durable reset of point 6).
+or interrupted: daemons and commands in processes of their own, on PostgreSQL.
 
 Also the two paths of a hand-over that a kill or a Ctrl-C takes mid-way: a reset whose holder
 is killed after it started it is carried on once by the next holder (from the note in its

@@ -1,5 +1,5 @@
 """Work handed to a daemon across a rebalance between two replicas, in place of a restart:
-daemons and commands in processes of their own, on PostgreSQL (issue 35, point 2).
+daemons and commands in processes of their own, on PostgreSQL.
 
 The lock of a merchant is free for a moment when its holder hands it to a replica that joined;
 a command following a job must not take it then.  So: two merchants held by D1, a resync of

@@ -1,5 +1,5 @@
 """Work handed to a daemon across its restart, and commands interrupted while they follow, as
-an operator meets them: daemons and commands in processes of their own (issue 35, points 2
+an operator meets them: daemons and commands in processes of their own (points 2
 and 4).
 
 Before: a resync handed to D1 was taken back by the command 2 s after D1 got SIGTERM (the

@@ -1,4 +1,4 @@
-"""One merchant's or one feature's failure never slows another's tail (issue 28): a real
+"""One merchant's or one feature's failure never slows another's tail: a real
 ``recordsync run`` process syncing many merchants of one simulator, whose platform refuses
 some of their secrets, or refuses and stalls the game catalogue while every drift check
 crawls.  Every healthy tail keeps its poll interval, counted by the simulator."""

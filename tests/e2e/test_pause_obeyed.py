@@ -1,5 +1,5 @@
 """A command that holds a merchant's lease itself obeys a pause within a tick, and a paused
-merchant sees no request from a plain ``verify`` either (issue 35, point 6).
+merchant sees no request from a plain ``verify`` either.
 
 Before: a ``backfill`` (or ``resync``, ``verify --repair``) run here read on to its end
 through a pause, and a plain ``verify`` of a paused merchant took the lease and read the

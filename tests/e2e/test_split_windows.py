@@ -37,7 +37,7 @@ def sim() -> Iterator[Simulator]:
     )
     with running(config) as simulator:
         # The platform slow on its pages, not the network: the capabilities call is quick, so
-        # the job starts narrow (issue 27) and must cut its windows as the answers come.
+        # the job starts narrow and must cut its windows as the answers come.
         simulator.set_faults(FaultRates(records_latency_ms=150))
         yield simulator
 

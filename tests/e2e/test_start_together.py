@@ -1,7 +1,7 @@
 """Replicas started in the same instant on an empty warehouse (a new Deployment with
 ``replicas: 5``) and a one-shot command beside them (a ``recordsync migrate`` Job, an
 operator's ``backfill`` or ``verify``) all come up: one upgrades the schema under its lock,
-the others wait for it and find it current (issue 30).  Before the lock, one or two of five
+the others wait for it and find it current.  Before the lock, one or two of five
 exited 1 with a traceback in every run."""
 
 from __future__ import annotations

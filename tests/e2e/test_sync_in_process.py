@@ -150,7 +150,7 @@ def test_the_daemons_own_assembly_converges_under_faults_and_a_backfill_handed_t
     """``run_daemon`` itself in this process (the fleet, the merchant's sync as the daemon
     builds it, the holder's requests), not ``open_app``: under the same noise, with a
     ``recordsync backfill`` of the first day handed to it meanwhile, it converges and the
-    backfill finishes at the holder.  Paused meanwhile (issue 26), it lets the merchant go
+    backfill finishes at the holder.  Paused meanwhile, it lets the merchant go
     and exports ``recordsync_merchant_paused`` 1; resumed, it takes it again."""
     sim.set_faults(NOISY)
     sim.start_live()

@@ -80,7 +80,7 @@ def _wait_for_event(log: Path, event: str, timeout: float) -> None:
 
 def _drift_outages(events: list[dict[str, object]]) -> list[int]:
     """Where an outage met the running drift check: the check's step failed, or the lease
-    could not be confirmed and the merchant's sync, the check with it, stopped (issue 30)."""
+    could not be confirmed and the merchant's sync, the check with it, stopped."""
     return [
         number
         for number, entry in enumerate(events)

@@ -324,7 +324,7 @@ def test_an_outage_while_waiting_for_the_next_tick_is_waited_out():
     assert alone.held == set()
 
 
-# -- pause (issue 26) ---------------------------------------------------------------------------
+# -- pause ---------------------------------------------------------------------------
 
 
 def pausing_member(db, replica, paused: set[str], reported: list[frozenset[str]]):

@@ -121,7 +121,7 @@ def test_a_second_replica_for_one_merchant_changes_nothing():
         assert moves.release == ()
 
 
-# -- replicas whose configurations differ (issue 30, point 10) --------------------------------
+# -- replicas whose configurations differ --------------------------------
 
 
 def settle_known(knows, holders, rounds=50):

@@ -555,7 +555,7 @@ def test_capabilities_are_outside_the_record_budget(fake_time):
 
 def test_the_capabilities_round_trip_stands_in_until_a_record_request_is_answered(fake_time):
     """Before any page, the capabilities call's round trip is the pace's estimate, so a short
-    job starts as wide as its latency needs (issue 27, sync.snapshot.starting_chains); the
+    job starts as wide as its latency needs (sync.snapshot.starting_chains); the
     first records answer then replaces it as it is, never averaged with it."""
 
     def slow_capabilities(request):
@@ -778,7 +778,7 @@ def test_the_secret_and_signatures_never_leak(fake_time):
             assert signature not in text
 
 
-# -- the lease (issue 30: self-fencing reads) ----------------------------------------------------
+# -- the lease (self-fencing reads) ----------------------------------------------------
 
 
 def test_nothing_is_sent_for_a_merchant_whose_lease_is_not_confirmed(fake_time):
@@ -808,7 +808,7 @@ def test_a_lease_lost_while_waiting_for_the_budget_sends_nothing_and_gives_the_s
     assert budget.acquire().acquired_at == pytest.approx(fake_time())  # the place came back
 
 
-# -- the largest answer read (issue 29) ----------------------------------------------------------
+# -- the largest answer read ----------------------------------------------------------
 
 
 class CountedStream(httpx.SyncByteStream):

@@ -1,4 +1,4 @@
-"""Hostile values in every field of every page the client reads (issue 29).
+"""Hostile values in every field of every page the client reads.
 
 Whatever the platform sends, a page ends in one of two ways: parsed, with each item accepted
 or quarantined with a reason naming its field, or refused with ``ProtocolError`` (retried

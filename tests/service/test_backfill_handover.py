@@ -1,5 +1,5 @@
 """``recordsync backfill`` of a merchant a daemon holds: handed to the holder, and taken back
-by the command when the merchant is left with no holder at all (issue 30: a wait on nobody
+by the command when the merchant is left with no holder at all (a wait on nobody
 was a hang).  The holder here is a fleet session of this test that holds the merchant's lock
 and, for the second case, marks the request running as a holder does before it stops."""
 

@@ -1,4 +1,4 @@
-"""Every read command's wait on the warehouse is bounded (issue 35, point 6): behind a table
+"""Every read command's wait on the warehouse is bounded: behind a table
 another session locked (a migration, a ``VACUUM FULL``, an operator's ``LOCK TABLES``),
 ``status --check`` answers "not ready" within ``PROBE_SECONDS`` and exit 1, and ``status``
 and ``report`` end with one line saying why, instead of waiting for as long as the lock is

@@ -1,5 +1,5 @@
 """``recordsync demo`` works every time: run twice, after Ctrl-C, after kill -9, and the
-commands it prints at its end work as printed (issue 29).  The real CLI in a subprocess, in a
+commands it prints at its end work as printed.  The real CLI in a subprocess, in a
 folder of its own, as a newcomer runs it."""
 
 from __future__ import annotations

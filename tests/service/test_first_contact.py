@@ -1,4 +1,4 @@
-"""Every edge a new user meets ends with one plain line and a documented exit code (issue 29).
+"""Every edge a new user meets ends with one plain line and a documented exit code.
 
 Each case runs the real CLI in a subprocess, as a user's shell or a Kubernetes Job would,
 and asserts the exact exit code, the line, and that no traceback reached the terminal.

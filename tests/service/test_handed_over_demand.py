@@ -1,7 +1,7 @@
-"""A backfill handed to the merchant's holder gets the budget its own rebuild gets (issue 35,
-point 5): the holder's idle tail stretches its polls to the ceiling while the backfill reads,
-and comes back to its interval once it ends, because every job that reads windows for a
-merchant registers with that merchant's one demand, whichever engine object runs it.
+"""A backfill handed to the merchant's holder gets the budget its own rebuild gets: the
+holder's idle tail stretches its polls to the ceiling while the backfill reads, and comes back
+to its interval once it ends, because every job that reads windows for a merchant registers with
+that merchant's one demand, whichever engine object runs it.
 
 The holder is this process's own daemon assembly (``MerchantSyncs``: the tail, the watcher of
 handed-over requests), the backfill a ``sync_requests`` row as ``recordsync backfill`` hands it

@@ -3,7 +3,7 @@ SQLite and the fleet scripted (``ScriptedLease``): a command holds a merchant on
 live daemon is configured with it, gives it back as soon as one appears, takes a followed
 request back only after a lease and a tick alone, never takes back a merchant paused while it
 followed, ends when its request expires, and cancels it when interrupted unless it carries on
-(issue 35, points 2 and 4)."""
+(points 2 and 4)."""
 
 from __future__ import annotations
 

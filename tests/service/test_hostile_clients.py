@@ -322,7 +322,7 @@ def test_a_burst_while_the_process_is_paused_waits_in_the_kernel_queue_not_a_sec
     opened to each port: every handshake completes within 0.5 s, because the kernel queues
     them for the paused process; resumed, both ports answer within a second.  With a listen
     queue of 128 the 130th handshake was dropped, and its client tried again only after 1 s:
-    the platform's notification behind a flood took 1.03 s (CI, issue 29)."""
+    the platform's notification behind a flood took 1.03 s (CI)."""
     server = subprocess.Popen(
         [sys.executable, "-m", "support.guarded_servers"],
         stdin=subprocess.PIPE,

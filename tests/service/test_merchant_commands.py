@@ -1,4 +1,4 @@
-"""The commands with several merchants configured (issue 17): ``backfill --merchant`` syncs the
+"""The commands with several merchants configured: ``backfill --merchant`` syncs the
 one named with its own secret file, ``report --merchant`` reports one and the default reports
 every one, and ``run`` refuses several until the multi-merchant daemon exists."""
 

@@ -685,7 +685,7 @@ def test_a_merchants_counters_without_other_labels_start_at_0(metrics, registry)
     assert value(registry, MetricName.ERRORS, kind="ServerError") is None  # not known ahead
 
 
-# -- round-end notifications (issue 12) ---------------------------------------------------------
+# -- round-end notifications ---------------------------------------------------------
 
 
 def test_round_events_are_counted_by_outcome_and_code_with_their_reply_time(metrics, registry):

@@ -1,4 +1,4 @@
-"""A pause has an owner and a reason, and the control commands never migrate (issue 35, points
+"""A pause has an owner and a reason, and the control commands never migrate (points
 3 and 6): another operator's ``resume`` is refused without ``--force`` and says whose pause it
 would end; the pause records the database account, which the database vouches for; a schema
 behind this version is refused in one line naming ``recordsync migrate``, left as it was."""

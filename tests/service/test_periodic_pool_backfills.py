@@ -1,4 +1,4 @@
-"""Backfills never take the periodic pool (issue 38, point 2): nine merchants backfilling in
+"""Backfills never take the periodic pool: nine merchants backfilling in
 one process whose checks share eight periodic threads, and every merchant's cross-check,
 catalogue refresh and drift check still run on time.
 

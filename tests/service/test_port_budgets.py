@@ -1,4 +1,4 @@
-"""What a stranger can make either port hold (issue 38): memory on the notification port, the
+"""What a stranger can make either port hold: memory on the notification port, the
 probe port's answers to everyone else.
 
 The notification port refuses on the head what the head already decides (no configured

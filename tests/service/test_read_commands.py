@@ -1,5 +1,5 @@
 """Read commands never write: ``status`` and ``report`` run with read-only database accounts,
-never migrate, and say plainly when the schema is behind, ahead or absent (issue 16, point 3).
+never migrate, and say plainly when the schema is behind, ahead or absent.
 A daemon on a warehouse at an unknown schema says so once and stops with exit code 2."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hostile values in a signed round-end notification (issue 29): a 200 for a notification the
+"""Hostile values in a signed round-end notification: a 200 for a notification the
 warehouse can store, a 400 naming the rule broken for anything else; never a 500 (an
 exception out of ``handle``), which the platform would retry for ever."""
 

@@ -1,4 +1,4 @@
-"""One merchant runtime (issue 25): the daemon and the one-shot commands build a merchant's
+"""One merchant runtime: the daemon and the one-shot commands build a merchant's
 options and read its limits with the same functions, and differ only where their purpose says
 so."""
 
@@ -65,7 +65,7 @@ def test_a_daemon_and_a_command_differ_only_where_their_purpose_says() -> None:
     assert command.event_grace is None  # no receiver in a command
     assert command.give_up_unreachable == 45.0
     assert command.page_size == daemon.page_size == 2000  # the platform's bound
-    # Notifications wake the daemon's tail: when idle it only polls for safety (issue 27).
+    # Notifications wake the daemon's tail: when idle it only polls for safety.
     assert daemon.tail_pacing.safety == SETTINGS.safety_poll
     assert command.tail_pacing.safety is None
     same_otherwise = dataclasses.replace(
@@ -137,7 +137,7 @@ def test_every_merchant_client_starts_with_a_cold_budget_at_the_spec_default() -
 
 def test_only_the_runtime_builds_a_merchants_sync() -> None:
     """The daemon and the commands do not assemble an engine of their own: the one place that
-    sizes a sync's options is ``runtime.merchant_sync`` (before issue 25, ``merchant_syncs``
+    sizes a sync's options is ``runtime.merchant_sync`` (once ``merchant_syncs``
     and ``app`` each did, with different options).  A dry run reads the limits to estimate a
     job's time, and builds no sync."""
     service = Path(runtime.__file__).parent

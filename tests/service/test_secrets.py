@@ -278,7 +278,7 @@ def test_the_watcher_starts_and_stops_safely_twice(tmp_path):
     assert not any(thread.name == "secret-keeper" for thread in threading.enumerate())
 
 
-# -- a file caught while it is being rewritten (issue 29) -----------------------------------
+# -- a file caught while it is being rewritten -----------------------------------
 
 
 class ChunkedRewrite:
@@ -378,7 +378,7 @@ def test_a_file_changing_while_the_keeper_starts_is_refused(tmp_path):
     assert ROTATED not in str(caught.value)
 
 
-# -- the previous secret named by the operator (issue 29) -------------------------------------
+# -- the previous secret named by the operator -------------------------------------
 
 
 def test_a_replica_started_inside_an_overlap_accepts_the_named_previous_secret(tmp_path):

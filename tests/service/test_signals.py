@@ -1,5 +1,5 @@
 """SIGINT and SIGTERM stop the work from a thread of their own: a signal that lands while the
-main thread writes a log line never waits for the lock that very write holds (issue 29: an
+main thread writes a log line never waits for the lock that very write holds (an
 interrupted backfill hung for ever)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The simulator refuses an optional endpoint to one merchant as told: an error, a stall, or
-both; the record endpoints and the other merchants are served as usual (issue 28)."""
+both; the record endpoints and the other merchants are served as usual."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pauses and cuts under a fleet of real replicas (issue 30): the test's and the benchmark's
+"""Pauses and cuts under a fleet of real replicas: the test's and the benchmark's
 driver (``tests/e2e/test_fleet_chaos.py``, ``bench/chaos.py``).
 
 Each replica is a real ``recordsync run`` process whose database connections go through a

@@ -87,7 +87,7 @@ def tricky_overrides(extra=(), *, max_size=4):
     )
 
 
-# -- hostile values (issue 29) -----------------------------------------------------------------
+# -- hostile values -----------------------------------------------------------------
 #
 # JSON texts, not Python values: ``1e400`` or a 5000-digit integer are legal JSON that no
 # Python float holds, so a strategy gives the text and ``splice`` puts it in the document.

@@ -1,4 +1,4 @@
-"""The catalogue job (issue 28): an optional endpoint the platform does not serve turns the
+"""The catalogue job: an optional endpoint the platform does not serve turns the
 catalogue off for that merchant alone, says so once, and is looked at again hourly; a failed
 read never waits in the job's thread, and a deferred pass goes on where it stopped."""
 

@@ -1,5 +1,5 @@
 """The job runner: generations of jobs on one shared host, bounded pools, failures routed to
-the generation they belong to, and jobs that must wait give their thread back (issue 28)."""
+the generation they belong to, and jobs that must wait give their thread back."""
 
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ def refused_step():
 
 
 def test_a_step_that_fails_fatally_holds_no_thread_and_another_job_runs_on_time(one_thread):
-    """The rule of issue 28: a waiting step gives its thread back.  Its runner would sleep
+    """The rule: a waiting step gives its thread back.  Its runner would sleep
     300 s; in the only thread of the pool, every other job would wait that long."""
     stopper = Stopper()
     jobs = Jobs(stopper, workers=1, host=one_thread)

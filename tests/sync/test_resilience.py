@@ -1,5 +1,5 @@
 """A one-shot step gives up on a platform it cannot reach after its bound, naming the cause;
-the daemon's never does, and any answer from the platform restarts the count (issue 29)."""
+the daemon's never does, and any answer from the platform restarts the count."""
 
 from __future__ import annotations
 

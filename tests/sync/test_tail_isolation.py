@@ -1,4 +1,4 @@
-"""The tail is never queued behind anything else (issue 28): it keeps its poll interval on a
+"""The tail is never queued behind anything else: it keeps its poll interval on a
 host whose every pool thread is taken by a stalled or failing job, of its own merchant or of
 another, and a merchant whose platform refuses it retries on its own, slowly."""
 

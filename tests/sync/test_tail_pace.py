@@ -1,4 +1,4 @@
-"""The adaptive tail (issue 27): its rules alone (``TailPacing``), then the tail's own loop
+"""The adaptive tail: its rules alone (``TailPacing``), then the tail's own loop
 (``follow_tail``) on a scripted platform and a scripted clock: the times it reads at while
 the stream is quiet or flowing, a snapshot runs or not, and notifications come or not.
 

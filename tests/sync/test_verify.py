@@ -1,4 +1,4 @@
-"""``recordsync verify``'s engine on the ports (issue 25): a scripted platform and an in-memory
+"""``recordsync verify``'s engine on the ports: a scripted platform and an in-memory
 store drive it, no socket and no database.  What the command and the daemon add around it is
 tested in tests/service/test_verify.py against the simulator."""
 

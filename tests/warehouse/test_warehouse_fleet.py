@@ -457,7 +457,7 @@ def test_a_stale_write_stuck_in_the_middle_of_a_copy_is_ended_by_the_new_holder(
     assert ended["merchant_id"] == M1
 
 
-# -- one merchant's slow takeover stalls no other (issue 38, point 1) ------------------------
+# -- one merchant's slow takeover stalls no other ------------------------
 
 
 def poll_confirmed(session, merchant_id, *, every, until, seen):

@@ -1,4 +1,4 @@
-"""Rows written once however often they arrive, on every backend (issue 29): a quarantined item
+"""Rows written once however often they arrive, on every backend: a quarantined item
 once per merchant and item when its page is read again, and revision 0011 bringing an
 existing warehouse, duplicates and all, to that key and to round events keyed per merchant
 (their own tests: test_warehouse_round_events)."""

@@ -1,4 +1,4 @@
-"""Where the lease cannot hold, the holder refuses to start with one line (issue 30): a server
+"""Where the lease cannot hold, the holder refuses to start with one line: a server
 too old for the settings that end a silent holder's sessions, MySQL, a SQLite file on a
 network filesystem."""
 

@@ -1,5 +1,5 @@
 """The warehouse's pool: sized from what the process runs, every checkout timed, a slow one
-logged with its waiter (issue 38, point 1)."""
+logged with its waiter."""
 
 from __future__ import annotations
 

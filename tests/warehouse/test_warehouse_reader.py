@@ -1,4 +1,4 @@
-"""The read commands' warehouse cannot write (issue 25): it offers only their reads, and its
+"""The read commands' warehouse cannot write: it offers only their reads, and its
 database sessions refuse a write whatever code reaches them, on every backend."""
 
 from __future__ import annotations

@@ -254,7 +254,7 @@ def test_what_a_previous_version_asks_is_failed_with_the_reason(warehouse: Wareh
     ]
 
 
-# -- requests that do not outlive their purpose (issue 35) ------------------------------------
+# -- requests that do not outlive their purpose ------------------------------------
 
 
 def _asked_ago(warehouse: Warehouse, request_id: int, seconds: float) -> None:

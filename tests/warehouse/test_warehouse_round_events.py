@@ -95,7 +95,7 @@ def test_two_replicas_storing_one_event_at_once_both_get_the_first_receipt(wareh
 
 
 def test_a_colliding_event_id_from_another_merchant_gets_its_own_receipt(clocked):
-    """Each merchant de-duplicates its own event ids (spec: Events, "Round end"; issue 29)."""
+    """Each merchant de-duplicates its own event ids (spec: Events, "Round end")."""
     store, clock = clocked
     mine = store.record_round_event(event(), received_by="r1")
     clock.now += timedelta(seconds=5)

@@ -1,4 +1,4 @@
-"""The schema upgrade runs under a database-wide lock (issue 30): processes started together
+"""The schema upgrade runs under a database-wide lock: processes started together
 upgrade the warehouse once, the others wait a bounded time, say so, and find it current."""
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def test_a_current_schema_takes_no_lock(warehouse_url):
         store.close()
 
 
-# -- the lock lives as long as the upgrade (issue 38, point 5) ----------------------------------
+# -- the lock lives as long as the upgrade ----------------------------------
 
 IDLE = 2  # the DDL sessions' idle limit in these tests (300 s in ``timeouts.DDL``)
 

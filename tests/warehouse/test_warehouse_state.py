@@ -248,7 +248,7 @@ def test_an_empty_tail_page_keeps_the_last_sequence(warehouse):
 def test_a_sequence_longer_than_its_column_is_kept_out_not_a_failed_commit(warehouse):
     rebuild(warehouse, [])
     tail_page(warehouse, last_sequence=SEQUENCE_30)
-    tail_page(warehouse, next_cursor="tail-3", last_sequence="9" * 5000)  # issue 29
+    tail_page(warehouse, next_cursor="tail-3", last_sequence="9" * 5000)  # any length
     state = warehouse.load_state(MERCHANT)
     assert (state.change_cursor, state.last_sequence) == ("tail-3", SEQUENCE_30)
 
