@@ -15,15 +15,18 @@ from typing import Final
 import pytest
 
 # The last commit that landed before revision 0014 (schema 0013): what the replicas of a
-# rolling upgrade run until they are replaced.
+# rolling upgrade run until they are replaced, for the commands that older replicas cannot obey.
 PREVIOUS_RELEASE: Final = "73fb19c"
 PREVIOUS_REVISION: Final = "0013"
+# The last commit that landed on schema 0014, which runs on additive revisions above its head.
+LAST_RELEASE: Final = "4d9394d"
+LAST_REVISION: Final = "0014"
 _REPO: Final = Path(__file__).resolve().parents[2]
 
 
-def previous_release(where: Path) -> Path:
-    """The previous release's package and migrations under ``where``; skipped where this is
-    not a git checkout with that commit (an unpacked archive)."""
+def previous_release(where: Path, commit: str = PREVIOUS_RELEASE) -> Path:
+    """The package and migrations of the release at ``commit`` under ``where``; skipped where
+    this is not a git checkout with that commit (an unpacked archive)."""
     try:
         archive = subprocess.run(  # noqa: S603 - git, fixed arguments
             [  # noqa: S607 - git from PATH, as a developer runs it
@@ -32,7 +35,7 @@ def previous_release(where: Path) -> Path:
                 str(_REPO),
                 "archive",
                 "--format=tar",
-                PREVIOUS_RELEASE,
+                commit,
                 "recordsync",
                 "migrations",
             ],
@@ -40,8 +43,8 @@ def previous_release(where: Path) -> Path:
             capture_output=True,
         ).stdout
     except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"the previous release {PREVIOUS_RELEASE} is not in git here: {exc}")
-    target = where / "previous-release"
+        pytest.skip(f"the release {commit} is not in git here: {exc}")
+    target = where / f"release-{commit}"
     target.mkdir()
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(target, filter="data")
