@@ -6,7 +6,12 @@ control commands (pause, reset, resync, state import) each end at once with one 
 non-zero exit, having migrated nothing: the old daemon runs on, holding its merchant.  Once
 `recordsync migrate` has taken the schema up (additively), the old daemon still runs, and
 this version refuses to pause it or hand it work it cannot do, by name.  A daemon of this
-version then takes over when the old one stops, and the warehouse equals the truth."""
+version then takes over when the old one stops, and the warehouse equals the truth.
+
+From the last release (schema 0014, which runs on additive revisions above its head), the
+upgrade is a plain rolling one: `recordsync migrate` takes the schema to this version's head
+while the old daemon syncs, the old daemon goes on committing pages on the new schema, and
+this version's daemon takes over from it with nothing lost."""
 
 from __future__ import annotations
 
@@ -19,7 +24,13 @@ import pytest
 from support.cli_runs import Ran, merchant, recordsync_cli
 from support.dbfixtures import SERVER_PARAMS
 from support.fleetcheck import Replica, assert_truth, holders, write_config
-from support.previous_release import PREVIOUS_REVISION, previous_release, start_previous
+from support.previous_release import (
+    LAST_RELEASE,
+    LAST_REVISION,
+    PREVIOUS_REVISION,
+    previous_release,
+    start_previous,
+)
 from support.synccheck import stop_gracefully
 
 from recordsync.core.state import StoredState
@@ -78,6 +89,11 @@ def wait_held_by(url: str, merchant_id: str, replica: str | None, timeout: float
     finally:
         warehouse.close()
     raise AssertionError(f"{merchant_id} not held (but by {replica}) within {timeout} s")
+
+
+def rows(warehouse: Warehouse) -> int:
+    with warehouse.engine.connect() as conn:
+        return int(conn.exec_driver_sql("SELECT COUNT(*) FROM records").scalar_one())
 
 
 def refused_in_one_line(answer: Ran, took: float, *, code: int, says: str) -> None:
@@ -157,6 +173,54 @@ def test_a_rolling_upgrade_from_the_previous_release(  # noqa: PLR0915 - one sto
         paused = merchant(config, "pause", merchant_id)  # this version obeys it
         assert paused.returncode == 0, paused.stderr
         assert merchant(config, "resume", merchant_id).returncode == 0
+    finally:
+        if old.poll() is None:
+            stop_gracefully(old)
+        if new is not None and new.process.poll() is None:
+            stop_gracefully(new.process)
+        sim.stop()
+        warehouse.close()
+    assert sim.stats().rate_limit_violations == 0
+
+
+@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
+def test_the_last_release_syncs_on_through_the_migration_to_this_schema(
+    warehouse_url: str, tmp_path: Path
+):
+    last = previous_release(tmp_path, LAST_RELEASE)
+    sim = simulator()
+    sim.start()
+    (merchant_id,) = sim.merchant_ids
+    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
+    old = start_previous(last, tmp_path / "old.log", "--config", str(config), "run")
+    new: Replica | None = None
+    warehouse = Warehouse.connect(warehouse_url)
+    try:
+        old_id = wait_held_by(warehouse_url, merchant_id, None, 60.0)
+        assert revision(warehouse_url) == LAST_REVISION
+        sim.start_live()
+
+        migrated = recordsync_cli(config, "migrate")
+        assert migrated.returncode == 0, migrated.stderr
+        assert revision(warehouse_url) == head_revision()
+        # The old daemon commits the live rounds' pages on the new schema, still the holder.
+        before = rows(warehouse)
+        deadline = time.monotonic() + 20.0
+        while rows(warehouse) <= before:
+            assert time.monotonic() < deadline, "the old daemon wrote nothing after the migration"
+            assert old.poll() is None, (tmp_path / "old.log").read_text()[-2000:]
+            time.sleep(0.25)
+        assert holders(warehouse).get(merchant_id) == old_id
+
+        new = Replica(config, tmp_path / "new.log")
+        time.sleep(2.0)
+        code, _ = stop_gracefully(old)
+        assert code == 0
+        wait_held_by(warehouse_url, merchant_id, old_id, 30.0)
+        time.sleep(1.0)
+        sim.stop_live()
+        assert_truth(warehouse, sim, [merchant_id])
+        assert "Traceback" not in (tmp_path / "old.log").read_text()
     finally:
         if old.poll() is None:
             stop_gracefully(old)
