@@ -16,7 +16,11 @@ this version's daemon takes over from it with nothing lost."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -27,6 +31,7 @@ from support.fleetcheck import Replica, assert_truth, holders, write_config
 from support.previous_release import (
     LAST_RELEASE,
     LAST_REVISION,
+    PREVIOUS_RELEASE,
     PREVIOUS_REVISION,
     previous_release,
     start_previous,
@@ -105,24 +110,67 @@ def refused_in_one_line(answer: Ran, took: float, *, code: int, says: str) -> No
     assert took < DEADLINE
 
 
-@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
-def test_a_rolling_upgrade_from_the_previous_release(  # noqa: PLR0915 - one story
-    warehouse_url: str, tmp_path: Path
-):
-    previous = previous_release(tmp_path)
+@dataclass
+class Upgrade:
+    """A warehouse whose merchant an older release's daemon holds, live traffic on."""
+
+    url: str
+    sim: Simulator
+    merchant_id: str
+    config: Path
+    warehouse: Warehouse
+    old: subprocess.Popen[bytes]
+    old_id: str
+    logs: Path
+    new: Replica | None = None
+
+    def take_over(self) -> None:
+        """This version's daemon joins, the old one stops, the new one holds the merchant and
+        the warehouse equals the truth."""
+        self.new = Replica(self.config, self.logs / "new.log")
+        time.sleep(2.0)
+        code, _ = stop_gracefully(self.old)
+        assert code == 0
+        wait_held_by(self.url, self.merchant_id, self.old_id, 30.0)
+        time.sleep(1.0)
+        self.sim.stop_live()
+        assert_truth(self.warehouse, self.sim, [self.merchant_id])
+
+
+@contextmanager
+def held_by_release(url: str, tmp_path: Path, commit: str, schema: str) -> Iterator[Upgrade]:
+    """The release at ``commit`` syncing a merchant on ``url`` at its own ``schema``."""
+    release = previous_release(tmp_path, commit)
     sim = simulator()
     sim.start()
     (merchant_id,) = sim.merchant_ids
-    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
-    old = start_previous(previous, tmp_path / "old.log", "--config", str(config), "run")
-    new: Replica | None = None
-    warehouse = Warehouse.connect(warehouse_url)
+    config = write_config(sim, url, tmp_path / "recordsync.toml")
+    old = start_previous(release, tmp_path / "old.log", "--config", str(config), "run")
+    warehouse = Warehouse.connect(url)
+    upgrade: Upgrade | None = None
     try:
-        old_id = wait_held_by(warehouse_url, merchant_id, None, 60.0)
-        assert revision(warehouse_url) == PREVIOUS_REVISION
+        old_id = wait_held_by(url, merchant_id, None, 60.0)
+        assert revision(url) == schema
         sim.start_live()
-        start = (sim.now() - timedelta(hours=2)).isoformat()
-        end = sim.now().isoformat()
+        upgrade = Upgrade(url, sim, merchant_id, config, warehouse, old, old_id, tmp_path)
+        yield upgrade
+    finally:
+        if old.poll() is None:
+            stop_gracefully(old)
+        if upgrade is not None and upgrade.new is not None and upgrade.new.process.poll() is None:
+            stop_gracefully(upgrade.new.process)
+        sim.stop()
+        warehouse.close()
+    assert sim.stats().rate_limit_violations == 0
+    assert "Traceback" not in (tmp_path / "old.log").read_text()
+
+
+@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
+def test_a_rolling_upgrade_from_the_previous_release(warehouse_url: str, tmp_path: Path):
+    with held_by_release(warehouse_url, tmp_path, PREVIOUS_RELEASE, PREVIOUS_REVISION) as up:
+        config, merchant_id, old, warehouse = up.config, up.merchant_id, up.old, up.warehouse
+        start = (up.sim.now() - timedelta(hours=2)).isoformat()
+        end = up.sim.now().isoformat()
         state_file = tmp_path / "state.json"
         empty = StoredState(state=None, windows=[], warehouse_id=None)
         state_file.write_text(json.dumps(to_document(merchant_id, empty, epoch=None)))
@@ -144,7 +192,7 @@ def test_a_rolling_upgrade_from_the_previous_release(  # noqa: PLR0915 - one sto
         assert revision(warehouse_url) == head_revision()
         time.sleep(2.5)  # a tick of the old daemon on the new schema
         assert old.poll() is None
-        assert holders(warehouse).get(merchant_id) == old_id
+        assert holders(warehouse).get(merchant_id) == up.old_id
 
         answer, took = timed(lambda: merchant(config, "pause", merchant_id))
         refused_in_one_line(answer, took, code=1, says="does not obey a pause: nothing was paused")
@@ -161,71 +209,26 @@ def test_a_rolling_upgrade_from_the_previous_release(  # noqa: PLR0915 - one sto
         assert asked == 0
         assert old.poll() is None
 
-        # This version's daemon joins; the old one stops: the new one takes the merchant over.
-        new = Replica(config, tmp_path / "new.log")
-        time.sleep(2.0)
-        code, _ = stop_gracefully(old)
-        assert code == 0
-        wait_held_by(warehouse_url, merchant_id, old_id, 30.0)
-        time.sleep(1.0)
-        sim.stop_live()
-        assert_truth(warehouse, sim, [merchant_id])
+        up.take_over()
         paused = merchant(config, "pause", merchant_id)  # this version obeys it
         assert paused.returncode == 0, paused.stderr
         assert merchant(config, "resume", merchant_id).returncode == 0
-    finally:
-        if old.poll() is None:
-            stop_gracefully(old)
-        if new is not None and new.process.poll() is None:
-            stop_gracefully(new.process)
-        sim.stop()
-        warehouse.close()
-    assert sim.stats().rate_limit_violations == 0
 
 
 @pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
 def test_the_last_release_syncs_on_through_the_migration_to_this_schema(
     warehouse_url: str, tmp_path: Path
 ):
-    last = previous_release(tmp_path, LAST_RELEASE)
-    sim = simulator()
-    sim.start()
-    (merchant_id,) = sim.merchant_ids
-    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
-    old = start_previous(last, tmp_path / "old.log", "--config", str(config), "run")
-    new: Replica | None = None
-    warehouse = Warehouse.connect(warehouse_url)
-    try:
-        old_id = wait_held_by(warehouse_url, merchant_id, None, 60.0)
-        assert revision(warehouse_url) == LAST_REVISION
-        sim.start_live()
-
-        migrated = recordsync_cli(config, "migrate")
+    with held_by_release(warehouse_url, tmp_path, LAST_RELEASE, LAST_REVISION) as up:
+        migrated = recordsync_cli(up.config, "migrate")
         assert migrated.returncode == 0, migrated.stderr
         assert revision(warehouse_url) == head_revision()
         # The old daemon commits the live rounds' pages on the new schema, still the holder.
-        before = rows(warehouse)
+        before = rows(up.warehouse)
         deadline = time.monotonic() + 20.0
-        while rows(warehouse) <= before:
+        while rows(up.warehouse) <= before:
             assert time.monotonic() < deadline, "the old daemon wrote nothing after the migration"
-            assert old.poll() is None, (tmp_path / "old.log").read_text()[-2000:]
+            assert up.old.poll() is None, (tmp_path / "old.log").read_text()[-2000:]
             time.sleep(0.25)
-        assert holders(warehouse).get(merchant_id) == old_id
-
-        new = Replica(config, tmp_path / "new.log")
-        time.sleep(2.0)
-        code, _ = stop_gracefully(old)
-        assert code == 0
-        wait_held_by(warehouse_url, merchant_id, old_id, 30.0)
-        time.sleep(1.0)
-        sim.stop_live()
-        assert_truth(warehouse, sim, [merchant_id])
-        assert "Traceback" not in (tmp_path / "old.log").read_text()
-    finally:
-        if old.poll() is None:
-            stop_gracefully(old)
-        if new is not None and new.process.poll() is None:
-            stop_gracefully(new.process)
-        sim.stop()
-        warehouse.close()
-    assert sim.stats().rate_limit_violations == 0
+        assert holders(up.warehouse).get(up.merchant_id) == up.old_id
+        up.take_over()
