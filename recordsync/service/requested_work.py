@@ -250,8 +250,9 @@ class RequestedWork:
         from the tail's sync: registered with the merchant's one demand, so the tail gives it
         the budget as to its own rebuild."""
         assert merchant.sync is not None
-        engine = merchant.sync.job_engine(
-            self._warehouse.fenced(merchant.merchant_id, merchant.epoch),
+        engine = merchant.sync.engines.job_engine(
+            self._warehouse,
+            merchant.epoch,
             stopper=stopper,
             observer=SyncMetricsObserver(self._metrics.merchant(merchant.merchant_id)),
         )
@@ -309,8 +310,8 @@ class RequestedWork:
         """``recordsync verify``: the same ``verify_range`` as the command's, at the lowest
         priority, repairs fenced by this holder's epoch (a repair registered with the
         merchant's demand); the findings go back as JSON."""
-        sync = merchant.sync
-        assert sync is not None
+        assert merchant.sync is not None
+        sync = merchant.sync.engines
         result = verify_range(
             sync.client,
             self._warehouse.fenced(merchant.merchant_id, merchant.epoch),
