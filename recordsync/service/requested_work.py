@@ -42,7 +42,8 @@ from recordsync.core.stopping import Stopper
 from recordsync.metrics import Metrics
 from recordsync.service.observers import SyncMetricsObserver
 from recordsync.service.runtime import MerchantSync
-from recordsync.service.verify import verify_document
+from recordsync.sync.anchor import reset_plan
+from recordsync.sync.comparison import verify_document
 from recordsync.sync.engine import SyncEngine
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.resilience import StepRunner
@@ -337,17 +338,6 @@ def _rebuilds_before(request: HolderRequest) -> int | None:
         if isinstance(noted, dict) and isinstance(noted.get("rebuilds_before"), int):
             return int(noted["rebuilds_before"])
     return None
-
-
-def reset_plan(state: SyncState, windows: int) -> dict[str, Any]:
-    """What a reset left: the new anchor and the plan the rebuild reads (its result)."""
-    return {
-        "anchor_at": state.anchor_at.isoformat(),
-        "history_from": state.history_from.isoformat(),
-        "snapshot_to": state.snapshot_to.isoformat(),
-        "windows": windows,
-        "rebuilds": state.rebuilds,
-    }
 
 
 def to_start(

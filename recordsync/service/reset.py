@@ -25,8 +25,8 @@ from recordsync.core.stopping import Stopper
 from recordsync.logs import process_context
 from recordsync.service.app import MerchantCommand
 from recordsync.service.handover import DoneThere, HeldHere
-from recordsync.service.requested_work import reset_plan
 from recordsync.service.signals import stop_on_signals
+from recordsync.sync.anchor import reset_plan
 from recordsync.warehouse import RequestKind
 
 log = structlog.get_logger("recordsync")

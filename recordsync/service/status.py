@@ -25,7 +25,7 @@ from rich.table import Table
 from recordsync.core.errors import RecordSyncError
 from recordsync.core.settings import Settings
 from recordsync.service.console import PipeConsole
-from recordsync.service.health import assess_readiness
+from recordsync.service.readiness import assess_readiness
 from recordsync.warehouse import (
     Availability,
     DriftCheckRun,

@@ -57,7 +57,7 @@ from recordsync.service.handover import DoneThere, HeldHere
 from recordsync.service.pause_watch import PauseWatch, refuse_before_any_request
 from recordsync.service.progress import RichProgress
 from recordsync.service.signals import stop_on_signals
-from recordsync.sync.comparison import FAULTS, DayTally, Difference, VerifyResult
+from recordsync.sync.comparison import FAULTS, Difference, verify_document
 from recordsync.sync.verify import verify_range
 from recordsync.warehouse import HolderRequest, RequestKind
 
@@ -226,41 +226,6 @@ def render(document: dict[str, Any], *, fmt: str, out: TextIO) -> None:
         out.write(_csv(document))
     else:
         _table(document, PipeConsole(file=out, width=120))
-
-
-def _row(day: DayTally) -> dict[str, Any]:
-    return {
-        "day": day.day.isoformat(),
-        "platform_rows": day.platform_rows,
-        "warehouse_rows": day.warehouse_rows,
-        **{kind.value: day.counts[kind] for kind in Difference},
-        "repaired": day.repaired,
-    }
-
-
-def _totals(result: VerifyResult) -> dict[str, Any]:
-    return {
-        "platform_rows": result.platform_rows,
-        "warehouse_rows": result.warehouse_rows,
-        **{kind.value: result.total(kind) for kind in Difference},
-        "repaired": result.repaired,
-    }
-
-
-def verify_document(
-    result: VerifyResult, merchant_id: str, start: datetime, end: datetime
-) -> dict[str, Any]:
-    """The findings as plain data: what ``--format json`` prints and a holder hands back."""
-    return {
-        "merchant_id": merchant_id,
-        "created_from": start.isoformat(),
-        "created_to": end.isoformat(),
-        "repair": result.repair,
-        "clean": result.clean,
-        "days": [_row(day) for day in result.days],
-        "totals": _totals(result),
-        "examples": {kind.value: result.examples(kind) for kind in Difference},
-    }
 
 
 def _csv(document: dict[str, Any]) -> str:
