@@ -37,8 +37,12 @@ from recordsync.core.settings import Settings
 from recordsync.core.state import Phase
 from recordsync.core.stopping import Stopper
 from recordsync.logs import configure_logging
-from recordsync.service.app import MerchantCommand
-from recordsync.service.round_events.receiver import EventsServer, RoundEventReceiver, asgi_app
+from recordsync.service.commands.merchant_command import MerchantCommand
+from recordsync.service.ports.round_events.receiver import (
+    EventsServer,
+    RoundEventReceiver,
+    asgi_app,
+)
 from recordsync.sim import DEMO_MERCHANT_ID, DEMO_SECRET, SimConfig, Simulator
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.schema import records, round_events

@@ -33,7 +33,7 @@ from sqlalchemy import text
 
 from recordsync.core.stopping import Stopper
 from recordsync.logs import configure_logging
-from recordsync.service.app import MerchantCommand
+from recordsync.service.commands.merchant_command import MerchantCommand
 from recordsync.sim import DEMO_MERCHANT_ID, DEMO_SECRET
 
 SIZES: Final = {

@@ -5,18 +5,18 @@ It builds the platform client, the warehouse and the sync engine from the settin
 (``app``) and runs them; the CLI only parses and calls the entry points below.
 """
 
-from recordsync.service.backfill import run_backfill, run_resync
-from recordsync.service.control import pause_merchant, resume_merchant
-from recordsync.service.daemon import run_daemon
-from recordsync.service.demo import run_demo
-from recordsync.service.dry_run import dry_run_range, dry_run_reset
-from recordsync.service.merchant_state import export_state, import_state, show_state
-from recordsync.service.report import show_report
-from recordsync.service.reset import run_reset
+from recordsync.service.commands.backfill import run_backfill, run_resync
+from recordsync.service.commands.control import pause_merchant, resume_merchant
+from recordsync.service.commands.demo import run_demo
+from recordsync.service.commands.dry_run import dry_run_range, dry_run_reset
+from recordsync.service.commands.merchant_state import export_state, import_state, show_state
+from recordsync.service.commands.report import show_report
+from recordsync.service.commands.reset import run_reset
+from recordsync.service.commands.schema import migrate
+from recordsync.service.commands.status import show_status
+from recordsync.service.commands.verify import run_verify
+from recordsync.service.daemon.run import run_daemon
 from recordsync.service.runtime import warn_settings
-from recordsync.service.schema import migrate
-from recordsync.service.status import show_status
-from recordsync.service.verify import run_verify
 
 __all__ = [
     "dry_run_range",

@@ -14,7 +14,7 @@ from support.synccheck import assert_equals_truth, running, settings_for
 
 from recordsync.core.state import Window
 from recordsync.core.stopping import Stopper
-from recordsync.service.app import MerchantCommand
+from recordsync.service.commands.merchant_command import MerchantCommand
 from recordsync.sim import SimConfig, Simulator
 from recordsync.sync.events import SyncObserver
 from recordsync.warehouse import Warehouse

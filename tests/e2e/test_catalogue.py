@@ -20,8 +20,8 @@ from recordsync.core.stopping import Stopper
 from recordsync.metrics import MetricName, Metrics
 from recordsync.platform.budget import RateBudget
 from recordsync.platform.client import PlatformClient
-from recordsync.service.app import MerchantCommand
-from recordsync.service.merchant_syncs import MerchantSyncs
+from recordsync.service.commands.merchant_command import MerchantCommand
+from recordsync.service.daemon.merchant_syncs import MerchantSyncs
 from recordsync.service.secrets import SecretKeeper
 from recordsync.sim import ManualClock, SimConfig, Simulator, running_simulator
 from recordsync.sync.catalogue import CatalogueRefresh

@@ -13,7 +13,7 @@ from support.synccheck import KillAfterSplit, running, settings_for
 
 from recordsync.core.state import backfill_job
 from recordsync.core.stopping import Stopper
-from recordsync.service.app import MerchantCommand
+from recordsync.service.commands.merchant_command import MerchantCommand
 from recordsync.sim import FaultRates, SimConfig, Simulator
 from recordsync.warehouse import Warehouse
 

@@ -21,9 +21,9 @@ from recordsync.core.state import REBUILD_JOB, Phase
 from recordsync.core.stopping import Stopper
 from recordsync.core.times import floor_ms
 from recordsync.metrics import MetricName
-from recordsync.service.app import MerchantCommand
-from recordsync.service.backfill import run_backfill
-from recordsync.service.daemon import run_daemon
+from recordsync.service.commands.backfill import run_backfill
+from recordsync.service.commands.merchant_command import MerchantCommand
+from recordsync.service.daemon.run import run_daemon
 from recordsync.sim import FaultRates, SimConfig, Simulator
 from recordsync.sync.plan import plan_windows
 from recordsync.warehouse import HolderRequest, RequestKind, RequestState, Warehouse

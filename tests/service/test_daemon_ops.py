@@ -29,7 +29,7 @@ from support.synccheck import (
 )
 
 from recordsync.core.stopping import Stopper
-from recordsync.service.app import MerchantCommand
+from recordsync.service.commands.merchant_command import MerchantCommand
 from recordsync.sim import FaultRates, SimConfig, Simulator
 from recordsync.warehouse import Warehouse, schema
 

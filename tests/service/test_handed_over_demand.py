@@ -25,8 +25,8 @@ from recordsync.core.state import REBUILD_JOB, backfill_job
 from recordsync.core.stopping import Stopper
 from recordsync.core.times import floor_ms
 from recordsync.metrics import MetricName, Metrics
-from recordsync.service.app import MerchantCommand
-from recordsync.service.merchant_syncs import MerchantSyncs
+from recordsync.service.commands.merchant_command import MerchantCommand
+from recordsync.service.daemon.merchant_syncs import MerchantSyncs
 from recordsync.service.secrets import SecretKeeper
 from recordsync.sim import SimConfig, Simulator
 from recordsync.sync.events import SyncObserver

@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 
 from recordsync.core.errors import RecordSyncError, ShutdownRequestedError
 from recordsync.core.stopping import Stopper
-from recordsync.service.handover import (
+from recordsync.service.commands.handover import (
     TAKE_BACK_AFTER,
     DoneThere,
     Handover,

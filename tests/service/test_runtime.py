@@ -150,7 +150,7 @@ def test_only_the_runtime_builds_a_merchants_sync() -> None:
         )
 
     assert calling("sync_options(") == ["runtime.py"]
-    assert calling("read_limits(") == ["dry_run.py", "runtime.py"]
+    assert calling("read_limits(") == ["commands/dry_run.py", "runtime.py"]
     # One engine builder: the tail and the jobs beside it, the command's and the holder's.
     assert calling("SyncEngine(") == ["runtime.py"]
     assert (service / "runtime.py").read_text().count("SyncEngine(") == 1

@@ -40,7 +40,7 @@ from recordsync.core.errors import (
 from recordsync.core.state import REBUILD_JOB, SyncState
 from recordsync.core.stopping import Stopper
 from recordsync.metrics import Metrics
-from recordsync.service.observers import SyncMetricsObserver
+from recordsync.service.daemon.observers import SyncMetricsObserver
 from recordsync.service.runtime import MerchantSync
 from recordsync.sync.anchor import reset_plan
 from recordsync.sync.comparison import verify_document

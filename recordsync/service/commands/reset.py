@@ -23,8 +23,8 @@ from recordsync.core.settings import Settings
 from recordsync.core.state import REBUILD_JOB
 from recordsync.core.stopping import Stopper
 from recordsync.logs import process_context
-from recordsync.service.app import MerchantCommand
-from recordsync.service.handover import DoneThere, HeldHere
+from recordsync.service.commands.handover import DoneThere, HeldHere
+from recordsync.service.commands.merchant_command import MerchantCommand
 from recordsync.service.signals import stop_on_signals
 from recordsync.sync.anchor import reset_plan
 from recordsync.warehouse import RequestKind

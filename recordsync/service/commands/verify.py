@@ -51,11 +51,11 @@ from recordsync.core.settings import Settings
 from recordsync.core.stopping import Stopper
 from recordsync.logs import process_context
 from recordsync.metrics import record_verify_run
-from recordsync.service.app import MerchantCommand
-from recordsync.service.console import PipeConsole
-from recordsync.service.handover import DoneThere, HeldHere
-from recordsync.service.pause_watch import PauseWatch, refuse_before_any_request
-from recordsync.service.progress import RichProgress
+from recordsync.service.commands.console import PipeConsole
+from recordsync.service.commands.handover import DoneThere, HeldHere
+from recordsync.service.commands.merchant_command import MerchantCommand
+from recordsync.service.commands.pause_watch import PauseWatch, refuse_before_any_request
+from recordsync.service.commands.progress import RichProgress
 from recordsync.service.signals import stop_on_signals
 from recordsync.sync.comparison import FAULTS, Difference, verify_document
 from recordsync.sync.verify import verify_range

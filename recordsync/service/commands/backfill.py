@@ -31,10 +31,10 @@ from recordsync.core.settings import Settings
 from recordsync.core.state import WindowProgress, backfill_job, resync_job
 from recordsync.core.stopping import Stopper
 from recordsync.logs import json_lines, process_context
-from recordsync.service.app import MerchantCommand
-from recordsync.service.handover import DoneThere, Handover, HeldHere
-from recordsync.service.pause_watch import PauseWatch, refuse_before_any_request
-from recordsync.service.progress import RichProgress
+from recordsync.service.commands.handover import DoneThere, Handover, HeldHere
+from recordsync.service.commands.merchant_command import MerchantCommand
+from recordsync.service.commands.pause_watch import PauseWatch, refuse_before_any_request
+from recordsync.service.commands.progress import RichProgress
 from recordsync.service.signals import Received, stop_on_signals
 from recordsync.sync.engine import BackfillResult
 from recordsync.sync.events import SyncObserver

@@ -24,8 +24,8 @@ from recordsync.core.errors import ConfigurationError
 from recordsync.core.settings import Settings
 from recordsync.core.stopping import Stopper
 from recordsync.platform.client import ClientObserver, PlatformClient
-from recordsync.service.handover import Handover, refuse_if_paused
-from recordsync.service.holder_versions import ask_if_holder_takes
+from recordsync.service.commands.handover import Handover, refuse_if_paused
+from recordsync.service.commands.holder_versions import ask_if_holder_takes
 from recordsync.service.runtime import (
     MerchantEngines,
     Purpose,

@@ -33,8 +33,8 @@ from recordsync.core.settings import MerchantSettings, Settings
 from recordsync.core.stopping import Stopper
 from recordsync.core.times import format_time
 from recordsync.logs import configure_logging
-from recordsync.service.app import MerchantCommand
-from recordsync.service.progress import RichProgress
+from recordsync.service.commands.merchant_command import MerchantCommand
+from recordsync.service.commands.progress import RichProgress
 from recordsync.service.signals import stop_on_signals
 from recordsync.warehouse import Warehouse
 

@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from recordsync.core.errors import ConfigurationError
-from recordsync.service.bounded_http import (
+from recordsync.service.ports.bounded_http import (
     Answer,
     BoundedHTTPServer,
     HttpLimits,

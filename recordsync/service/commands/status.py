@@ -24,7 +24,7 @@ from rich.table import Table
 
 from recordsync.core.errors import RecordSyncError
 from recordsync.core.settings import Settings
-from recordsync.service.console import PipeConsole
+from recordsync.service.commands.console import PipeConsole
 from recordsync.service.readiness import assess_readiness
 from recordsync.warehouse import (
     Availability,

@@ -28,8 +28,8 @@ from typing import Final
 import structlog
 
 from recordsync.core.settings import Settings
-from recordsync.service.holder_versions import refuse_unless_holder_obeys_pause
-from recordsync.service.operator import operator, watching_session
+from recordsync.service.commands.holder_versions import refuse_unless_holder_obeys_pause
+from recordsync.service.commands.operator import operator, watching_session
 from recordsync.warehouse import Pause, Warehouse
 
 log = structlog.get_logger("recordsync")
