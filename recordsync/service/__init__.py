@@ -1,8 +1,7 @@
-"""What makes a process out of the parts: the commands' bodies, the daemon's lease terms, the
-health and metrics server, the metric adapters, the progress display, and signals.
-
-It builds the platform client, the warehouse and the sync engine from the settings
-(``app``) and runs them; the CLI only parses and calls the entry points below.
+"""What makes a process out of the parts, in three rooms: the commands' bodies
+(``commands/``), the daemon (``daemon/``) and its listening ports (``ports/``), with what they
+share beside them (``runtime``: a merchant's client and engines built one way; ``secrets``,
+``signals``, ``readiness``).  The CLI only parses and calls the entry points below.
 """
 
 from recordsync.service.commands.backfill import run_backfill, run_resync

@@ -3,10 +3,10 @@
 read once, the engines' options, the merchant's demand; a daemon's sync is its tail on the
 merchant's store (``merchant_sync``).
 
-The daemon (``merchant_syncs``), the one-shot commands (``backfill``, ``verify``, ``reset``,
-through ``app.MerchantCommand``) and the demo all build a merchant's engines here, so that what
-a test drives in process is what ``recordsync run`` runs.  What differs between them is said
-by a parameter, never by a second copy:
+The daemon (``daemon.merchant_syncs``), the one-shot commands (``backfill``, ``verify``,
+``reset``, through ``commands.merchant_command``) and the demo all build a merchant's engines
+here, so that what a test drives in process is what ``recordsync run`` runs.  What differs
+between them is said by a parameter, never by a second copy:
 
 - ``Share``: a daemon shares its worker threads among its merchants, and each merchant's
   snapshot gets its share of them; a command syncs one merchant alone.

@@ -1,4 +1,4 @@
-"""Where a process's record budget counts its cold start from (``service.app``)."""
+"""Where a process's record budget counts its cold start from (``commands.merchant_command``)."""
 
 from __future__ import annotations
 

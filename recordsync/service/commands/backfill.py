@@ -1,7 +1,7 @@
 """``recordsync backfill``: a one-shot snapshot of a creation range, resumable, beside the tail.
 
 A merchant's rate limit is spent by one process at a time, and its tail is a daemon's. So the
-job goes where ``service.handover`` says: run here under the command's own lease only while no
+job goes where ``commands.handover`` says: run here under the command's own lease only while no
 live daemon is configured with the merchant (and handed to the first that appears, the rest
 of the job resumed there from its windows), otherwise handed to the merchant's holder as a
 ``sync_requests`` row the holder runs inside its own budget, beside its tail, while this
@@ -70,7 +70,7 @@ def run_range_job(
     merchant_id: str | None = None,
 ) -> int:
     """A range read into the warehouse beside the tail (a backfill, a resync), here or at the
-    merchant's holder (``service.handover``)."""
+    merchant's holder (``commands.handover``)."""
     merchant = settings.merchant(merchant_id)
     stopper = Stopper()
     name = kind.value  # backfill_handed_over, resync_finished, ...: the events name the kind

@@ -12,7 +12,7 @@ to take the merchant's lease:
 - no daemon holds the merchant: verify holds it for the run (a daemon starting meanwhile
   waits), reads inside its own budget, and ``--repair`` writes are fenced by its own epoch;
 - a daemon holds it: the run is handed to that holder through the warehouse (a ``sync_requests``
-  row, ``service.handover``), which runs the same ``verify_range`` inside ITS budget at the
+  row, ``commands.handover``), which runs the same ``verify_range`` inside ITS budget at the
   lowest priority, beside its tail, with repairs fenced by its own epoch, and stores the
   findings for this command to print. One process spends the merchant's limit, and one writer
   (the lease holder) writes, whichever way it runs.
