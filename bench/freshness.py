@@ -37,8 +37,12 @@ from recordsync.core.settings import Settings
 from recordsync.core.state import Phase
 from recordsync.core.stopping import Stopper
 from recordsync.logs import configure_logging
-from recordsync.service.app import App, open_app
-from recordsync.service.round_events.receiver import EventsServer, RoundEventReceiver, asgi_app
+from recordsync.service.commands.merchant_command import MerchantCommand
+from recordsync.service.ports.round_events.receiver import (
+    EventsServer,
+    RoundEventReceiver,
+    asgi_app,
+)
 from recordsync.sim import DEMO_MERCHANT_ID, DEMO_SECRET, SimConfig, Simulator
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.schema import records, round_events
@@ -104,7 +108,7 @@ class Forward:
     """The receiver's store and wake-up, pointed at the app once it exists: the simulator must
     know the receiver's URL before the app (which needs the simulator's) can be built."""
 
-    app: App | None = None
+    app: MerchantCommand | None = None
 
     def store(self, event: RoundEvent) -> RoundEventReceipt:
         assert self.app is not None
@@ -112,7 +116,7 @@ class Forward:
 
     def wake(self, _event: RoundEvent) -> None:
         assert self.app is not None
-        self.app.engine.wake_tail()
+        self.app.tail.wake_tail()
 
 
 def receiver_server(forward: Forward, secret: str) -> EventsServer:
@@ -143,8 +147,8 @@ def _figures(report: harness.Report, delays: list[float]) -> None:
 def _live_run(sim: Simulator, settings: Settings, seconds: float) -> Watcher:
     """The engine caught up, then ``seconds`` of live traffic watched; the watcher."""
     stopper = Stopper()
-    with open_app(settings, stopper=stopper) as app:
-        daemon = threading.Thread(target=app.engine.run, name="daemon", daemon=True)
+    with MerchantCommand(settings, None, stopper) as app:
+        daemon = threading.Thread(target=app.tail.run, name="daemon", daemon=True)
         daemon.start()
         _wait_for_tailing(app)
         watcher = Watcher(app.warehouse, sim.config.merchant_id, sim.now())
@@ -219,9 +223,9 @@ def _events_main(args: Any, report: harness.Report) -> int:
             "in its own process"
         )
         stopper = Stopper()
-        with open_app(settings, stopper=stopper, client_observer=limited) as app:
+        with MerchantCommand(settings, None, stopper, client_observer=limited) as app:
             forward.app = app
-            daemon = threading.Thread(target=app.engine.run, name="daemon", daemon=True)
+            daemon = threading.Thread(target=app.tail.run, name="daemon", daemon=True)
             daemon.start()
             _wait_for_tailing(app)
             since = datetime.now(UTC)
@@ -258,7 +262,7 @@ def _events_main(args: Any, report: harness.Report) -> int:
     return report.finish(check=args.check)
 
 
-def _wait_for_tailing(app: App) -> None:
+def _wait_for_tailing(app: MerchantCommand) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         state = app.warehouse.load_state(app.merchant.merchant_id)

@@ -3,7 +3,7 @@
 The simulator runs in its own process (its own GIL) and serves a history of ``rounds`` records
 over loopback HTTP; recordsync backfills the whole range into a fresh SQLite file, PostgreSQL
 database and MariaDB database in turn: request, sign, parse, validate, upsert, commit, exactly
-as ``recordsync backfill`` does (``open_app`` + ``SyncEngine.backfill``).  The baseline is a
+as ``recordsync backfill`` does (``MerchantCommand`` + ``SyncEngine.backfill``).  The baseline is a
 plain standard-library client against the same simulator: http.client, hmac, json and sqlite3
 ``executemany`` into a one-index table, one commit per page, no validation.
 
@@ -31,8 +31,9 @@ import harness
 import profiling
 from sqlalchemy import text
 
+from recordsync.core.stopping import Stopper
 from recordsync.logs import configure_logging
-from recordsync.service.app import open_app
+from recordsync.service.commands.merchant_command import MerchantCommand
 from recordsync.sim import DEMO_MERCHANT_ID, DEMO_SECRET
 
 SIZES: Final = {
@@ -73,15 +74,15 @@ def recordsync_backfill(
         snapshot_concurrency=concurrency,
         keep_revisions=keep_revisions,
     )
-    with open_app(settings) as app:
+    with MerchantCommand(settings, None, Stopper()) as app:
         time.sleep(COLD_START_SECONDS)
         cpu = harness.own_cpu_seconds()
         started = time.perf_counter()
         if profile is None:
-            result = app.engine.backfill(start, end)
+            result = app.tail.backfill(start, end)
         else:
             with profiling.py_spy(profile, gil=gil):
-                result = app.engine.backfill(start, end)
+                result = app.tail.backfill(start, end)
         seconds = time.perf_counter() - started
         cpu = harness.own_cpu_seconds() - cpu
         with app.warehouse.engine.connect() as conn:

@@ -78,7 +78,7 @@ from recordsync.core.stopping import Stopper
 from recordsync.core.times import floor_ms
 from recordsync.metrics import MERCHANT_LABEL, MetricName, Metrics
 from recordsync.platform.signing import format_timestamp, sign
-from recordsync.service.merchant_syncs import MerchantSyncs
+from recordsync.service.daemon.merchant_syncs import MerchantSyncs
 from recordsync.service.secrets import SecretKeeper
 from recordsync.sim import SimConfig, Simulator, running_simulator
 from recordsync.sync.events import SyncObserver

@@ -4,7 +4,7 @@ import time
 
 # When this process started, on the monotonic clock, as early as the package is imported
 # (before the command's own imports, some 0.5 s here): the rate budget's cold start counts
-# from it (``service.app.open_app``), since nothing this process sends can precede it.
+# from it (``commands.merchant_command``), since nothing this process sends can precede it.
 PROCESS_STARTED = time.monotonic()
 
 __version__ = "0.1.0"

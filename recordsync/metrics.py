@@ -16,7 +16,7 @@ Every metric lives in the registry given to ``Metrics`` (a fresh one by default,
 process-global one implicitly), as prometheus client_python recommends for testability.
 
 This module imports no layer of recordsync: the layers report through adapters that the
-service builds (``recordsync.service.observers``: the platform client's ``ClientObserver`` and
+service builds (``service.daemon.observers``: the platform client's ``ClientObserver`` and
 the engine's ``SyncObserver``), which call a merchant view's methods.  ``watch_budget`` reads a
 merchant's rate budget at scrape time (its size changes with the platform's capabilities; its
 wait total is kept by the budget itself).

@@ -1,6 +1,6 @@
 """A round-end notification as recordsync keeps it (spec: Events, "Round end").
 
-The receiver (``recordsync.service.round_events``) builds it from a verified request, the
+The receiver (``service.ports.round_events``) builds it from a verified request, the
 warehouse stores it, the cross-check compares its round with ``records``.  Only ``ROUND_ENDED``
 is acted on; another ``type`` is stored as received and otherwise left alone (the spec says
 other kinds of event are "not shown", so a new one must not be refused).

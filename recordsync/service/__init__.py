@@ -1,22 +1,21 @@
-"""What makes a process out of the parts: the commands' bodies, the daemon's lease terms, the
-health and metrics server, the metric adapters, the progress display, and signals.
-
-It builds the platform client, the warehouse and the sync engine from the settings
-(``app``) and runs them; the CLI only parses and calls the entry points below.
+"""What makes a process out of the parts, in three rooms: the commands' bodies
+(``commands/``), the daemon (``daemon/``) and its listening ports (``ports/``), with what they
+share beside them (``runtime``: a merchant's client and engines built one way; ``secrets``,
+``signals``, ``readiness``).  The CLI only parses and calls the entry points below.
 """
 
-from recordsync.service.app import warn_settings
-from recordsync.service.backfill import run_backfill, run_resync
-from recordsync.service.control import pause_merchant, resume_merchant
-from recordsync.service.daemon import run_daemon
-from recordsync.service.demo import run_demo
-from recordsync.service.dry_run import dry_run_range, dry_run_reset
-from recordsync.service.merchant_state import export_state, import_state, show_state
-from recordsync.service.report import show_report
-from recordsync.service.reset import run_reset
-from recordsync.service.schema import migrate
-from recordsync.service.status import show_status
-from recordsync.service.verify import run_verify
+from recordsync.service.commands.backfill import run_backfill, run_resync
+from recordsync.service.commands.control import pause_merchant, resume_merchant
+from recordsync.service.commands.demo import run_demo
+from recordsync.service.commands.dry_run import dry_run_range, dry_run_reset
+from recordsync.service.commands.merchant_state import export_state, import_state, show_state
+from recordsync.service.commands.report import show_report
+from recordsync.service.commands.reset import run_reset
+from recordsync.service.commands.schema import migrate
+from recordsync.service.commands.status import show_status
+from recordsync.service.commands.verify import run_verify
+from recordsync.service.daemon.run import run_daemon
+from recordsync.service.runtime import warn_settings
 
 __all__ = [
     "dry_run_range",

@@ -1,11 +1,12 @@
 """One merchant's runtime, built one way for every command: its client with its two budgets
-(``merchant_client``), then its sync (``merchant_sync``): the platform's limits read once, the
-engine's options, the engine on the merchant's store.
+(``merchant_client``), then what its engines share (``merchant_engines``): the platform's limits
+read once, the engines' options, the merchant's demand; a daemon's sync is its tail on the
+merchant's store (``merchant_sync``).
 
-The daemon (``merchant_syncs``), the one-shot commands (``backfill``, ``verify``, through
-``app.open_app``) and the demo all build a merchant's sync here, so that what a test drives in
-process is what ``recordsync run`` runs.  What differs between them is said by a parameter,
-never by a second copy:
+The daemon (``daemon.merchant_syncs``), the one-shot commands (``backfill``, ``verify``,
+``reset``, through ``commands.merchant_command``) and the demo all build a merchant's engines
+here, so that what a test drives in process is what ``recordsync run`` runs.  What differs
+between them is said by a parameter, never by a second copy:
 
 - ``Share``: a daemon shares its worker threads among its merchants, and each merchant's
   snapshot gets its share of them; a command syncs one merchant alone.
@@ -16,9 +17,9 @@ never by a second copy:
 - ``receives_events``: only a daemon with its notification port open cross-checks rounds.
 
 A job beside the sync (a backfill, a resync, a reset: handed to the holder, or run by a
-command holding the lease) runs on an engine built from that sync (``MerchantSync.job_engine``),
-so it spends the same budget and registers with the merchant's one demand: the tail gives the
-budget to it as to the rebuild.
+command holding the lease) runs on an engine built by the same function on either side
+(``MerchantEngines.job_engine``), so it spends the same budget and registers with the
+merchant's one demand: the tail gives the budget to it as to the rebuild.
 
 Every budget starts cold: the holder before us (another replica, or this process's previous
 sync of the merchant) may have spent the last window, and the platform counts both against the
@@ -51,7 +52,7 @@ from recordsync.sync.jobs import JobHost
 from recordsync.sync.options import DEFAULT_CROSS_CHECK_INTERVAL, SyncOptions
 from recordsync.sync.tail_pace import TailPacing
 from recordsync.sync.windows import MAX_CHAINS
-from recordsync.warehouse import MerchantStore
+from recordsync.warehouse import MerchantStore, Warehouse
 
 log = structlog.get_logger("recordsync")
 
@@ -168,24 +169,47 @@ def sync_options(
 
 
 @dataclass(frozen=True, slots=True)
-class MerchantSync:
-    """A merchant's sync as built for its purpose: the engine, and what every other engine of
-    the merchant in this process shares with it (``job_engine``): the client (so the rate
+class MerchantEngines:
+    """What every engine of a merchant in this process shares: the client (so the rate
     budget), the options, the pools and the merchant's one demand, which the tail reads to
-    give the budget to the jobs reading windows, whichever engine runs them."""
+    give the budget to the jobs reading windows, whichever engine runs them.  Every engine of
+    the service is built here: the tail (``tail``) and the jobs beside it (``job_engine``)."""
 
-    engine: SyncEngine
-    options: SyncOptions
     client: PlatformClient
+    options: SyncOptions
     demand: SnapshotDemand
     host: JobHost | None = None
 
-    def job_engine(
+    def tail(
         self, store: MerchantStore, *, stopper: Stopper, observer: SyncObserver | None = None
     ) -> SyncEngine:
+        """The merchant's sync on ``store``: its tail, with the game catalogue a job beside it
+        on the same client and store."""
+        return self._engine(store, stopper=stopper, observer=observer, catalogue=True)
+
+    def job_engine(
+        self,
+        warehouse: Warehouse,
+        epoch: int,
+        *,
+        stopper: Stopper,
+        observer: SyncObserver | None = None,
+    ) -> SyncEngine:
         """An engine for one job of the merchant beside its sync (a backfill, a resync, a
-        reset: handed to the holder or run by a command holding the lease), on ``store`` and
-        stopped by ``stopper``: its own log phase and stop, the budget and the demand shared."""
+        reset: run by the holder, or by a command holding the lease), every commit fenced by
+        the holder's ``epoch`` and stopped by ``stopper``: its own log phase and stop, the
+        budget and the demand shared."""
+        store = warehouse.fenced(self.options.merchant_id, epoch)
+        return self._engine(store, stopper=stopper, observer=observer, catalogue=False)
+
+    def _engine(
+        self,
+        store: MerchantStore,
+        *,
+        stopper: Stopper,
+        observer: SyncObserver | None,
+        catalogue: bool,
+    ) -> SyncEngine:
         return SyncEngine(
             client=self.client,
             warehouse=store,
@@ -193,8 +217,52 @@ class MerchantSync:
             stopper=stopper,
             observer=observer,
             host=self.host,
+            catalogue=(self.client, store) if catalogue else None,
             demand=self.demand,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class MerchantSync:
+    """A merchant's sync as built for its purpose: its tail's engine, and what every other
+    engine of the merchant in this process shares with it (``engines``)."""
+
+    engine: SyncEngine
+    engines: MerchantEngines
+
+
+def merchant_engines(
+    settings: Settings,
+    merchant: MerchantSettings,
+    client: PlatformClient,
+    purpose: Purpose,
+    *,
+    host: JobHost | None = None,
+    share: Share | None = None,
+    receives_events: bool = False,
+    stop_when_caught_up: bool = False,
+    demand: SnapshotDemand | None = None,
+    logger: Any = log,
+) -> MerchantEngines:
+    """What the merchant's engines share, on ``client``: the platform's limits read once
+    (``read_limits``), the options sized to them and to the share (``sync_options``).  A
+    command builds only the engines it runs (``MerchantCommand``); a daemon its tail
+    (``merchant_sync``) and the jobs beside it.
+
+    ``demand``: the merchant's demand when it outlives these engines (a daemon's held
+    merchant, whose sync is built again after a bug while its requests run on); None: a new
+    one."""
+    limits = read_limits(client, purpose, logger=logger)
+    options = sync_options(
+        settings,
+        merchant,
+        limits,
+        purpose,
+        share=share,
+        receives_events=receives_events,
+        stop_when_caught_up=stop_when_caught_up,
+    )
+    return MerchantEngines(client, options, demand or SnapshotDemand(), host)
 
 
 def merchant_sync(
@@ -209,39 +277,23 @@ def merchant_sync(
     host: JobHost | None = None,
     share: Share | None = None,
     receives_events: bool = False,
-    stop_when_caught_up: bool = False,
     demand: SnapshotDemand | None = None,
     logger: Any = log,
 ) -> MerchantSync:
-    """The merchant's engine on ``client`` and ``store`` (fenced by the holder's epoch, or
-    not): the platform's limits read once (``read_limits``), the options sized to them and to
-    the share (``sync_options``), the game catalogue a job beside the tail on the same client
-    and store.  The daemon and every command build a merchant's sync here.
-
-    ``demand``: the merchant's demand when it outlives this sync (a daemon's held merchant,
-    whose sync is built again after a bug while its requests run on); None: a new one."""
-    limits = read_limits(client, purpose, logger=logger)
-    options = sync_options(
+    """The merchant's tail on ``client`` and ``store`` (fenced by the holder's epoch), and
+    what its jobs share with it (``merchant_engines``)."""
+    engines = merchant_engines(
         settings,
         merchant,
-        limits,
+        client,
         purpose,
+        host=host,
         share=share,
         receives_events=receives_events,
-        stop_when_caught_up=stop_when_caught_up,
-    )
-    demand = demand or SnapshotDemand()
-    engine = SyncEngine(
-        client=client,
-        warehouse=store,
-        options=options,
-        stopper=stopper,
-        observer=observer,
-        host=host,
-        catalogue=(client, store),
         demand=demand,
+        logger=logger,
     )
-    return MerchantSync(engine, options, client, demand, host)
+    return MerchantSync(engines.tail(store, stopper=stopper, observer=observer), engines)
 
 
 def fair_concurrency(wanted: int, worker_threads: int, merchants: int) -> int:
@@ -250,3 +302,10 @@ def fair_concurrency(wanted: int, worker_threads: int, merchants: int) -> int:
     start a snapshot take every thread and the others wait for a whole window to end: with
     10 merchants and 16 threads, 8 snapshotted and 2 waited (bench/fleet.py)."""
     return max(1, min(wanted, worker_threads // max(merchants, 1)))
+
+
+def warn_settings(settings: Settings) -> None:
+    """Say what the settings loader found worth a warning (a world-readable secret file), at
+    the start of every command and of the daemon."""
+    for warning in settings.warnings:
+        log.warning("configuration_warning", detail=warning)

@@ -84,3 +84,15 @@ def anchor(ctx: SyncContext, history_from: datetime, *, rebuild_reason: str | No
         ctx.observer.rebuild_started(rebuild_reason)
         ctx.log.error("rebuild_started", reason=rebuild_reason, rebuilds=state.rebuilds, **fields)
     return state
+
+
+def reset_plan(state: SyncState, windows: int) -> dict[str, Any]:
+    """What a reset left: the new anchor and the plan the rebuild reads, as plain data (the
+    reset's result, whether the holder ran it or the command did)."""
+    return {
+        "anchor_at": state.anchor_at.isoformat(),
+        "history_from": state.history_from.isoformat(),
+        "snapshot_to": state.snapshot_to.isoformat(),
+        "windows": windows,
+        "rebuilds": state.rebuilds,
+    }

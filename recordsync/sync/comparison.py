@@ -1,8 +1,9 @@
 """What ``recordsync verify`` finds: the platform's records of a range against the warehouse's.
 
-Pure: no I/O.  The command (``recordsync.service.verify``) reads the platform's pages and the
-warehouse's rows and hands them here, a page at a time; this module decides what each pair
-means and keeps the tally of each UTC day.
+Pure: no I/O.  ``sync.verify`` reads the platform's pages and the warehouse's rows (for the
+command, or for the holder it handed the run to) and hands them here, a page at a time; this
+module decides what each pair means, keeps the tally of each UTC day, and writes the findings
+as the plain document both sides print or hand back (``verify_document``).
 
 The kinds of difference (spec: Records endpoints, "the client keeps, per record_id, the highest
 revision"):
@@ -23,9 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
 from recordsync.core.models import Record
 
@@ -174,3 +175,39 @@ class VerifyResult:
         for day in self.days:
             found.extend(day.examples[kind])
         return found[:limit]
+
+
+def _row(day: DayTally) -> dict[str, Any]:
+    return {
+        "day": day.day.isoformat(),
+        "platform_rows": day.platform_rows,
+        "warehouse_rows": day.warehouse_rows,
+        **{kind.value: day.counts[kind] for kind in Difference},
+        "repaired": day.repaired,
+    }
+
+
+def _totals(result: VerifyResult) -> dict[str, Any]:
+    return {
+        "platform_rows": result.platform_rows,
+        "warehouse_rows": result.warehouse_rows,
+        **{kind.value: result.total(kind) for kind in Difference},
+        "repaired": result.repaired,
+    }
+
+
+def verify_document(
+    result: VerifyResult, merchant_id: str, start: datetime, end: datetime
+) -> dict[str, Any]:
+    """The findings as plain data: what ``recordsync verify --format json`` prints, and what a
+    holder that ran the verify hands back to the command that asked."""
+    return {
+        "merchant_id": merchant_id,
+        "created_from": start.isoformat(),
+        "created_to": end.isoformat(),
+        "repair": result.repair,
+        "clean": result.clean,
+        "days": [_row(day) for day in result.days],
+        "totals": _totals(result),
+        "examples": {kind.value: result.examples(kind) for kind in Difference},
+    }

@@ -84,7 +84,7 @@ class SyncContext:
 
     def phase(self, phase: str) -> None:
         """Every later event of this merchant carries the phase; observers hear of it too
-        (a one-merchant process puts it on all its events: ``service.observers``)."""
+        (a one-merchant process puts it on all its events: ``daemon.observers``)."""
         self.log = self.log.bind(phase=phase)
         self.observer.phase_changed(phase)
 

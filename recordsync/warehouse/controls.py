@@ -5,7 +5,7 @@ hands over what it holds of them, and no replica takes them (``fleet.member``). 
 in the warehouse, the replicas' one shared truth, so a pause outlasts restarts, rebalances and
 the replica that was told; ``resume`` clears it and the merchant is taken again at the next
 tick.  Times are the database's.  A pause has one owner, who paused first (``paused_by``:
-the operator and the database account, ``service.control``); whether another may end it is
+the operator and the database account, ``commands.control``); whether another may end it is
 the caller's decision (``may_end``), taken with the row locked.
 """
 

@@ -23,7 +23,7 @@ from support.bi_data import (
 )
 
 from recordsync.core.errors import ConfigurationError
-from recordsync.service.report import ReportRow, report, report_merchants, summarize
+from recordsync.service.commands.report import ReportRow, report, report_merchants, summarize
 from recordsync.warehouse import DailySummary, Warehouse
 
 

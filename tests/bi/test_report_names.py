@@ -13,7 +13,7 @@ from rich.console import Console
 from sqlalchemy import text
 from support.bi_data import AMOUNTS, MERCHANT, dataset, exact_text, expected_report
 
-from recordsync.service.report import report
+from recordsync.service.commands.report import report
 from recordsync.warehouse import Warehouse
 
 

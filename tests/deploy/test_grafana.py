@@ -18,7 +18,7 @@ from support.deployfiles import (
 )
 
 from recordsync.metrics import MERCHANT_LABEL, PROCESS_WIDE, MetricName, Metrics
-from recordsync.service.observers import SyncMetricsObserver
+from recordsync.service.daemon.observers import SyncMetricsObserver
 
 # What a person on call must see (the list) and the metrics that show it.
 MUST_SHOW = {

@@ -29,7 +29,8 @@ from support.deployfiles import (
 
 from recordsync.cli import build_parser
 from recordsync.core.settings import DEFAULT_HTTP_PORT, PREFIX, Settings, load_settings
-from recordsync.service.health import HealthServer, Readiness
+from recordsync.service.ports.health import HealthServer
+from recordsync.service.readiness import Readiness
 
 KUSTOMIZATION = KUBERNETES / "kustomization.yaml"
 BACKFILL_JOB = KUBERNETES / "backfill-job.yaml"

@@ -13,7 +13,8 @@ import pytest
 from support.synccheck import assert_equals_truth, running, settings_for
 
 from recordsync.core.state import Window
-from recordsync.service.app import open_app
+from recordsync.core.stopping import Stopper
+from recordsync.service.commands.merchant_command import MerchantCommand
 from recordsync.sim import SimConfig, Simulator
 from recordsync.sync.events import SyncObserver
 from recordsync.warehouse import Warehouse
@@ -74,13 +75,13 @@ def test_a_backfill_killed_half_way_then_resumed_ends_with_its_indexes(
     settings = settings_for(sim, warehouse_url, page_size=50, snapshot_concurrency=2)
     with (
         pytest.raises(RuntimeError, match="kill -9"),
-        open_app(settings, observer=KillAfter(pages=3)) as app,
+        MerchantCommand(settings, None, Stopper(), observer=KillAfter(pages=3)) as app,
     ):
-        app.engine.backfill(start, end)
+        app.tail.backfill(start, end)
     assert missing(warehouse_url) == ALL
 
-    with open_app(settings) as app:
-        app.engine.backfill(start, end)
+    with MerchantCommand(settings, None, Stopper()) as app:
+        app.tail.backfill(start, end)
     assert missing(warehouse_url) == []
 
 
@@ -88,8 +89,8 @@ def test_a_daemon_builds_them_for_a_merchant_whose_rebuild_is_done(
     sim: Simulator, warehouse_url: str
 ) -> None:
     settings = settings_for(sim, warehouse_url, page_size=100)
-    with open_app(settings, stop_when_caught_up=True) as app:
-        assert app.engine.run() is True  # the first rebuild: left out, then built
+    with MerchantCommand(settings, None, Stopper(), stop_when_caught_up=True) as app:
+        assert app.tail.run() is True  # the first rebuild: left out, then built
         assert app.warehouse.missing_bi_indexes() == []
         # A kill between the last window and the build leaves them out.
         with app.warehouse.engine.begin() as conn:
@@ -97,8 +98,8 @@ def test_a_daemon_builds_them_for_a_merchant_whose_rebuild_is_done(
                 conn.exec_driver_sql(statement)
     assert missing(warehouse_url) == ALL
 
-    with open_app(settings, stop_when_caught_up=True) as app:
-        assert app.engine.run() is True
+    with MerchantCommand(settings, None, Stopper(), stop_when_caught_up=True) as app:
+        assert app.tail.run() is True
         assert app.warehouse.missing_bi_indexes() == []
         assert_equals_truth(app.warehouse, MERCHANT, sim.truth())
 
@@ -119,7 +120,7 @@ def test_a_first_load_the_rate_limit_bounds_keeps_them_all_along(
     end = sim.now()
     watch = Watch()
     settings = settings_for(sim, warehouse_url, page_size=20, snapshot_concurrency=2)
-    with open_app(settings, observer=watch) as app:
-        app.engine.backfill(end - timedelta(days=1), end)
+    with MerchantCommand(settings, None, Stopper(), observer=watch) as app:
+        app.tail.backfill(end - timedelta(days=1), end)
     assert watch.missing
     assert all(names == [] for names in watch.missing)

@@ -20,8 +20,8 @@ from recordsync.core.stopping import Stopper
 from recordsync.metrics import MetricName, Metrics
 from recordsync.platform.budget import RateBudget
 from recordsync.platform.client import PlatformClient
-from recordsync.service.app import open_app
-from recordsync.service.merchant_syncs import MerchantSyncs
+from recordsync.service.commands.merchant_command import MerchantCommand
+from recordsync.service.daemon.merchant_syncs import MerchantSyncs
 from recordsync.service.secrets import SecretKeeper
 from recordsync.sim import ManualClock, SimConfig, Simulator, running_simulator
 from recordsync.sync.catalogue import CatalogueRefresh
@@ -207,8 +207,8 @@ def test_the_query_limit_is_honoured_while_the_record_tail_runs(warehouse_url):
         sim.start_live()
         stopper = Stopper()
         settings = settings_for(sim, warehouse_url, page_size=6, catalogue_interval=0.3)
-        with open_app(settings, stopper=stopper) as app:
-            runner = threading.Thread(target=app.engine.run)
+        with MerchantCommand(settings, None, stopper) as app:
+            runner = threading.Thread(target=app.tail.run)
             runner.start()
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and sim.stats().count("games", 200) < 8:

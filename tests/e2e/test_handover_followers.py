@@ -26,7 +26,7 @@ from support.fleetcheck import Replica, assert_truth, events, write_config
 from support.synccheck import start_daemon, stop_gracefully, wait_for_log
 
 from recordsync.fleet.member import DEFAULT_TICK
-from recordsync.service.requested_work import POLL
+from recordsync.service.daemon.requested_work import POLL
 from recordsync.sim import SimConfig, Simulator
 from recordsync.sim.config import FaultRates
 from recordsync.warehouse import HolderRequest, RequestState, Warehouse

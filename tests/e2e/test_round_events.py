@@ -35,10 +35,10 @@ from support.synccheck import settings_for
 
 from recordsync.core.stopping import Stopper
 from recordsync.metrics import RoundEventMetricName
-from recordsync.service.daemon import run_daemon
-from recordsync.service.health import PROBE_LIMITS
-from recordsync.service.round_events.connections import DEFAULT_LIMITS
-from recordsync.service.round_events.running import receiving_round_events
+from recordsync.service.daemon.run import run_daemon
+from recordsync.service.ports.health import PROBE_LIMITS
+from recordsync.service.ports.round_events.connections import DEFAULT_LIMITS
+from recordsync.service.ports.round_events.running import receiving_round_events
 from recordsync.service.secrets import SecretKeeper
 from recordsync.sim import SimConfig, Simulator
 from recordsync.warehouse import Warehouse

@@ -21,7 +21,7 @@ from support.synccheck import settings_for
 from recordsync.core.secret import SecretSource
 from recordsync.core.stopping import Stopper
 from recordsync.metrics import RoundEventMetricName
-from recordsync.service.daemon import run_daemon
+from recordsync.service.daemon.run import run_daemon
 from recordsync.sim import SimConfig, Simulator
 from recordsync.warehouse import Warehouse
 

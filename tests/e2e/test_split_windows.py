@@ -12,7 +12,8 @@ import pytest
 from support.synccheck import KillAfterSplit, running, settings_for
 
 from recordsync.core.state import backfill_job
-from recordsync.service.app import open_app
+from recordsync.core.stopping import Stopper
+from recordsync.service.commands.merchant_command import MerchantCommand
 from recordsync.sim import FaultRates, SimConfig, Simulator
 from recordsync.warehouse import Warehouse
 
@@ -50,9 +51,9 @@ def test_a_split_backfill_killed_mid_way_resumes_to_the_truth(sim: Simulator, tm
     settings = settings_for(sim, url, page_size=25, snapshot_concurrency=2)
     with (
         pytest.raises(RuntimeError, match="kill -9"),
-        open_app(settings, observer=KillAfterSplit(pages=8)) as app,
+        MerchantCommand(settings, None, Stopper(), observer=KillAfterSplit(pages=8)) as app,
     ):
-        app.engine.backfill(start, end)
+        app.tail.backfill(start, end)
     warehouse = Warehouse.connect(url)
     try:
         cut = warehouse.load_windows(MERCHANT, job)
@@ -61,8 +62,8 @@ def test_a_split_backfill_killed_mid_way_resumes_to_the_truth(sim: Simulator, tm
     assert len(cut) > 2, "windows were cut for more chains"
     assert not all(item.done for item in cut)
 
-    with open_app(settings) as app:
-        app.engine.backfill(start, end)
+    with MerchantCommand(settings, None, Stopper()) as app:
+        app.tail.backfill(start, end)
         windows = app.warehouse.load_windows(MERCHANT, job)
         rows = app.warehouse.fetch_records(MERCHANT)
     assert all(item.done for item in windows)

@@ -21,9 +21,9 @@ from recordsync.core.state import REBUILD_JOB, Phase
 from recordsync.core.stopping import Stopper
 from recordsync.core.times import floor_ms
 from recordsync.metrics import MetricName
-from recordsync.service.app import open_app
-from recordsync.service.backfill import run_backfill
-from recordsync.service.daemon import run_daemon
+from recordsync.service.commands.backfill import run_backfill
+from recordsync.service.commands.merchant_command import MerchantCommand
+from recordsync.service.daemon.run import run_daemon
 from recordsync.sim import FaultRates, SimConfig, Simulator
 from recordsync.sync.plan import plan_windows
 from recordsync.warehouse import HolderRequest, RequestKind, RequestState, Warehouse
@@ -70,8 +70,8 @@ def sim(request: pytest.FixtureRequest) -> Iterator[Simulator]:
 
 
 def sync_until_caught_up(sim: Simulator, url: str) -> bool:
-    with open_app(settings_for(sim, url), stop_when_caught_up=True) as app:
-        return app.engine.run()
+    with MerchantCommand(settings_for(sim, url), None, Stopper(), stop_when_caught_up=True) as app:
+        return app.tail.run()
 
 
 def run_for(
@@ -93,10 +93,10 @@ def run_for(
             if (elapsed >= seconds and until()) or elapsed >= deadline:
                 stopper.stop()
 
-    with open_app(settings_for(sim, url, **overrides), stopper=stopper) as app:
+    with MerchantCommand(settings_for(sim, url, **overrides), None, stopper) as app:
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
-        assert app.engine.run() is False
+        assert app.tail.run() is False
         watcher.join()
 
 
@@ -148,7 +148,7 @@ def test_the_daemons_own_assembly_converges_under_faults_and_a_backfill_handed_t
     sim: Simulator, warehouse_url: str
 ) -> None:
     """``run_daemon`` itself in this process (the fleet, the merchant's sync as the daemon
-    builds it, the holder's requests), not ``open_app``: under the same noise, with a
+    builds it, the holder's requests), not a command's tail: under the same noise, with a
     ``recordsync backfill`` of the first day handed to it meanwhile, it converges and the
     backfill finishes at the holder.  Paused meanwhile, it lets the merchant go
     and exports ``recordsync_merchant_paused`` 1; resumed, it takes it again."""
@@ -317,9 +317,9 @@ def test_clock_skew_is_reported_plainly_by_a_backfill(sim: Simulator, tmp_path) 
     with (
         capture_logs() as logs,
         pytest.raises(ClockSkewError) as caught,
-        open_app(settings_for(sim, url), stopper=Stopper()) as app,
+        MerchantCommand(settings_for(sim, url), None, Stopper()) as app,
     ):
-        app.engine.backfill(now - timedelta(hours=2), now)
+        app.tail.backfill(now - timedelta(hours=2), now)
     assert caught.value.code == "REQUEST_EXPIRED"
     assert "clock" in str(caught.value).lower()
     assert "NTP" in str(caught.value)
@@ -335,8 +335,8 @@ def test_backfill_reads_its_range_without_touching_the_tail(sim: Simulator, tmp_
     end = midnight - timedelta(hours=6)
     start = end - timedelta(hours=30)
     # Two chains configured: a plan by days (none measured plans for at least the chains).
-    with open_app(settings_for(sim, url, snapshot_concurrency=2)) as app:
-        result = app.engine.backfill(start, end)
+    with MerchantCommand(settings_for(sim, url, snapshot_concurrency=2), None, Stopper()) as app:
+        result = app.tail.backfill(start, end)
         assert app.warehouse.load_state(MERCHANT) is None
         rows = app.warehouse.fetch_records(MERCHANT)
     expected = {

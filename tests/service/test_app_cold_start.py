@@ -1,11 +1,11 @@
-"""Where a process's record budget counts its cold start from (``service.app``)."""
+"""Where a process's record budget counts its cold start from (``commands.merchant_command``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from recordsync import PROCESS_STARTED
-from recordsync.service import app
+from recordsync.service.commands import merchant_command as app
 
 
 def test_the_first_app_of_a_process_counts_from_the_process_start_later_ones_from_their_own(

@@ -16,7 +16,7 @@ from support.synccheck import assert_equals_truth, settings_for
 
 from recordsync.core.state import backfill_job
 from recordsync.core.times import floor_ms
-from recordsync.service.backfill import run_backfill
+from recordsync.service.commands.backfill import run_backfill
 from recordsync.sim import SimConfig, Simulator
 from recordsync.warehouse import RequestState, Warehouse
 

@@ -29,7 +29,7 @@ from support.synccheck import (
 )
 
 from recordsync.core.stopping import Stopper
-from recordsync.service.app import open_app
+from recordsync.service.commands.merchant_command import MerchantCommand
 from recordsync.sim import FaultRates, SimConfig, Simulator
 from recordsync.warehouse import Warehouse, schema
 
@@ -227,8 +227,8 @@ def test_the_drift_check_reports_a_row_behind_and_changes_nothing(
 ) -> None:
     sim.set_faults(FaultRates())
     url = f"sqlite:///{tmp_path / 'drift.db'}"
-    with open_app(settings_for(sim, url), stop_when_caught_up=True) as app:
-        assert app.engine.run()
+    with MerchantCommand(settings_for(sim, url), None, Stopper(), stop_when_caught_up=True) as app:
+        assert app.tail.run()
     # Lower one revision of yesterday's rows behind the engine's back.
     warehouse = Warehouse.connect(url)
     state = warehouse.load_state(MERCHANT)
@@ -252,11 +252,11 @@ def test_the_drift_check_reports_a_row_behind_and_changes_nothing(
     stopper = Stopper()
     with (
         capture_logs() as logs,
-        open_app(settings_for(sim, url, drift_check_interval=0.5), stopper=stopper) as app,
+        MerchantCommand(settings_for(sim, url, drift_check_interval=0.5), None, stopper) as app,
     ):
         timer = threading.Timer(4.0, stopper.stop)
         timer.start()
-        app.engine.run()
+        app.tail.run()
         timer.cancel()
     found = [entry for entry in logs if entry["event"] == "drift_found"]
     assert found, [entry["event"] for entry in logs]

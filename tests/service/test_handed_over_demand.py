@@ -25,8 +25,8 @@ from recordsync.core.state import REBUILD_JOB, backfill_job
 from recordsync.core.stopping import Stopper
 from recordsync.core.times import floor_ms
 from recordsync.metrics import MetricName, Metrics
-from recordsync.service.app import open_app
-from recordsync.service.merchant_syncs import MerchantSyncs
+from recordsync.service.commands.merchant_command import MerchantCommand
+from recordsync.service.daemon.merchant_syncs import MerchantSyncs
 from recordsync.service.secrets import SecretKeeper
 from recordsync.sim import SimConfig, Simulator
 from recordsync.sync.events import SyncObserver
@@ -198,21 +198,23 @@ def test_a_backfill_handed_to_an_idle_holder_stretches_its_tail_and_gets_the_bud
 
 
 def test_a_backfill_beside_a_tail_in_the_same_process_stretches_it(sim, tmp_path):
-    """The in-process path: a job engine of the command's app (``App.engine_for``, as a
-    command holding the lease runs its backfill) shares the merchant's demand with the app's
-    own engine, whose tail runs here."""
+    """The in-process path: a command's job engine (``MerchantCommand.engine``, as a command
+    holding the lease runs its backfill) shares the merchant's demand with the command's
+    tail, which runs here."""
     settings = demand_settings(sim, tmp_path)
     waits = TailWaits()
     stopper = Stopper()
-    with open_app(settings, stopper=stopper, observer=waits) as app:
-        tail = threading.Thread(target=app.engine.run, name="tail", daemon=True)
+    with MerchantCommand(settings, None, stopper, observer=waits) as app:
+        tail = threading.Thread(target=app.tail.run, name="tail", daemon=True)
         tail.start()
         try:
             wait_until_idle(app.warehouse, waits)
             start, end = backfill_range(sim)
             job = Stopper(parent=stopper)
+            epoch = app.session.try_hold(MERCHANT)
+            assert epoch is not None
             assert_the_backfill_had_the_budget(
-                sim, waits, lambda: app.engine_for(job).backfill(start, end)
+                sim, waits, lambda: app.engine(epoch, job).backfill(start, end)
             )
         finally:
             stopper.stop()

@@ -1,4 +1,4 @@
-"""Hold the lease or hand the work over (``service.handover``), with a real request book on
+"""Hold the lease or hand the work over (``commands.handover``), with a real request book on
 SQLite and the fleet scripted (``ScriptedLease``): a command holds a merchant only while no
 live daemon is configured with it, gives it back as soon as one appears, takes a followed
 request back only after a lease and a tick alone, never takes back a merchant paused while it
@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 
 from recordsync.core.errors import RecordSyncError, ShutdownRequestedError
 from recordsync.core.stopping import Stopper
-from recordsync.service.handover import (
+from recordsync.service.commands.handover import (
     TAKE_BACK_AFTER,
     DoneThere,
     Handover,

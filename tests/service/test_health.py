@@ -9,13 +9,9 @@ from prometheus_client import CollectorRegistry
 
 from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
 from recordsync.metrics import MetricName, Metrics
-from recordsync.service.health import (
-    FleetReadinessCheck,
-    HealthServer,
-    Readiness,
-    assess_readiness,
-)
-from recordsync.service.observers import ClientMetricsObserver, SyncMetricsObserver
+from recordsync.service.daemon.observers import ClientMetricsObserver, SyncMetricsObserver
+from recordsync.service.ports.health import FleetReadinessCheck, HealthServer
+from recordsync.service.readiness import Readiness, assess_readiness
 
 START = 1_000_000.0
 POLL = 1.0

@@ -31,9 +31,9 @@ from support.hostile_clients import (
 )
 from support.round_event_requests import PATH, event_body, post_event, signed_headers
 
-from recordsync.service.bounded_http import HttpLimits, parse_head
-from recordsync.service.health import PROBE_LIMITS
-from recordsync.service.round_events.connections import DEFAULT_LIMITS, EventsLimits
+from recordsync.service.ports.bounded_http import HttpLimits, parse_head
+from recordsync.service.ports.health import PROBE_LIMITS
+from recordsync.service.ports.round_events.connections import DEFAULT_LIMITS, EventsLimits
 
 FLOOD = 300  # connections of each kind, to each port
 

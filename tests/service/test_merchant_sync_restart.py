@@ -24,7 +24,7 @@ from recordsync.core.settings import MerchantSettings, Settings
 from recordsync.core.state import SyncState
 from recordsync.core.stopping import Stopper
 from recordsync.metrics import MetricName, Metrics
-from recordsync.service.merchant_syncs import MerchantSyncs, RestartPolicy, failure_site
+from recordsync.service.daemon.merchant_syncs import MerchantSyncs, RestartPolicy, failure_site
 from recordsync.service.secrets import SecretKeeper
 from recordsync.sim import SimConfig, Simulator
 from recordsync.sim.config import derived_secret

@@ -27,7 +27,7 @@ from recordsync.metrics import (
 from recordsync.platform.budget import RateBudget
 from recordsync.platform.client import PlatformClient
 from recordsync.platform.retry import RetryPolicy
-from recordsync.service.observers import ClientMetricsObserver, SyncMetricsObserver
+from recordsync.service.daemon.observers import ClientMetricsObserver, SyncMetricsObserver
 from recordsync.sync.events import MultiObserver, SyncObserver
 
 START = 1_767_225_600.0  # 2026-01-01T00:00:00Z

@@ -28,7 +28,7 @@ from recordsync.core.state import Phase, Window, backfill_job
 from recordsync.core.stopping import Stopper
 from recordsync.core.times import floor_ms
 from recordsync.metrics import MERCHANT_LABEL, MetricName, Metrics
-from recordsync.service.merchant_syncs import MerchantSyncs
+from recordsync.service.daemon.merchant_syncs import MerchantSyncs
 from recordsync.service.secrets import SecretKeeper
 from recordsync.sim import SimConfig, Simulator
 from recordsync.sync.events import SyncObserver

@@ -32,10 +32,10 @@ from support.hostile_clients import (
 )
 from support.round_event_requests import MERCHANT, event_body, post_event
 
-from recordsync.service.bounded_http import HttpLimits
-from recordsync.service.health import PROBE_LIMITS
-from recordsync.service.round_events.connections import EventsLimits
-from recordsync.service.round_events.refusals import RefusalLog
+from recordsync.service.ports.bounded_http import HttpLimits
+from recordsync.service.ports.health import PROBE_LIMITS
+from recordsync.service.ports.round_events.connections import EventsLimits
+from recordsync.service.ports.round_events.refusals import RefusalLog
 
 STRANGERS = 250
 MIB = 1024 * 1024

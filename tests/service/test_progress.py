@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from rich.console import Console
 
 from recordsync.core.state import Window
-from recordsync.service.progress import RichProgress
+from recordsync.service.commands.progress import RichProgress
 
 
 def test_vitals_report_rate_budget_use_and_tail_delay() -> None:

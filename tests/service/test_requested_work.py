@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from recordsync.service.requested_work import to_start
+from recordsync.service.daemon.requested_work import to_start
 from recordsync.warehouse import HolderRequest, RequestKind, RequestState
 
 T0 = datetime(2026, 11, 28, tzinfo=UTC)

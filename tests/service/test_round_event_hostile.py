@@ -17,8 +17,8 @@ from support.round_event_requests import MERCHANT, PATH, SECRET, event_body, sig
 
 from recordsync.core.round_events import RoundEventReceipt
 from recordsync.core.secret import Secret
-from recordsync.service.round_events.receiver import RoundEventReceiver, asgi_app
-from recordsync.service.round_events.signature import Request
+from recordsync.service.ports.round_events.receiver import RoundEventReceiver, asgi_app
+from recordsync.service.ports.round_events.signature import Request
 
 NOW = 1_795_000_000.0
 FIELDS = [*event_body(), "parent_round_id", "unknown_member"]

@@ -22,7 +22,11 @@ from support.dbfixtures import fresh_database
 from support.round_event_requests import MERCHANT, SECRET, event_body, post_event
 
 from recordsync.core.secret import Secret
-from recordsync.service.round_events.receiver import EventsServer, RoundEventReceiver, asgi_app
+from recordsync.service.ports.round_events.receiver import (
+    EventsServer,
+    RoundEventReceiver,
+    asgi_app,
+)
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.schema import round_events
 

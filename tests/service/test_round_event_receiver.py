@@ -26,8 +26,12 @@ from recordsync.core.secret import Secret, SecretSource
 from recordsync.core.settings import Settings
 from recordsync.core.stopping import Stopper
 from recordsync.metrics import Metrics, RoundEventMetricName
-from recordsync.service.round_events.receiver import EventsServer, RoundEventReceiver, asgi_app
-from recordsync.service.round_events.running import receiving_round_events
+from recordsync.service.ports.round_events.receiver import (
+    EventsServer,
+    RoundEventReceiver,
+    asgi_app,
+)
+from recordsync.service.ports.round_events.running import receiving_round_events
 from recordsync.service.secrets import SecretKeeper
 
 NOW = 1_795_000_000.0

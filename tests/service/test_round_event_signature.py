@@ -8,7 +8,7 @@ import pytest
 from support.round_event_requests import MERCHANT, PATH, SECRET, event_body, signed_headers
 
 from recordsync.core.secret import Secret
-from recordsync.service.round_events.signature import Refusal, Request, parse_event, verify
+from recordsync.service.ports.round_events.signature import Refusal, Request, parse_event, verify
 
 NOW = 1_795_000_000.0
 BODY = json.dumps(event_body("ev-1")).encode()

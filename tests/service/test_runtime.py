@@ -150,7 +150,10 @@ def test_only_the_runtime_builds_a_merchants_sync() -> None:
         )
 
     assert calling("sync_options(") == ["runtime.py"]
-    assert calling("read_limits(") == ["dry_run.py", "runtime.py"]
+    assert calling("read_limits(") == ["commands/dry_run.py", "runtime.py"]
+    # One engine builder: the tail and the jobs beside it, the command's and the holder's.
+    assert calling("SyncEngine(") == ["runtime.py"]
+    assert (service / "runtime.py").read_text().count("SyncEngine(") == 1
 
 
 def test_a_merchants_sync_is_sized_to_the_platforms_limits_and_its_share(tmp_path) -> None:
@@ -167,9 +170,9 @@ def test_a_merchants_sync_is_sized_to_the_platforms_limits_and_its_share(tmp_pat
                 share=Share(worker_threads=4, merchants=4),
                 receives_events=True,
             )
-        assert sync.options.page_size == DEFAULT_LIMITS.max_page_size
-        assert sync.options.snapshot_concurrency == 1  # its share of four threads
-        assert sync.options.event_grace == SETTINGS.event_grace
-        assert sync.options.give_up_unreachable is None  # a daemon keeps trying
+        assert sync.engines.options.page_size == DEFAULT_LIMITS.max_page_size
+        assert sync.engines.options.snapshot_concurrency == 1  # its share of four threads
+        assert sync.engines.options.event_grace == SETTINGS.event_grace
+        assert sync.engines.options.give_up_unreachable is None  # a daemon keeps trying
     finally:
         warehouse.close()

@@ -32,7 +32,7 @@ from recordsync.core.state import Window
 from recordsync.core.times import MILLISECOND, ceil_ms, floor_ms, format_time
 from recordsync.metrics import record_verify_run
 from recordsync.platform.parsing import parse_record
-from recordsync.service.verify import run_verify
+from recordsync.service.commands.verify import run_verify
 from recordsync.sim import SimConfig, Simulator
 from recordsync.sim.testing import running_simulator
 from recordsync.warehouse import RequestState, Warehouse

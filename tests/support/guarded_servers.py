@@ -18,10 +18,14 @@ from prometheus_client.registry import Collector
 from recordsync.core.round_events import RoundEvent, RoundEventReceipt
 from recordsync.core.secret import Secret
 from recordsync.logs import configure_logging
-from recordsync.service.bounded_http import HttpLimits
-from recordsync.service.health import PROBE_LIMITS, HealthServer, Readiness
-from recordsync.service.round_events.connections import DEFAULT_LIMITS, EventsLimits
-from recordsync.service.round_events.receiver import EventsServer, RoundEventReceiver, asgi_app
+from recordsync.service.ports.bounded_http import HttpLimits
+from recordsync.service.ports.health import PROBE_LIMITS, HealthServer, Readiness
+from recordsync.service.ports.round_events.connections import DEFAULT_LIMITS, EventsLimits
+from recordsync.service.ports.round_events.receiver import (
+    EventsServer,
+    RoundEventReceiver,
+    asgi_app,
+)
 from support.round_event_requests import MERCHANT, SECRET
 
 ACCEPTED_AT = datetime(2026, 11, 28, 8, 0, tzinfo=UTC)

@@ -19,7 +19,7 @@ Requests do not outlive their purpose:
   in the same statement, so an expired request is never run however late a holder comes.  A
   reset's limit is short: one whose command is gone (killed) is never run later;
 - a command interrupted cancels its request (``cancel``), unless its kind carries on (a
-  backfill: ``CARRIES_ON``, ``service.handover``); a holder running it stops at its next look;
+  backfill: ``CARRIES_ON``, ``commands.handover``); a holder running it stops at its next look;
 - a command killed (SIGKILL, a closed terminal, a lost host) cancels nothing, so the command
   notes each look at its request (``follow``: ``followed_at``, by the database's clock), and a
   request of a kind that does not carry on whose follower has not looked within
@@ -61,7 +61,7 @@ CANCELLED_REASON: Final = "cancelled: the command that asked for it was interrup
 # Kinds run for whoever asks next even once their command is gone (a backfill's job is the
 # range's, finished once); every other kind needs its command following (``FOLLOWED_WITHIN``).
 CARRIES_ON: Final = frozenset({RequestKind.BACKFILL})
-# A following command looks at its request every second (``service.handover.FOLLOW_EVERY``);
+# A following command looks at its request every second (``commands.handover.FOLLOW_EVERY``);
 # a request whose follower has not looked for five of those looks is no longer followed: its
 # command is gone (killed, or its host cut off from the warehouse).  Five, not one: a look
 # may wait a few seconds behind a lock or a slow statement without the command being gone.

@@ -30,7 +30,7 @@ import structlog
 from recordsync.core.errors import RecordSyncError
 from recordsync.core.settings import Settings
 from recordsync.core.state import StoredState, SyncState, WindowProgress
-from recordsync.service.control import operator, watching_session
+from recordsync.service.commands.operator import operator, watching_session
 from recordsync.sync.state_document import InvalidStateError, parse, to_document
 from recordsync.sync.state_import import ImportPlan, plan_import
 from recordsync.warehouse import Warehouse

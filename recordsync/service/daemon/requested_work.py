@@ -40,9 +40,10 @@ from recordsync.core.errors import (
 from recordsync.core.state import REBUILD_JOB, SyncState
 from recordsync.core.stopping import Stopper
 from recordsync.metrics import Metrics
-from recordsync.service.observers import SyncMetricsObserver
+from recordsync.service.daemon.observers import SyncMetricsObserver
 from recordsync.service.runtime import MerchantSync
-from recordsync.service.verify import verify_document
+from recordsync.sync.anchor import reset_plan
+from recordsync.sync.comparison import verify_document
 from recordsync.sync.engine import SyncEngine
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.resilience import StepRunner
@@ -250,8 +251,9 @@ class RequestedWork:
         from the tail's sync: registered with the merchant's one demand, so the tail gives it
         the budget as to its own rebuild."""
         assert merchant.sync is not None
-        engine = merchant.sync.job_engine(
-            self._warehouse.fenced(merchant.merchant_id, merchant.epoch),
+        engine = merchant.sync.engines.job_engine(
+            self._warehouse,
+            merchant.epoch,
             stopper=stopper,
             observer=SyncMetricsObserver(self._metrics.merchant(merchant.merchant_id)),
         )
@@ -309,8 +311,8 @@ class RequestedWork:
         """``recordsync verify``: the same ``verify_range`` as the command's, at the lowest
         priority, repairs fenced by this holder's epoch (a repair registered with the
         merchant's demand); the findings go back as JSON."""
-        sync = merchant.sync
-        assert sync is not None
+        assert merchant.sync is not None
+        sync = merchant.sync.engines
         result = verify_range(
             sync.client,
             self._warehouse.fenced(merchant.merchant_id, merchant.epoch),
@@ -336,17 +338,6 @@ def _rebuilds_before(request: HolderRequest) -> int | None:
         if isinstance(noted, dict) and isinstance(noted.get("rebuilds_before"), int):
             return int(noted["rebuilds_before"])
     return None
-
-
-def reset_plan(state: SyncState, windows: int) -> dict[str, Any]:
-    """What a reset left: the new anchor and the plan the rebuild reads (its result)."""
-    return {
-        "anchor_at": state.anchor_at.isoformat(),
-        "history_from": state.history_from.isoformat(),
-        "snapshot_to": state.snapshot_to.isoformat(),
-        "windows": windows,
-        "rebuilds": state.rebuilds,
-    }
 
 
 def to_start(

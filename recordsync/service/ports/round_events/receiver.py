@@ -45,14 +45,14 @@ from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.round_events import RoundEvent, RoundEventReceipt
 from recordsync.core.secret import Secret
 from recordsync.metrics import EventOutcome, RoundEventMetrics
-from recordsync.service.round_events.connections import (
+from recordsync.service.ports.round_events.connections import (
     DEFAULT_LIMITS,
     BodyAllowance,
     EventsLimits,
     guarded_h11,
 )
-from recordsync.service.round_events.refusals import RefusalLog
-from recordsync.service.round_events.signature import (
+from recordsync.service.ports.round_events.refusals import RefusalLog
+from recordsync.service.ports.round_events.signature import (
     DEPENDENCY_UNAVAILABLE,
     MAX_BODY_BYTES,
     PAYLOAD_TOO_LARGE,

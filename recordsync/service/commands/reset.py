@@ -13,8 +13,6 @@ its highest revision, so a row never goes back and the dashboards stay whole.
 
 from __future__ import annotations
 
-import os
-import secrets as random_tokens
 from typing import Any
 
 import orjson
@@ -25,13 +23,11 @@ from recordsync.core.settings import Settings
 from recordsync.core.state import REBUILD_JOB
 from recordsync.core.stopping import Stopper
 from recordsync.logs import process_context
-from recordsync.service.app import open_app
-from recordsync.service.handover import DoneThere, Handover, HeldHere, refuse_if_paused
-from recordsync.service.holder_versions import ask_if_holder_takes
-from recordsync.service.requested_work import reset_plan
+from recordsync.service.commands.handover import DoneThere, HeldHere
+from recordsync.service.commands.merchant_command import MerchantCommand
 from recordsync.service.signals import stop_on_signals
+from recordsync.sync.anchor import reset_plan
 from recordsync.warehouse import RequestKind
-from recordsync.warehouse.timeouts import LEASE_SECONDS
 
 log = structlog.get_logger("recordsync")
 
@@ -46,42 +42,26 @@ def run_reset(settings: Settings, merchant_id: str, *, yes: bool) -> int:
         )
     stopper = Stopper()
     process_context.update(merchant_id=merchant.merchant_id, phase="reset")
-    with (
-        stop_on_signals(stopper) as signals,
-        open_app(settings, merchant_id=merchant.merchant_id, stopper=stopper, migrate=False) as app,
-    ):
-        state = app.warehouse.load_state(merchant.merchant_id)
+    command = MerchantCommand(settings, merchant.merchant_id, stopper, name="reset", migrate=False)
+    with stop_on_signals(stopper) as signals, command:
+        state = command.warehouse.load_state(merchant.merchant_id)
         if state is None:
             raise RecordSyncError(
                 f"merchant {merchant.merchant_id} was never synced: there is nothing to reset "
                 "(its first start anchors it)"
             )
-        me = f"reset-{os.getpid()}-{random_tokens.token_hex(2)}"
-        session = app.warehouse.fleet_session(me, lease_seconds=LEASE_SECONDS)
-        handover = Handover(
+        handover = command.hand_over(
             RequestKind.RESET,
-            merchant.merchant_id,
-            lease=session,
-            requests=app.warehouse.requests,
-            stopper=stopper,
-            ask=lambda: ask_if_holder_takes(
-                session,
-                merchant.merchant_id,
-                RequestKind.RESET,
-                lambda: app.warehouse.requests.ask(
-                    merchant.merchant_id, RequestKind.RESET, state.history_from, state.snapshot_to
-                ),
+            ask=lambda: command.warehouse.requests.ask(
+                merchant.merchant_id, RequestKind.RESET, state.history_from, state.snapshot_to
             ),
+            what="reset",
             handed_over=lambda request_id: log.info("reset_handed_over", request_id=request_id),
-            before_taking=lambda: refuse_if_paused(
-                app.warehouse.controls.paused, merchant.merchant_id, what="reset"
-            ),
         )
 
         def here(held: HeldHere, work: Stopper) -> dict[str, Any]:
-            app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
-            anchored = app.engine_for(work, epoch=held.epoch).reanchor()
-            windows = app.warehouse.load_windows(merchant.merchant_id, REBUILD_JOB)
+            anchored = command.engine(held.epoch, work).reanchor()
+            windows = command.warehouse.load_windows(merchant.merchant_id, REBUILD_JOB)
             return reset_plan(anchored, len(windows))
 
         try:
@@ -93,8 +73,6 @@ def run_reset(settings: Settings, merchant_id: str, *, yes: bool) -> int:
             if interrupted is not None:
                 raise interrupted from None
             raise
-        finally:
-            session.close()
         if isinstance(outcome, DoneThere):
             plan: dict[str, Any] = orjson.loads(outcome.request.result or "{}")
             where = f"by replica {outcome.request.holder}, which reads them beside its tail"

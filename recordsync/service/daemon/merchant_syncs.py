@@ -44,10 +44,10 @@ from recordsync.core.settings import Settings
 from recordsync.core.stopping import Stopper
 from recordsync.metrics import Metrics
 from recordsync.platform.client import PlatformClient
-from recordsync.service.observers import ClientMetricsObserver, SyncMetricsObserver
-from recordsync.service.requested_work import POLL as REQUEST_POLL
-from recordsync.service.requested_work import RequestedWork
-from recordsync.service.round_events.wakeups import CrossCheckMetricsObserver
+from recordsync.service.daemon.observers import ClientMetricsObserver, SyncMetricsObserver
+from recordsync.service.daemon.requested_work import POLL as REQUEST_POLL
+from recordsync.service.daemon.requested_work import RequestedWork
+from recordsync.service.ports.round_events.wakeups import CrossCheckMetricsObserver
 from recordsync.service.runtime import (
     MerchantSync,
     Purpose,

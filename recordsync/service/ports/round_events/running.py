@@ -13,9 +13,13 @@ from recordsync.core.secret import Secret
 from recordsync.core.settings import Settings
 from recordsync.core.stopping import Stopper
 from recordsync.metrics import RoundEventMetrics
-from recordsync.service.round_events.receiver import EventsServer, RoundEventReceiver, asgi_app
-from recordsync.service.round_events.signature import PATH
-from recordsync.service.round_events.wakeups import HolderWakeups, Wakeable, wake_local
+from recordsync.service.ports.round_events.receiver import (
+    EventsServer,
+    RoundEventReceiver,
+    asgi_app,
+)
+from recordsync.service.ports.round_events.signature import PATH
+from recordsync.service.ports.round_events.wakeups import HolderWakeups, Wakeable, wake_local
 from recordsync.service.secrets import SecretKeeper
 from recordsync.warehouse import Warehouse
 

@@ -12,7 +12,7 @@ to take the merchant's lease:
 - no daemon holds the merchant: verify holds it for the run (a daemon starting meanwhile
   waits), reads inside its own budget, and ``--repair`` writes are fenced by its own epoch;
 - a daemon holds it: the run is handed to that holder through the warehouse (a ``sync_requests``
-  row, ``service.handover``), which runs the same ``verify_range`` inside ITS budget at the
+  row, ``commands.handover``), which runs the same ``verify_range`` inside ITS budget at the
   lowest priority, beside its tail, with repairs fenced by its own epoch, and stores the
   findings for this command to print. One process spends the merchant's limit, and one writer
   (the lease holder) writes, whichever way it runs.
@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
-import secrets as random_tokens
 import sys
 from contextlib import nullcontext
 from datetime import datetime
@@ -53,16 +51,15 @@ from recordsync.core.settings import Settings
 from recordsync.core.stopping import Stopper
 from recordsync.logs import process_context
 from recordsync.metrics import record_verify_run
-from recordsync.service.app import open_app
-from recordsync.service.console import PipeConsole
-from recordsync.service.handover import DoneThere, Handover, HeldHere, refuse_if_paused
-from recordsync.service.pause_watch import PauseWatch, refuse_before_any_request
-from recordsync.service.progress import RichProgress
+from recordsync.service.commands.console import PipeConsole
+from recordsync.service.commands.handover import DoneThere, HeldHere
+from recordsync.service.commands.merchant_command import MerchantCommand
+from recordsync.service.commands.pause_watch import PauseWatch, refuse_before_any_request
+from recordsync.service.commands.progress import RichProgress
 from recordsync.service.signals import stop_on_signals
-from recordsync.sync.comparison import FAULTS, DayTally, Difference, VerifyResult
+from recordsync.sync.comparison import FAULTS, Difference, verify_document
 from recordsync.sync.verify import verify_range
 from recordsync.warehouse import HolderRequest, RequestKind
-from recordsync.warehouse.timeouts import LEASE_SECONDS
 
 log = structlog.get_logger("recordsync")
 
@@ -100,62 +97,49 @@ def run_verify(
     refuse_before_any_request(settings.database_url, merchant.merchant_id, what=what)
     with (
         stop_on_signals(stopper) as signals,
-        open_app(settings, merchant_id=merchant.merchant_id, stopper=stopper) as app,
+        MerchantCommand(settings, merchant.merchant_id, stopper, name="verify") as command,
     ):
-
-        def before_taking() -> None:  # a paused merchant sees no request: not even a read
-            refuse_if_paused(app.warehouse.controls.paused, merchant.merchant_id, what=what)
-
         watch: PauseWatch | None = None  # once it runs here
-
-        session = app.warehouse.fleet_session(
-            f"verify-{os.getpid()}-{random_tokens.token_hex(2)}", lease_seconds=LEASE_SECONDS
-        )
-        handover = Handover(
+        handover = command.hand_over(
             RequestKind.VERIFY,
-            merchant.merchant_id,
-            lease=session,
-            requests=app.warehouse.requests,
-            stopper=stopper,
-            before_taking=before_taking,
             # Keyed by what it compares: the same verify asked again (cron under `timeout`)
             # follows the one pending rather than queueing another.
-            ask=lambda: app.warehouse.requests.ask(
-                merchant.merchant_id,
+            ask=lambda: command.warehouse.requests.ask(
+                command.merchant_id,
                 RequestKind.VERIFY,
                 start,
                 end,
                 key=verify_key(start, end, repair=repair),
                 repair=repair,
             ),
+            what=what,
             handed_over=lambda request_id: log.info(
                 "verify_handed_over",
                 request_id=request_id,
-                holder=session.holders().get(merchant.merchant_id),
+                holder=command.session.holders().get(command.merchant_id),
             ),
         )
 
         def here(held: HeldHere, work: Stopper) -> dict[str, Any]:
             nonlocal watch
-            # Its lease is kept alive by the session's keeper; nothing is sent once it is not
-            # confirmed.
-            app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
+            store = command.holding(held.epoch)
             # Held here, it obeys a pause as a daemon would: within a tick (pause_watch).
-            watch = PauseWatch(app.warehouse.controls.paused, merchant.merchant_id, stopper)
+            watch = PauseWatch(command.warehouse.controls.paused, command.merchant_id, stopper)
+            options = command.engines.options
             with watch, progress or nullcontext():
                 result = verify_range(
-                    app.client,
-                    app.warehouse.fenced(merchant.merchant_id, held.epoch),
+                    command.client,
+                    store,
                     start,
                     end,
-                    page_size=app.options.page_size,
+                    page_size=options.page_size,
                     repair=repair,
                     stopper=work,
                     progress=progress,
-                    give_up_unreachable=app.options.give_up_unreachable,
-                    demand=app.sync.demand,
+                    give_up_unreachable=options.give_up_unreachable,
+                    demand=command.engines.demand,
                 )
-            return verify_document(result, merchant.merchant_id, start, end)
+            return verify_document(result, command.merchant_id, start, end)
 
         try:
             outcome = handover.run(here)
@@ -174,8 +158,6 @@ def run_verify(
             if paused is not None:
                 raise paused from None
             raise
-        finally:
-            session.close()
     # A pause that stopped it short: what it found proves nothing (exit 3).
     paused = None if watch is None else watch.error(what, "nothing was concluded; run it again")
     if paused is not None:
@@ -244,41 +226,6 @@ def render(document: dict[str, Any], *, fmt: str, out: TextIO) -> None:
         out.write(_csv(document))
     else:
         _table(document, PipeConsole(file=out, width=120))
-
-
-def _row(day: DayTally) -> dict[str, Any]:
-    return {
-        "day": day.day.isoformat(),
-        "platform_rows": day.platform_rows,
-        "warehouse_rows": day.warehouse_rows,
-        **{kind.value: day.counts[kind] for kind in Difference},
-        "repaired": day.repaired,
-    }
-
-
-def _totals(result: VerifyResult) -> dict[str, Any]:
-    return {
-        "platform_rows": result.platform_rows,
-        "warehouse_rows": result.warehouse_rows,
-        **{kind.value: result.total(kind) for kind in Difference},
-        "repaired": result.repaired,
-    }
-
-
-def verify_document(
-    result: VerifyResult, merchant_id: str, start: datetime, end: datetime
-) -> dict[str, Any]:
-    """The findings as plain data: what ``--format json`` prints and a holder hands back."""
-    return {
-        "merchant_id": merchant_id,
-        "created_from": start.isoformat(),
-        "created_to": end.isoformat(),
-        "repair": result.repair,
-        "clean": result.clean,
-        "days": [_row(day) for day in result.days],
-        "totals": _totals(result),
-        "examples": {kind.value: result.examples(kind) for kind in Difference},
-    }
 
 
 def _csv(document: dict[str, Any]) -> str:

@@ -33,8 +33,8 @@ from recordsync.core.settings import MerchantSettings, Settings
 from recordsync.core.stopping import Stopper
 from recordsync.core.times import format_time
 from recordsync.logs import configure_logging
-from recordsync.service.app import open_app
-from recordsync.service.progress import RichProgress
+from recordsync.service.commands.merchant_command import MerchantCommand
+from recordsync.service.commands.progress import RichProgress
 from recordsync.service.signals import stop_on_signals
 from recordsync.warehouse import Warehouse
 
@@ -267,16 +267,17 @@ def _sync_side_by_side(settings: Settings, stopper: Stopper, progress: RichProgr
 
     def sync(merchant_id: str) -> bool:
         observer = progress if len(settings.merchants) == 1 else progress.for_merchant(merchant_id)
-        with open_app(
+        with MerchantCommand(
             settings,
-            merchant_id=merchant_id,
-            stopper=Stopper(parent=stopper),
+            merchant_id,
+            Stopper(parent=stopper),
+            name="demo",
             observer=observer,
             stop_when_caught_up=True,
-        ) as app:
+        ) as command:
             if len(settings.merchants) == 1:
-                progress.show_budget(app.client.budget.requests, app.client.budget.seconds)
-            return app.engine.run()
+                progress.show_budget(command.client.budget.requests, command.client.budget.seconds)
+            return command.tail.run()
 
     threads = [
         threading.Thread(target=one, args=(merchant.merchant_id,), name=merchant.merchant_id)
@@ -303,10 +304,12 @@ def _demo_summary(
     whether the warehouse equals it."""
     synced = differ = quarantined = 0
     for merchant_id, truth in truths.items():
-        with open_app(settings, merchant_id=merchant_id, stop_when_caught_up=True) as app:
-            app.engine.run()
-            rows = app.warehouse.fetch_records(merchant_id)
-            quarantined += app.warehouse.status(merchant_id).quarantined
+        with MerchantCommand(
+            settings, merchant_id, Stopper(), name="demo", stop_when_caught_up=True
+        ) as command:
+            command.tail.run()
+            rows = command.warehouse.fetch_records(merchant_id)
+            quarantined += command.warehouse.status(merchant_id).quarantined
         synced += len(rows)
         differ += len(rows.keys() ^ truth.keys()) + sum(
             1

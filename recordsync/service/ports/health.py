@@ -3,8 +3,8 @@
 - ``/healthz``: 200 as long as the process can answer at all (a liveness probe: restart me
   only when this fails).
 - ``/readyz``: 200 when the sync is doing its job, else 503 with a short JSON reason.  The rule
-  is the pure function ``assess_readiness``: the warehouse answers, and a page was committed
-  recently (within ``multiple`` poll intervals).  The tail commits a page (empty or not) every
+  is pure (``readiness``): the warehouse answers, and a page was committed recently (within
+  ``multiple`` poll intervals).  The tail commits a page (empty or not) every
   poll, so a healthy daemon commits at least that often, during its first snapshot too.
   Before the first commit a start-up grace period applies.
 - ``/metrics``: the registry in the Prometheus text format (OpenMetrics when asked for).
@@ -22,7 +22,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Final, Self
 from urllib.parse import urlsplit
@@ -32,97 +31,23 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from recordsync.core.errors import ConfigurationError
-from recordsync.service.bounded_http import (
+from recordsync.service.ports.bounded_http import (
     Answer,
     BoundedHTTPServer,
     HttpLimits,
     RequestHead,
     Work,
 )
+from recordsync.service.readiness import (
+    DEFAULT_READY_MULTIPLE,
+    DEFAULT_STARTUP_GRACE,
+    Readiness,
+    assess_merchants,
+)
 
-DEFAULT_READY_MULTIPLE: Final = 30.0
-DEFAULT_STARTUP_GRACE: Final = 120.0
 _STOP_TIMEOUT_S: Final = 5.0
 
 _log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Readiness:
-    ready: bool
-    reason: str
-
-
-def assess_readiness(
-    *,
-    now: float,
-    started_at: float,
-    last_commit_at: float | None,
-    warehouse_error: str | None,
-    poll_interval: float,
-    multiple: float = DEFAULT_READY_MULTIPLE,
-    startup_grace: float = DEFAULT_STARTUP_GRACE,
-) -> Readiness:
-    """Is the sync doing its job?  All times in the same clock's seconds.
-
-    ``warehouse_error`` is None when the warehouse answered, else why it did not.  A daemon in
-    its first snapshot is ready while pages commit: the rule looks at commits, not at the
-    phase.  A daemon that has not committed yet is ready during ``startup_grace`` after
-    ``started_at`` (anchoring and the first page may take a while), not after.
-    """
-    if warehouse_error is not None:
-        return Readiness(ready=False, reason=f"warehouse unavailable: {warehouse_error}")
-    limit = multiple * poll_interval
-    if last_commit_at is None:
-        since_start = now - started_at
-        if since_start <= startup_grace:
-            return Readiness(ready=True, reason="starting: no page committed yet")
-        return Readiness(
-            ready=False,
-            reason=f"no page committed in {since_start:.0f} s since start "
-            f"(grace {startup_grace:.0f} s)",
-        )
-    age = now - last_commit_at
-    if age <= limit:
-        return Readiness(ready=True, reason=f"last page committed {max(age, 0.0):.0f} s ago")
-    return Readiness(
-        ready=False,
-        reason=f"last page committed {age:.0f} s ago (limit {limit:.0f} s)",
-    )
-
-
-def assess_merchants(
-    *,
-    now: float,
-    held: Mapping[str, tuple[float, float | None]],
-    warehouse_error: str | None,
-    poll_interval: float,
-    multiple: float = DEFAULT_READY_MULTIPLE,
-    startup_grace: float = DEFAULT_STARTUP_GRACE,
-) -> Readiness:
-    """``assess_readiness`` for every merchant this process holds (merchant -> when it was
-    taken, its last commit): ready when each one is.  Holding none is ready: the other
-    replicas hold them all (an unheld merchant is an alert, RecordsyncMerchantNotHeld)."""
-    if warehouse_error is not None:
-        return Readiness(ready=False, reason=f"warehouse unavailable: {warehouse_error}")
-    if not held:
-        return Readiness(ready=True, reason="holds no merchant (the other replicas hold them)")
-    verdicts = {
-        merchant_id: assess_readiness(
-            now=now,
-            started_at=since,
-            last_commit_at=last_commit,
-            warehouse_error=None,
-            poll_interval=poll_interval,
-            multiple=multiple,
-            startup_grace=startup_grace,
-        )
-        for merchant_id, (since, last_commit) in sorted(held.items())
-    }
-    lagging = [f"{merchant}: {v.reason}" for merchant, v in verdicts.items() if not v.ready]
-    if lagging:
-        return Readiness(ready=False, reason="; ".join(lagging))
-    return Readiness(ready=True, reason=f"{len(verdicts)} merchants committing recently")
 
 
 class FleetReadinessCheck:

@@ -1,7 +1,7 @@
 """``recordsync backfill``: a one-shot snapshot of a creation range, resumable, beside the tail.
 
 A merchant's rate limit is spent by one process at a time, and its tail is a daemon's. So the
-job goes where ``service.handover`` says: run here under the command's own lease only while no
+job goes where ``commands.handover`` says: run here under the command's own lease only while no
 live daemon is configured with the merchant (and handed to the first that appears, the rest
 of the job resumed there from its windows), otherwise handed to the merchant's holder as a
 ``sync_requests`` row the holder runs inside its own budget, beside its tail, while this
@@ -15,7 +15,6 @@ line (exit 1).
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets as random_tokens
 import sys
 from contextlib import nullcontext
@@ -32,18 +31,16 @@ from recordsync.core.settings import Settings
 from recordsync.core.state import WindowProgress, backfill_job, resync_job
 from recordsync.core.stopping import Stopper
 from recordsync.logs import json_lines, process_context
-from recordsync.service.app import App, open_app
-from recordsync.service.handover import DoneThere, Handover, HeldHere, refuse_if_paused
-from recordsync.service.holder_versions import ask_if_holder_takes
-from recordsync.service.pause_watch import PauseWatch, refuse_before_any_request
-from recordsync.service.progress import RichProgress
+from recordsync.service.commands.handover import DoneThere, Handover, HeldHere
+from recordsync.service.commands.merchant_command import MerchantCommand
+from recordsync.service.commands.pause_watch import PauseWatch, refuse_before_any_request
+from recordsync.service.commands.progress import RichProgress
 from recordsync.service.signals import Received, stop_on_signals
 from recordsync.sync.engine import BackfillResult
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.plan import plan_windows
 from recordsync.sync.resilience import StepRunner
 from recordsync.warehouse import HolderRequest, RequestKind
-from recordsync.warehouse.timeouts import LEASE_SECONDS
 
 log = structlog.get_logger("recordsync")
 
@@ -73,7 +70,7 @@ def run_range_job(
     merchant_id: str | None = None,
 ) -> int:
     """A range read into the warehouse beside the tail (a backfill, a resync), here or at the
-    merchant's holder (``service.handover``)."""
+    merchant's holder (``commands.handover``)."""
     merchant = settings.merchant(merchant_id)
     stopper = Stopper()
     name = kind.value  # backfill_handed_over, resync_finished, ...: the events name the kind
@@ -85,84 +82,56 @@ def run_range_job(
     try:
         with (
             stop_on_signals(stopper) as signals,
-            open_app(
+            MerchantCommand(
                 settings,
-                merchant_id=merchant.merchant_id,
-                stopper=stopper,
+                merchant.merchant_id,
+                stopper,
+                name=name,
                 observer=progress,
                 migrate=kind is RequestKind.BACKFILL,  # a resync is a control command
-            ) as app,
+            ) as command,
             progress or nullcontext(),
         ):
             if not start < end:
                 raise ConfigurationError(f"{name}: --from must be earlier than --to")
-            me = f"{name}-{os.getpid()}-{random_tokens.token_hex(2)}"
             job = (
                 backfill_job(start, end)
                 if kind is RequestKind.BACKFILL
                 else resync_job(start, end, random_tokens.token_hex(4))
             )
-            session = app.warehouse.fleet_session(me, lease_seconds=LEASE_SECONDS)
-            try:
-                follower = _Follower(app, job, start, end, progress=progress, name=name)
-                handover = Handover(
-                    kind,
+            follower = _Follower(command, job, start, end, progress=progress, name=name)
+            handover = command.hand_over(
+                kind,
+                ask=lambda: command.warehouse.requests.ask(
+                    command.merchant_id, kind, start, end, key=job
+                ),
+                what=name,
+                handed_over=follower.handed_over,
+                progress=follower,
+            )
+
+            def here(held: HeldHere, work: Stopper) -> BackfillResult:
+                # Held here, it obeys a pause as a daemon would: within a tick.
+                watch = PauseWatch(command.warehouse.controls.paused, command.merchant_id, stopper)
+                watches.append(watch)
+                with watch:
+                    return _run_here(command, held, work, start, end, job=job)
+
+            outcome = handover.run(here)
+            if isinstance(outcome, DoneThere):
+                follower.finished(outcome.request)
+                _say_done(
                     merchant.merchant_id,
-                    lease=session,
-                    requests=app.warehouse.requests,
-                    stopper=stopper,
-                    ask=lambda: ask_if_holder_takes(
-                        session,
-                        merchant.merchant_id,
-                        kind,
-                        lambda: app.warehouse.requests.ask(
-                            merchant.merchant_id, kind, start, end, key=job
-                        ),
-                    ),
-                    handed_over=follower.handed_over,
-                    progress=follower,
-                    before_taking=lambda: refuse_if_paused(
-                        app.warehouse.controls.paused, merchant.merchant_id, what=name
-                    ),
+                    name,
+                    start,
+                    end,
+                    records=follower.records,
+                    windows=len(follower.windows),
+                    where=f"at replica {outcome.request.holder}",
+                    plain=not json_lines(settings.log_format),
                 )
-
-                def here(held: HeldHere, work: Stopper) -> BackfillResult:
-                    # Its lease is kept alive by the session's keeper for the whole run; nothing
-                    # is sent once it is not confirmed.
-                    app.client.hold_under(lambda: session.confirmed(merchant.merchant_id))
-                    taken_back = None if held.taken_back is None else held.taken_back.id
-                    # Held here, it obeys a pause as a daemon would: within a tick.
-                    watch = PauseWatch(app.warehouse.controls.paused, merchant.merchant_id, stopper)
-                    watches.append(watch)
-                    with watch:
-                        return _run_here(
-                            app,
-                            work,
-                            start,
-                            end,
-                            job,
-                            epoch=held.epoch,
-                            request_id=taken_back,
-                            me=me,
-                        )
-
-                outcome = handover.run(here)
-                if isinstance(outcome, DoneThere):
-                    follower.finished(outcome.request)
-                    _say_done(
-                        merchant.merchant_id,
-                        name,
-                        start,
-                        end,
-                        records=follower.records,
-                        windows=len(follower.windows),
-                        where=f"at replica {outcome.request.holder}",
-                        plain=not json_lines(settings.log_format),
-                    )
-                    return 0
-                result = outcome
-            finally:
-                session.close()
+                return 0
+            result = outcome
     except ShutdownRequestedError:
         _interrupted(signals, handover, name)
         _paused(watches, name)
@@ -238,32 +207,33 @@ def _paused(watches: list[PauseWatch], name: str) -> None:
 
 
 def _run_here(
-    app: App,
+    command: MerchantCommand,
+    held: HeldHere,
     stopper: Stopper,
     start: datetime,
     end: datetime,
-    job: str,
     *,
-    epoch: int,
-    request_id: int | None,
-    me: str,
+    job: str,
 ) -> BackfillResult:
-    """The job in this process, under ``epoch``, until done or ``stopper`` stops (a signal, or
+    """The job in this process, under ``held.epoch``, until done or ``stopper`` stops (a signal, or
     a daemon appeared: ``Handover``); a request taken back is marked running here, then done
     or failed (one stopped stays running, for the next holder to resume, unless cancelled)."""
-    if request_id is None:
-        return app.engine_for(stopper, epoch=epoch).backfill(start, end, job=job)
+    engine = command.engine(held.epoch, stopper)
+    if held.taken_back is None:
+        return engine.backfill(start, end, job=job)
+    request_id = held.taken_back.id
+    requests = command.warehouse.requests
     with contextlib.suppress(LookupError):  # a holder finished it just before it left
-        app.warehouse.requests.start(request_id, me)
+        requests.start(request_id, command.me)
     try:
-        result = app.engine_for(stopper, epoch=epoch).backfill(start, end, job=job)
+        result = engine.backfill(start, end, job=job)
     except RecordSyncError as exc:
         with contextlib.suppress(LookupError, RecordSyncError):
-            app.warehouse.requests.finish(request_id, failed=str(exc))
+            requests.finish(request_id, failed=str(exc))
         raise
     if not stopper.stopped:
         with contextlib.suppress(LookupError):
-            app.warehouse.requests.finish(request_id)
+            requests.finish(request_id)
     return result
 
 
@@ -273,7 +243,7 @@ class _Follower:
 
     def __init__(
         self,
-        app: App,
+        command: MerchantCommand,
         job: str,
         start: datetime,
         end: datetime,
@@ -281,14 +251,16 @@ class _Follower:
         progress: SyncObserver | None,
         name: str,
     ) -> None:
-        self._app = app
+        self._command = command
         self._name = name
         self._progress = progress
         self.job = job
         self._total = len(plan_windows(start, end))
         self._done_before = 0
         self._windows: list[WindowProgress] = []
-        self._runner = StepRunner(stopper=app.stopper, observer=SyncObserver(), fatal_is_final=True)
+        self._runner = StepRunner(
+            stopper=command.stopper, observer=SyncObserver(), fatal_is_final=True
+        )
 
     def handed_over(self, request_id: int) -> None:
         handed_over = f"{self._name}_handed_over"
@@ -297,9 +269,9 @@ class _Follower:
             self._progress.windows_planned(self.job, self._total, 0)
 
     def __call__(self, _request: HolderRequest) -> None:
-        merchant_id = self._app.merchant.merchant_id
+        command = self._command
         self._windows = windows = self._runner.run(
-            lambda: self._app.warehouse.load_windows(merchant_id, self.job),
+            lambda: command.warehouse.load_windows(command.merchant_id, self.job),
             what=f"follow {self._name}",
         )
         done = sum(1 for window in windows if window.done)

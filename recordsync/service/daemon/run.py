@@ -26,11 +26,11 @@ from recordsync.core.stopping import Stopper
 from recordsync.fleet.member import Member
 from recordsync.logs import process_context
 from recordsync.metrics import Metrics
-from recordsync.service.health import PROBE_LIMITS, FleetReadinessCheck, HealthServer
-from recordsync.service.log_context import ProcessLogContext
-from recordsync.service.merchant_syncs import MerchantSyncs
-from recordsync.service.round_events.connections import DEFAULT_LIMITS as EVENTS_LIMITS
-from recordsync.service.round_events.running import receiving_round_events
+from recordsync.service.daemon.log_context import ProcessLogContext
+from recordsync.service.daemon.merchant_syncs import MerchantSyncs
+from recordsync.service.ports.health import PROBE_LIMITS, FleetReadinessCheck, HealthServer
+from recordsync.service.ports.round_events.connections import DEFAULT_LIMITS as EVENTS_LIMITS
+from recordsync.service.ports.round_events.running import receiving_round_events
 from recordsync.service.secrets import SecretKeeper
 from recordsync.service.signals import stop_on_signals
 from recordsync.sync.events import SyncObserver

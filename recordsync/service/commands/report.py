@@ -37,7 +37,7 @@ from rich.table import Table
 from recordsync.core.errors import ConfigurationError
 from recordsync.core.settings import Settings
 from recordsync.core.times import format_time
-from recordsync.service.console import PipeConsole
+from recordsync.service.commands.console import PipeConsole
 from recordsync.warehouse import DailySummary, Freshness, GameName
 from recordsync.warehouse.reader import WarehouseReader
 

@@ -21,9 +21,6 @@ Neither command migrates: a schema behind this version is refused in one line na
 
 from __future__ import annotations
 
-import os
-import pwd
-import socket
 import time
 from collections.abc import Callable
 from typing import Final
@@ -31,10 +28,9 @@ from typing import Final
 import structlog
 
 from recordsync.core.settings import Settings
-from recordsync.service.holder_versions import refuse_unless_holder_obeys_pause
-from recordsync.warehouse import FleetSession, Pause, Warehouse
-from recordsync.warehouse.schema import ID_LENGTH
-from recordsync.warehouse.timeouts import LEASE_SECONDS
+from recordsync.service.commands.holder_versions import refuse_unless_holder_obeys_pause
+from recordsync.service.commands.operator import operator, watching_session
+from recordsync.warehouse import Pause, Warehouse
 
 log = structlog.get_logger("recordsync")
 
@@ -45,21 +41,6 @@ RELEASE_WAIT: Final = 30.0
 TAKE_WAIT: Final = 20.0
 LOOK_EVERY: Final = 0.5
 STALE_AFTER: Final = 6.0  # the fleet's: a replica whose heartbeat is older is not live
-
-
-def operator(database_account: str | None = None) -> str:
-    """Who acts, as the pause row records it: the user of this process's uid (its name in the
-    password database, not ``$LOGNAME`` or ``$USER``, which anyone sets), the host, and the
-    database account when the database has accounts (``user@host as account``).  A container
-    may have no name for its uid: the uid then."""
-    try:
-        user = pwd.getpwuid(os.getuid()).pw_name
-    except (KeyError, OSError):
-        user = f"uid {os.getuid()}"
-    who = f"{user}@{socket.gethostname()}"
-    if database_account is not None:
-        who += f" as {database_account}"
-    return who[:ID_LENGTH]
 
 
 def _open(settings: Settings) -> tuple[Warehouse, str]:
@@ -193,13 +174,6 @@ def resume_merchant(
         "who holds what; the replicas' logs say why"
     )
     return 1
-
-
-def watching_session(warehouse: Warehouse) -> FleetSession:
-    """A session that only asks who holds what and who is live: never holds or writes."""
-    return warehouse.fleet_session(
-        f"control-{os.getpid()}", lease_seconds=LEASE_SECONDS, holding=False
-    )
 
 
 def _said(pause: Pause) -> str:

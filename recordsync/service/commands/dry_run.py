@@ -16,7 +16,7 @@ from recordsync.core.errors import ConfigurationError, RecordSyncError
 from recordsync.core.settings import Settings
 from recordsync.core.state import Window
 from recordsync.core.stopping import Stopper
-from recordsync.service.handover import refuse_if_paused
+from recordsync.service.commands.handover import refuse_if_paused
 from recordsync.service.runtime import Purpose, merchant_client, read_limits
 from recordsync.service.secrets import SecretKeeper
 from recordsync.sync import dry_run

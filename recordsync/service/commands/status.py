@@ -24,8 +24,8 @@ from rich.table import Table
 
 from recordsync.core.errors import RecordSyncError
 from recordsync.core.settings import Settings
-from recordsync.service.console import PipeConsole
-from recordsync.service.health import assess_readiness
+from recordsync.service.commands.console import PipeConsole
+from recordsync.service.readiness import assess_readiness
 from recordsync.warehouse import (
     Availability,
     DriftCheckRun,
@@ -96,7 +96,7 @@ def current_holders(warehouse: WarehouseReader) -> dict[str, str]:
     """merchant -> the replica whose lock holds it right now.
 
     Asked through a session of this process's own, as ``status-<pid>``: a replica id is
-    ``host-pid-suffix`` (``service.daemon.replica_id``), so it is never mistaken for one.
+    ``host-pid-suffix`` (``daemon.run.replica_id``), so it is never mistaken for one.
     Opening the session and ``holders()`` only read (the leases not released, then which
     locks are granted; on SQLite who holds the fleet's file lock), so nothing is written and
     no lock is taken; the session is closed at once, never heartbeating.

@@ -27,7 +27,7 @@ import structlog
 
 from recordsync.core.errors import ConfigurationError, RecordSyncError
 from recordsync.core.stopping import Stopper
-from recordsync.service.handover import refuse_if_paused
+from recordsync.service.commands.handover import refuse_if_paused
 from recordsync.warehouse import Pause
 from recordsync.warehouse.reader import WarehouseReader
 
