@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 from hypothesis import settings
-from support.dbfixtures import warehouse, warehouse_url
+from support.dbfixtures import databases_dropped_at_the_end, warehouse, warehouse_url
 from support.private_servers import private_server
 
 from recordsync import logs
@@ -28,6 +28,7 @@ settings.register_profile("recordsync", deadline=None)
 settings.load_profile("recordsync")
 
 __all__ = [
+    "databases_dropped_at_the_end",
     "private_server",
     "reset_logging",
     "warehouse",

@@ -6,6 +6,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.clocks import FakeClock
 
 from recordsync.core.errors import ShutdownRequestedError
 from recordsync.core.waiting import Deferred, no_waiting
@@ -181,7 +182,7 @@ operation = st.one_of(
 def test_property_no_window_ever_holds_more_than_the_limit(
     requests, seconds_ms, margin_ms, operations
 ):
-    clock = _Clock()
+    clock = FakeClock(0.0, zero_sleep=False)
     budget = RateBudget(
         requests, seconds_ms / 1000, margin=margin_ms / 1000, clock=clock, sleep=clock.sleep
     )
@@ -207,18 +208,6 @@ def test_property_no_window_ever_holds_more_than_the_limit(
             clock.now += op[1] / 1000
     assert_within_limit(starts, requests, (seconds_ms + margin_ms) / 1000)
     assert budget.waiting == 0
-
-
-class _Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        assert seconds > 0, "the budget must never spin on a zero sleep"
-        self.now += seconds
 
 
 # -- threads ---------------------------------------------------------------------------------
@@ -482,7 +471,7 @@ def test_property_answers_never_let_more_arrivals_into_a_window(
     requests, seconds_ms, margin_ms, round_trips_ms
 ):
     """Sequential callers (each waits for its answer, or for none: a lost answer)."""
-    clock = _Clock()
+    clock = FakeClock(0.0, zero_sleep=False)
     margin = margin_ms / 1000
     budget = RateBudget(requests, seconds_ms / 1000, margin=margin, clock=clock, sleep=clock.sleep)
     sent = []

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import update
 from structlog.testing import capture_logs
+from support.clocks import FakeClock
 
 from recordsync.core.errors import RecordSyncError, ShutdownRequestedError
 from recordsync.core.stopping import Stopper
@@ -54,14 +55,6 @@ class ScriptedLease:
 
     def live_replicas(self, _stale_after: float) -> dict[str, frozenset[str] | None]:
         return dict(self.daemons)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -127,7 +120,7 @@ def test_a_free_lock_is_not_taken_while_a_live_daemon_is_configured_with_the_mer
 
 def test_a_follower_takes_the_lease_back_only_after_a_lease_and_a_tick_alone(store):
     lease = ScriptedLease(free=False, daemons={"d1": frozenset({MERCHANT})})
-    clock = Clock()
+    clock = FakeClock(0.0)
     looks: list[RequestState] = []
 
     def progress(request) -> None:

@@ -6,6 +6,7 @@ import threading
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
+from support.clocks import FakeClock
 
 from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
 from recordsync.metrics import MetricName, Metrics
@@ -88,16 +89,8 @@ def test_the_limit_scales_with_the_poll_interval():
     assert result.ready
 
 
-class Clock:
-    def __init__(self):
-        self.now = START
-
-    def __call__(self):
-        return self.now
-
-
 def test_readiness_check_pings_the_warehouse_and_reads_the_last_commit():
-    clock = Clock()
+    clock = FakeClock(START)
     taken_at = clock.now
     commits = {"at": None}
     failing = {"on": False}
@@ -121,7 +114,7 @@ def test_readiness_check_pings_the_warehouse_and_reads_the_last_commit():
     )
 
 
-def held_from(metrics: Metrics, clock: Clock, *merchant_ids: str):
+def held_from(metrics: Metrics, clock: FakeClock, *merchant_ids: str):
     taken_at = clock.now
     return lambda: {
         merchant_id: (taken_at, metrics.last_commit_at(merchant_id)) for merchant_id in merchant_ids
@@ -129,7 +122,7 @@ def held_from(metrics: Metrics, clock: Clock, *merchant_ids: str):
 
 
 def test_readiness_check_follows_metrics_last_commit():
-    clock = Clock()
+    clock = FakeClock(START)
     metrics = Metrics(CollectorRegistry(), clock=clock)
     check = FleetReadinessCheck(
         ping=lambda: None,
@@ -147,7 +140,7 @@ def test_readiness_check_follows_metrics_last_commit():
 
 
 def test_readiness_is_per_merchant_another_merchants_commits_do_not_count():
-    clock = Clock()
+    clock = FakeClock(START)
     metrics = Metrics(CollectorRegistry(), clock=clock)
     check = FleetReadinessCheck(
         ping=lambda: None,

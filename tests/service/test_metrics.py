@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from support.clocks import FakeClock
 
 from recordsync import __version__
 from recordsync.core.secret import Secret
@@ -36,17 +37,6 @@ OTHER = "m-2"
 WINDOW = Window(datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC))
 
 
-class Clock:
-    def __init__(self, now=START):
-        self.now = now
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
-
-
 @pytest.fixture
 def registry():
     return CollectorRegistry()
@@ -54,7 +44,7 @@ def registry():
 
 @pytest.fixture
 def clock():
-    return Clock()
+    return FakeClock(START)
 
 
 @pytest.fixture
@@ -508,7 +498,7 @@ GONE_WHEN_FORGOTTEN = frozenset(
 def feed(metrics, merchant_id, n, clock):
     """Everything a merchant's client and sync report, each quantity scaled by ``n``."""
     view = metrics.merchant(merchant_id)
-    budget_clock = Clock()  # the budget's own waits must not move the metrics' clock
+    budget_clock = FakeClock(START)  # the budget's own waits must not move the metrics' clock
     budget = RateBudget(2 * n, float(n), margin=0.0, clock=budget_clock, sleep=budget_clock.sleep)
     metrics.watch_budget(merchant_id, budget)
     for _ in range(2 * n + 1):  # the last one waits a full window: n seconds
@@ -574,7 +564,7 @@ def test_every_series_but_the_process_wide_ones_carries_merchant_id(two_merchant
 
 
 def test_two_budgets_watched_at_once_are_read_each_on_its_own(metrics, registry):
-    clocks = {MERCHANT: Clock(), OTHER: Clock()}
+    clocks = {MERCHANT: FakeClock(START), OTHER: FakeClock(START)}
     budgets = {
         merchant_id: RateBudget(2, 1.0, margin=0.0, clock=clock, sleep=clock.sleep)
         for merchant_id, clock in clocks.items()

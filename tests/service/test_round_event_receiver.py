@@ -11,6 +11,7 @@ import httpx
 import pytest
 import structlog
 from prometheus_client import CollectorRegistry
+from support.clocks import FakeClock
 from support.round_event_requests import (
     MERCHANT,
     PATH,
@@ -84,17 +85,9 @@ class Harness:
         return value or 0
 
 
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-
 @pytest.fixture
 def keeper_clock():
-    return Clock()
+    return FakeClock(0.0)
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 from structlog.testing import capture_logs
+from support.clocks import FakeClock
 
 from recordsync.core.errors import ConfigurationError
 from recordsync.core.secret import Secret, SecretSource
@@ -27,16 +28,6 @@ NEW = "new-secret-0123456789abcdefghijklmnopqrstuv"
 # Differs from OLD nearly everywhere: a file rewritten in place holds a mix of the two.
 ROTATED = "rotated-secret-ZYXWVUTSRQPONMLKJIHGFEDCBA98"
 MERCHANT = "brand-a"
-
-
-class Clock:
-    """A clock that moves only when told."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def write_secret(path: Path, value: str) -> None:
@@ -154,7 +145,7 @@ def test_a_client_signs_with_the_rotated_secret_within_10_seconds(tmp_path):
 
 def test_the_previous_secret_is_accepted_until_the_overlap_ends(tmp_path):
     path, rotate = rewrite_in_place(tmp_path)
-    clock = Clock()
+    clock = FakeClock(1000.0)
     keeper = keeper_of(path, overlap=3600.0, clock=clock)
     assert keeper.accepted(MERCHANT) == (Secret(OLD),)
     rotate()
@@ -169,7 +160,7 @@ def test_the_previous_secret_is_accepted_until_the_overlap_ends(tmp_path):
 
 def test_without_an_overlap_only_the_current_secret_is_accepted(tmp_path):
     path, rotate = rewrite_in_place(tmp_path)
-    keeper = keeper_of(path, overlap=0.0, clock=Clock())
+    keeper = keeper_of(path, overlap=0.0, clock=FakeClock(1000.0))
     rotate()
     keeper.refresh()
     assert keeper.accepted(MERCHANT) == (Secret(NEW),)
@@ -229,7 +220,7 @@ def test_a_broken_file_keeps_the_last_good_secret_and_is_logged_once(tmp_path, b
 
 def test_no_secret_value_reaches_logs_reprs_or_errors(tmp_path):
     path, rotate = rewrite_in_place(tmp_path)
-    keeper = keeper_of(path, clock=Clock())
+    keeper = keeper_of(path, clock=FakeClock(1000.0))
     with capture_logs() as logs:
         rotate()
         keeper.refresh()
@@ -316,7 +307,7 @@ def test_a_file_rewritten_in_place_is_taken_only_once_two_reads_agree(tmp_path):
         if armed:
             writer.step(seconds)
 
-    keeper = keeper_of(path, overlap=60.0, clock=Clock(), sleep=sleep)
+    keeper = keeper_of(path, overlap=60.0, clock=FakeClock(1000.0), sleep=sleep)
     armed = True
     with capture_logs() as logs:
         while not writer.done:
@@ -351,7 +342,7 @@ def test_a_partial_secret_is_never_taken_nor_the_previous_one_dropped(tmp_path):
     a millisecond apart: every partial file it sees must be refused by its form."""
     path = tmp_path / "secret"
     write_secret(path, OLD)
-    keeper = keeper_of(path, overlap=60.0, settle=0.001, clock=Clock())
+    keeper = keeper_of(path, overlap=60.0, settle=0.001, clock=FakeClock(1000.0))
     seen: set[Secret] = set()
     writer = slow_truncating_writer(path, NEW)
     writer.start()
@@ -385,7 +376,7 @@ def test_a_replica_started_inside_an_overlap_accepts_the_named_previous_secret(t
     current, previous = tmp_path / "secret", tmp_path / "previous"
     write_secret(current, NEW)
     write_secret(previous, OLD)
-    clock = Clock()
+    clock = FakeClock(1000.0)
     with capture_logs() as logs:
         keeper = SecretKeeper(
             {MERCHANT: SecretSource.file(current)},
@@ -418,7 +409,7 @@ def test_a_rotation_seen_later_replaces_the_named_previous_secret(tmp_path):
     keeper = SecretKeeper(
         {MERCHANT: SecretSource.file(path)},
         previous={MERCHANT: SecretSource.given(Secret("p" * 43))},
-        clock=Clock(),
+        clock=FakeClock(1000.0),
     )
     write_secret(path, NEW)
     assert keeper.refresh() == (MERCHANT,)

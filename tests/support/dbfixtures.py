@@ -1,17 +1,27 @@
 """Database fixtures shared by the whole test suite (imported by tests/conftest.py).
 
 - ``warehouse_url``: parametrized over ``sqlite``, ``postgres`` and ``mariadb`` (the test ids);
-  yields the SQLAlchemy URL of a freshly created, uniquely named, EMPTY database, dropped after
-  the test.  Any test that asks for it (or for ``warehouse``) runs once per backend.
-- ``warehouse``: a migrated ``Warehouse`` on that URL, closed after the test.  Its database is
-  a copy of a migrated template made once per worker process (PostgreSQL ``CREATE DATABASE
-  ... TEMPLATE``, a copied SQLite file, MariaDB's tables and views copied one by one) rather
-  than eight migrations per test.  The templates are dropped when the process exits.
+  yields the SQLAlchemy URL of a uniquely named, EMPTY database made for the test.  Any test
+  that asks for it (or for ``warehouse``) runs once per backend.
+- ``warehouse``: a migrated ``Warehouse`` on that URL, closed after the test.  On SQLite its
+  database is a copy of a migrated template file made once per worker process.  On the servers
+  it is the worker's one migrated database of that server, emptied after each test back to
+  what migrating a new one leaves, with a new ``warehouse_identity`` (dbreuse.py says how and
+  when a database is found unfit and retired instead); the first is a copy of a migrated
+  template (PostgreSQL ``CREATE DATABASE ... TEMPLATE``, MariaDB's tables and views copied one
+  by one) rather than fifteen migrations.  A test that changes the schema it was given (a
+  downgrade, a next revision) says so with ``@pytest.mark.fresh_database`` and gets a copy of
+  its own, never used again.
+
+The databases made for one test are not dropped after it but at the end of the session, all
+together (``drop_made_databases``): on PostgreSQL every DROP DATABASE waits for a checkpoint of
+the whole server, which in the middle of the suite is seconds of other tests' writes to flush.
+The templates are dropped when the process exits.
 
 Servers come from ``RECORDSYNC_TEST_POSTGRES_URL`` (default
 ``postgresql+psycopg://postgres@127.0.0.1:5432/test``) and ``RECORDSYNC_TEST_MARIADB_URL``
 (default ``mysql+pymysql://root@127.0.0.1:3306/test``); those URLs name an existing database
-used only to create and drop the per-test ones.  When a server cannot be reached its tests
+used only to create and drop the test ones.  When a server cannot be reached its tests
 SKIP with a reason that says how to start it, unless ``RECORDSYNC_REQUIRE_SERVICES=1``, when
 they FAIL (CI sets it, so a missing service can never turn into a green run).
 
@@ -32,6 +42,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Final
@@ -42,6 +53,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
 
 from recordsync.warehouse import Warehouse
+from support import dbreuse
 
 POSTGRES_URL_ENV: Final = "RECORDSYNC_TEST_POSTGRES_URL"
 MARIADB_URL_ENV: Final = "RECORDSYNC_TEST_MARIADB_URL"
@@ -133,29 +145,101 @@ def fresh_database(kind: str, tmp_path: Path, *, migrated: bool = False) -> Iter
         yield f"sqlite:///{path}"
         return
     url = require_server(kind)
+    name = _create_database(kind, url, migrated=migrated)
+    made = url.set(database=name).render_as_string(hide_password=False)
+    if migrated:
+        _new_identity(made)
+    yield made
+
+
+def _create_database(kind: str, url: URL, *, migrated: bool) -> str:
+    """A new database on ``kind``'s server at ``url``, empty or migrated, dropped at the end of
+    the session (``drop_made_databases``): its name."""
     name = f"rs_{secrets.token_hex(6)}"
     copied = f" TEMPLATE {_postgres_template(url)}" if migrated and kind == "postgres" else ""
     admin = _admin_engine(url)
     try:
         with admin.connect() as conn:
             conn.execute(text(f"CREATE DATABASE {name}{copied}"))
+            _MADE.append((kind, url, name))
             if migrated and kind == "mariadb":
                 copy_mariadb_schema(conn, _mariadb_template(url), name)
-        made = url.set(database=name).render_as_string(hide_password=False)
-        if migrated:
-            _new_identity(made)
-        try:
-            yield made
-        finally:
-            drop = (
-                f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                if kind == "postgres"
-                else f"DROP DATABASE IF EXISTS {name}"
-            )
-            with admin.connect() as conn:
-                conn.execute(text(drop))
     finally:
         admin.dispose()
+    return name
+
+
+# -- the databases made, dropped together at the end --------------------------------------------
+
+_MADE: list[tuple[str, URL, str]] = []  # (kind, server URL, database) in the order made
+
+
+def drop_made_databases() -> None:
+    """Drop every database this process made, each test's session ended first (FORCE, or
+    MariaDB's DROP, which ends none but takes what it waits for)."""
+    while _MADE:
+        kind, url, name = _MADE.pop()
+        if kind == "postgres":
+            _drop_database(url, name, force=True)
+        else:
+            admin = _admin_engine(url)
+            try:
+                with contextlib.suppress(Exception):
+                    dbreuse.end_sessions(kind, admin, name)
+            finally:
+                admin.dispose()
+            _drop_database(url, name)
+
+
+atexit.register(drop_made_databases)  # a session cut short still drops what it made
+
+
+# -- the worker's migrated database per server, used again once emptied ------------------------
+
+
+@dataclass
+class _Reused:
+    name: str
+    url: str
+    migrated: str  # dbreuse.fingerprint just after it was made
+
+
+_FREE: dict[tuple[str, str], _Reused] = {}  # (kind, server) -> the database no test is using
+
+
+@contextmanager
+def reused_database(kind: str) -> Iterator[str]:
+    """The URL of this worker's migrated database on ``kind``'s server, emptied back to its
+    migrated state after the test, or retired (dropped at the end) when it cannot be."""
+    url = require_server(kind)
+    key = (kind, url.render_as_string(hide_password=False))
+    database = _FREE.pop(key, None)
+    if database is None:
+        name = _create_database(kind, url, migrated=True)
+        made = url.set(database=name).render_as_string(hide_password=False)
+        _new_identity(made)
+        database = _Reused(name, made, _fingerprint(kind, made))
+    yield database.url
+    admin = _admin_engine(url)
+    engine = create_engine(database.url, poolclass=pool.NullPool)
+    try:
+        dbreuse.end_sessions(kind, admin, database.name)
+        dbreuse.empty_again(kind, engine, database.migrated)
+    except (dbreuse.Unusable, DBAPIError):
+        pass  # retired: dropped at the end like the fresh ones, a new one made when asked
+    else:
+        _FREE[key] = database
+    finally:
+        engine.dispose()
+        admin.dispose()
+
+
+def _fingerprint(kind: str, url: str) -> str:
+    engine = create_engine(url, poolclass=pool.NullPool)
+    try:
+        return dbreuse.fingerprint(kind, engine)
+    finally:
+        engine.dispose()
 
 
 def _new_identity(url: str) -> None:
@@ -275,11 +359,11 @@ def copy_mariadb_schema(conn: Connection, source: str, target: str) -> None:
         views = {view: definition for view, definition in views.items() if view not in made}
 
 
-def _drop_database(url: URL, name: str) -> None:
+def _drop_database(url: URL, name: str, *, force: bool = False) -> None:
     admin = _admin_engine(url)
     try:
         with contextlib.suppress(Exception), admin.connect() as conn:
-            conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name}{' WITH (FORCE)' if force else ''}"))
     finally:
         admin.dispose()
 
@@ -295,12 +379,25 @@ def _drop_postgres_template(url: URL, name: str) -> None:
         admin.dispose()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def databases_dropped_at_the_end() -> Iterator[None]:
+    """The test databases this worker made, dropped once every test has run."""
+    yield
+    drop_made_databases()
+
+
 @pytest.fixture(params=BACKEND_PARAMS)
 def warehouse_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """The URL of a new database on each backend (ids: sqlite, postgres, mariadb): empty, or
-    already migrated from the worker's template when the test also asks for ``warehouse``."""
+    """The URL of a database on each backend (ids: sqlite, postgres, mariadb): a new empty
+    one, or, when the test also asks for ``warehouse``, a migrated one: the worker's, emptied
+    (servers), or a copy of the template (SQLite, and tests marked ``fresh_database``)."""
+    kind = request.param
     migrated = "warehouse" in request.fixturenames
-    with fresh_database(request.param, tmp_path, migrated=migrated) as url:
+    if migrated and kind != "sqlite" and request.node.get_closest_marker("fresh_database") is None:
+        with reused_database(kind) as url:
+            yield url
+        return
+    with fresh_database(kind, tmp_path, migrated=migrated) as url:
         yield url
 
 

@@ -4,6 +4,7 @@ the daemon's never does, and any answer from the platform restarts the count."""
 from __future__ import annotations
 
 import pytest
+from support.clocks import FakeClock
 
 from recordsync.core.errors import (
     PlatformUnreachableError,
@@ -15,21 +16,8 @@ from recordsync.sync.events import SyncObserver
 from recordsync.sync.resilience import StepRunner
 
 
-class Clock:
-    """Time that moves only when the runner sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 class SleepyStopper(Stopper):
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: FakeClock) -> None:
         super().__init__()
         self._clock = clock
 
@@ -43,7 +31,7 @@ def unreachable() -> None:
     )
 
 
-def runner(clock: Clock, give_up_after: float | None) -> StepRunner:
+def runner(clock: FakeClock, give_up_after: float | None) -> StepRunner:
     return StepRunner(
         stopper=SleepyStopper(clock),
         observer=SyncObserver(),
@@ -54,7 +42,7 @@ def runner(clock: Clock, give_up_after: float | None) -> StepRunner:
 
 
 def test_a_step_that_never_reaches_the_platform_gives_up_naming_the_cause():
-    clock = Clock()
+    clock = FakeClock(0.0)
     with pytest.raises(PlatformUnreachableError) as raised:
         runner(clock, give_up_after=60).run(unreachable, what="read")
     assert 60 <= clock.now < 60 + 61  # at most one backoff (60 s) beyond the bound
@@ -63,7 +51,7 @@ def test_a_step_that_never_reaches_the_platform_gives_up_naming_the_cause():
 
 
 def test_the_bound_counts_from_the_attempt_whose_client_retries_took_it_past():
-    clock = Clock()
+    clock = FakeClock(0.0)
 
     def slow_unreachable() -> None:
         clock.sleep(20)  # the client's own retries of the request
@@ -75,7 +63,7 @@ def test_the_bound_counts_from_the_attempt_whose_client_retries_took_it_past():
 
 
 def test_an_answer_from_the_platform_restarts_the_count():
-    clock = Clock()
+    clock = FakeClock(0.0)
     calls = iter([unreachable] * 3 + [ServerError("500", endpoint="records")] + [unreachable] * 3)
 
     def step() -> str:
@@ -91,7 +79,7 @@ def test_an_answer_from_the_platform_restarts_the_count():
 
 
 def test_without_a_bound_the_runner_keeps_trying():
-    clock = Clock()
+    clock = FakeClock(0.0)
     failures = iter(range(50))
 
     def step() -> str:

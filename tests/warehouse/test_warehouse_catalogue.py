@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import func, select
+from support.clocks import FakeClock
 from support.warehouse_reads import fetch_games
 
 from recordsync.core.errors import LeaseSupersededError
@@ -44,17 +45,9 @@ def game(number: int, **overrides) -> Game:
     return Game(**values)
 
 
-class StepClock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 @pytest.fixture
 def clocked(warehouse: Warehouse):
-    clock = StepClock()
+    clock = FakeClock(T0)
     store = Warehouse(warehouse.engine, clock=clock)
     return store, clock
 
@@ -217,7 +210,7 @@ def test_a_game_the_columns_cannot_hold_is_left_out_and_the_pass_commits(
     warehouse, hostile, reason
 ):
     # Issue 29: one hostile entry failed every catalogue pass, on every backend differently.
-    store = Warehouse(warehouse.engine, clock=StepClock())
+    store = Warehouse(warehouse.engine, clock=FakeClock(T0))
     store.commit_catalogue(MERCHANT, [game(1), game(2)])
     result = store.commit_catalogue(MERCHANT, [game(1), game(2, **hostile), game(3)])
     assert result.unstorable == 1

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import select
+from support.clocks import FakeClock
 from support.dbfixtures import BACKEND_PARAMS
 from support.warehouse_samples import MERCHANT, make_record
 
@@ -37,17 +38,9 @@ def event(event_id="ev-1", round_id="round-rec-1", **changes):
     )
 
 
-class Clock:
-    def __init__(self):
-        self.now = T0
-
-    def __call__(self):
-        return self.now
-
-
 @pytest.fixture
 def clocked(warehouse_url):
-    clock = Clock()
+    clock = FakeClock(T0)
     store = Warehouse.connect(warehouse_url, clock=clock)
     store.migrate()
     try:
