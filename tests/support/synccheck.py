@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import ProgrammingError
-from support.summarycheck import summary_differences
 
 from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.models import Record
@@ -26,6 +25,7 @@ from recordsync.platform.parsing import parse_record
 from recordsync.sim import SimConfig, Simulator
 from recordsync.sync.events import SyncObserver
 from recordsync.warehouse import Warehouse
+from support.summarycheck import summary_differences
 
 RECORD_FIELDS = list(Record.__struct_fields__)
 
