@@ -1,13 +1,16 @@
 """Benchmark 11, the warehouse at the size an operator has after a year (issue 36).
 
 Builds an N-row warehouse quickly, in SQL on the server (``generate_series`` on PostgreSQL,
-the sequence engine's ``seq_1_to_N`` on MariaDB, a recursive CTE on SQLite), at this
-version's schema: one merchant, N rounds spread evenly over 365 days up to the build's own
-"now", 200 games, 50 000 players, two currencies, one revision each in ``record_revisions``,
-and a sync state.  Then times what dashboards and operators ask of it:
+the sequence engine's ``seq_1_to_N`` on MariaDB, a recursive CTE on SQLite), at the schema
+before the rollups (revision 0014): one merchant, N rounds spread evenly over 365 days up to
+the build's own "now", 200 games, 50 000 players, two currencies, one revision each in
+``record_revisions``, and a sync state.  Then times what dashboards and operators ask of it:
 
-- the dashboard queries (each the median of 5 after one warm-up, through SQLAlchemy on one
-  connection): GGR per UTC day over the last 30 days, the top 10 games by GGR over the last
+- the upgrade that brings the rollups (revision 0015: ``migrate``, then the build of every
+  old day through ``SummaryStore.build_all``, the code path of a holder), timed;
+- the dashboard queries before the upgrade and after it (each the median of 5 after one
+  warm-up, through SQLAlchemy on one connection): GGR per UTC day over the last 30 days, the
+  top 10 games by GGR over the last
   7 days, today's totals by currency (from ``daily_game_summary``), and one player's month
   (``daily_player_summary``);
 - ``recordsync report --days 7 --by game`` and ``recordsync status`` as whole processes;
@@ -39,6 +42,7 @@ import harness
 from sqlalchemy import Connection, create_engine, pool, text
 
 from recordsync.warehouse import Warehouse
+from recordsync.warehouse.migrate import upgrade
 
 MERCHANT: Final = "scale-merchant"
 DAYS: Final = 365
@@ -50,6 +54,9 @@ QUERY_TARGET_MS: Final = 50.0
 REPORT_TARGET_S: Final = 1.5
 STATUS_TARGET_S: Final = 1.0
 REPEATS: Final = 5
+# The revision before the rollups (0015): the warehouse is built there, then upgraded.
+BEFORE_ROLLUPS: Final = "0014"
+ROLLUP_TABLES: Final = ("daily_game_totals", "daily_player_totals", "summary_deltas")
 
 # One round's columns as SQL over a row number ``g`` and the build's end time; the same rows
 # on every backend (the functions differ: hashing, time arithmetic, text).
@@ -73,7 +80,7 @@ def _postgres_rows(rows: int) -> str:
             SELECT g, round(({_AMOUNT})::numeric, 2) AS b,
                 round(({_AMOUNT} * 0.96)::numeric, 2) AS p,
                 :end - make_interval(secs => (:rows - g) * {step}) AS t
-            FROM generate_series(1, :rows) AS g
+            FROM generate_series(CAST(1 AS BIGINT), :rows) AS g
         ) AS source
     """
 
@@ -141,11 +148,12 @@ _REVISIONS: Final = """
 
 
 def build(url: str, backend: str, rows: int, end: datetime) -> float:
-    """The warehouse at ``url`` migrated and filled; the seconds it took."""
+    """The warehouse at ``url`` migrated to the revision before the rollups and filled, as an
+    operator's is before the upgrade; the seconds it took."""
     started = time.monotonic()
     warehouse = Warehouse.connect(url)
     try:
-        warehouse.migrate()
+        upgrade(warehouse.engine, BEFORE_ROLLUPS)
     finally:
         warehouse.close()
     engine = create_engine(url, poolclass=pool.NullPool)
@@ -159,14 +167,7 @@ def build(url: str, backend: str, rows: int, end: datetime) -> float:
             conn.execute(text(_ROWS[backend](rows)), {"rows": rows, "end": at})
             conn.execute(text(_REVISIONS))
         with engine.connect() as conn:
-            if backend == "postgres":
-                conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
-                    "VACUUM ANALYZE records, record_revisions"
-                )
-            elif backend == "mariadb":
-                conn.exec_driver_sql("ANALYZE TABLE records, record_revisions")
-            else:
-                conn.exec_driver_sql("ANALYZE")
+            _analyze(conn, backend, ("records", "record_revisions"))
     finally:
         engine.dispose()
     anchor = Warehouse.connect(url)
@@ -182,6 +183,37 @@ def build(url: str, backend: str, rows: int, end: datetime) -> float:
     finally:
         anchor.close()
     return time.monotonic() - started
+
+
+def upgrade_to_rollups(url: str, backend: str) -> tuple[float, float, int]:
+    """The upgrade as an operator runs it: ``migrate`` (the rollups' revision), then the
+    holder's build of every old day, one transaction a day (``SummaryStore.build_all``);
+    the seconds of each, and the days built."""
+    warehouse = Warehouse.connect(url)
+    try:
+        started = time.monotonic()
+        warehouse.migrate()
+        migrated = time.monotonic() - started
+        started = time.monotonic()
+        days = warehouse.summaries.build_all(MERCHANT, on_day=lambda _progress: None)
+        built = time.monotonic() - started
+        with warehouse.engine.connect() as conn:
+            _analyze(conn, backend, ROLLUP_TABLES)
+    finally:
+        warehouse.close()
+    return migrated, built, days
+
+
+def _analyze(conn: Connection, backend: str, tables: tuple[str, ...]) -> None:
+    """Statistics for the planner, as autovacuum (or the operator) would have them."""
+    if backend == "postgres":
+        conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
+            f"VACUUM ANALYZE {', '.join(tables)}"
+        )
+    elif backend == "mariadb":
+        conn.exec_driver_sql(f"ANALYZE TABLE {', '.join(tables)}")
+    else:
+        conn.exec_driver_sql("ANALYZE")
 
 
 def _day(backend: str, value: date) -> Any:
@@ -272,6 +304,20 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder, harness.database(backend, Path(folder)) as url:
         seconds = build(url, backend, rows, end)
         report.note(f"built {rows:,} rounds over {DAYS} days in {seconds:.0f} s")
+        engine = create_engine(url, poolclass=pool.NullPool)
+        try:
+            with engine.connect() as conn:
+                before = {
+                    name: median_ms(conn, sql, params)
+                    for name, (sql, params) in dashboard_queries(backend, today).items()
+                }
+        finally:
+            engine.dispose()
+        migrated, built, days = upgrade_to_rollups(url, backend)
+        report.add("migrate to the rollups' revision", migrated, "s")
+        report.add(f"summaries built ({days} days, one transaction a day)", built, "s")
+        for name, took in before.items():
+            report.add(f"{name}, before the rollups", took, "ms")
         engine = create_engine(url, poolclass=pool.NullPool)
         try:
             with engine.connect() as conn:

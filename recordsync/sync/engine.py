@@ -64,6 +64,8 @@ class _Outcome(Enum):
 
 
 RESET_REASON: Final = "reset by an operator"
+# Seconds between two runs of the summaries' upkeep (``warehouse.bi.rollups``).
+SUMMARIES_INTERVAL_S: Final = 1.0
 
 
 class SyncEngine:
@@ -227,9 +229,23 @@ class SyncEngine:
                 lambda: cross_check.run(cross_runner),
                 now=False,
             )
+        # The summaries' upkeep: the views are exact without it, only slower as deltas pile up.
+        summaries_runner = ctx.runner(generation, fatal_is_final=False)
+        jobs.every(
+            "summaries",
+            SUMMARIES_INTERVAL_S,
+            lambda: _discard(
+                summaries_runner.run(ctx.warehouse.maintain_summaries, what="summaries")
+            ),
+            now=True,
+        )
         if self._catalogue is not None and options.catalogue_interval:
             source, store = self._catalogue
             refresh = CatalogueRefresh(
                 ctx, source, store, ctx.runner(generation, fatal_is_final=False)
             )
             jobs.every("catalogue", options.catalogue_interval, refresh.run, now=True)
+
+
+def _discard(_result: object) -> None:
+    """A job's result is nobody's: what it did is in its logs."""

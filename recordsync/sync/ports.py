@@ -137,6 +137,10 @@ class SyncStore(Protocol):
         reads (True), for ``status`` to say why one is overdue."""
         ...
 
+    def maintain_summaries(self) -> object:
+        """Fold the summaries' pending deltas into their totals in bounded batches and build
+        one day the totals do not hold yet; the views are exact either way, only faster."""
+
     def rounds_announced_missing(self, grace_seconds: float) -> list[str]:
         """Round ids announced by round-end notifications more than ``grace_seconds`` ago that
         ``records`` still lacks, sorted (the cross-check)."""

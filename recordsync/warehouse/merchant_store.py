@@ -25,6 +25,7 @@ from recordsync.core.state import (
     WindowPage,
     WindowProgress,
 )
+from recordsync.warehouse.bi.rollups import Maintenance
 from recordsync.warehouse.values import CatalogueResult, WriteResult
 
 if TYPE_CHECKING:
@@ -115,6 +116,11 @@ class MerchantStore:
 
     def note_drift_check(self, *, deferred: bool) -> None:
         self._warehouse.note_drift_check(self._merchant_id, deferred=deferred, epoch=self._epoch)
+
+    def maintain_summaries(self) -> Maintenance:
+        # Not fenced: whoever folds or builds, the totals stay exact (``bi.rollups``); the
+        # lease only says who does the work.
+        return self._warehouse.summaries.maintain(self._merchant_id)
 
     def rounds_announced_missing(self, grace_seconds: float) -> list[str]:
         # Only marks rounds found (found_at): nothing a superseded holder could spoil.

@@ -28,6 +28,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    Date,
     Index,
     Integer,
     MetaData,
@@ -36,7 +37,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.dialects import mysql
+from sqlalchemy.dialects import mysql, postgresql
 
 from recordsync.warehouse.types import (
     big_id,
@@ -418,17 +419,93 @@ CLUSTERED_BY_ROW_ID: Final = {
 _MYSQL_FAMILY: Final = frozenset({"mysql", "mariadb"})
 
 
+# Revision 0015, the rollups behind the daily summary views (``bi.rollups``): what each
+# group sums differs by backend (``summed_columns``), so these tables are built per dialect.
+# ``summary_deltas``: append-only signed changes written by triggers on ``records``;
+# ``daily_game_totals`` / ``daily_player_totals``: the deltas folded; ``summary_builds``: per
+# merchant, the days of rows older than the revision that the totals do not hold yet.
+SUMMARY_COUNTS: Final = ("rounds", "rounds_open", "rounds_settled", "rounds_void")
+SUMMARY_AMOUNTS: Final = ("bet", "payout", "refund", "net")
+# SQLite: per amount, rows with integer units and the sums of the two parts of the units.
+SQLITE_PARTS: Final = ("n", "hi", "lo")
+
+
+def summed_columns(dialect_name: str) -> tuple[str, ...]:
+    """The columns a delta and a total sum, in order, on ``dialect_name``."""
+    if dialect_name == "sqlite":
+        parts = tuple(f"{a}_{p}" for a in SUMMARY_AMOUNTS for p in SQLITE_PARTS)
+    else:
+        parts = tuple(f"{a}_amount" for a in SUMMARY_AMOUNTS)
+    return (*SUMMARY_COUNTS, *parts)
+
+
+def _summary_tables(target: MetaData, dialect_name: str) -> None:
+    if dialect_name == "postgresql":
+        money: Any = postgresql.NUMERIC()
+    elif dialect_name in _MYSQL_FAMILY:
+        money = mysql.DECIMAL(65, 4)
+    else:
+        money = BigInteger
+    day = String(10).with_variant(Date(), "postgresql").with_variant(Date(), *_MYSQL_FAMILY)
+
+    def sums() -> list[Column[Any]]:
+        return [
+            Column(name, BigInteger if name in SUMMARY_COUNTS else money, nullable=False)
+            for name in summed_columns(dialect_name)
+        ]
+
+    Table(
+        "summary_deltas",
+        target,
+        Column("id", big_id(), primary_key=True, autoincrement=True),
+        Column("merchant_id", String(ID_LENGTH), nullable=False),
+        Column("day", day, nullable=False),
+        Column("game_id", String(ID_LENGTH), nullable=False),
+        Column("player_id", String(ID_LENGTH), nullable=False),
+        Column("currency", String(CODE_LENGTH), nullable=False),
+        *sums(),
+        Index("ix_summary_deltas_merchant_day", "merchant_id", "day"),
+    )
+    Table(
+        "daily_game_totals",
+        target,
+        Column("merchant_id", String(ID_LENGTH), primary_key=True),
+        Column("day", day, primary_key=True),
+        Column("game_id", String(ID_LENGTH), primary_key=True),
+        Column("currency", String(CODE_LENGTH), primary_key=True),
+        *sums(),
+    )
+    Table(
+        "daily_player_totals",
+        target,
+        Column("merchant_id", String(ID_LENGTH), primary_key=True),
+        Column("player_id", String(ID_LENGTH), primary_key=True),
+        Column("day", day, primary_key=True),
+        Column("currency", String(CODE_LENGTH), primary_key=True),
+        *sums(),
+        Index("ix_daily_player_totals_merchant_day", "merchant_id", "day"),
+    )
+    Table(
+        "summary_builds",
+        target,
+        Column("merchant_id", String(ID_LENGTH), primary_key=True),
+        Column("first_day", day, nullable=False),
+        Column("next_day", day, nullable=False),
+        Column("last_day", day, nullable=False),
+    )
+
+
 def metadata_for(dialect_name: str) -> MetaData:
-    """The tables as the migrations create them on ``dialect_name``: ``metadata`` itself, but
-    on MariaDB / MySQL with ``row_id`` as the primary key of the tables named in
-    ``CLUSTERED_BY_ROW_ID`` and their old key unique.  Reads and writes keep using ``records``
-    and ``record_revisions``, whose columns are the same everywhere."""
-    if dialect_name not in _MYSQL_FAMILY:
-        return metadata
+    """The tables as the migrations create them on ``dialect_name``: ``metadata`` with the
+    summary tables of that backend, and on MariaDB / MySQL with ``row_id`` as the primary key
+    of the tables named in ``CLUSTERED_BY_ROW_ID`` and their old key unique.  Reads and
+    writes keep using ``records`` and ``record_revisions``, whose columns are the same
+    everywhere."""
     physical = MetaData(naming_convention=metadata.naming_convention)
+    _summary_tables(physical, dialect_name)
     for table in metadata.sorted_tables:
         unique_key = CLUSTERED_BY_ROW_ID.get(table.name)
-        if unique_key is None:
+        if unique_key is None or dialect_name not in _MYSQL_FAMILY:
             table.to_metadata(physical)
             continue
         key = [column.name for column in table.primary_key.columns]

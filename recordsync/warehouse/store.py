@@ -60,6 +60,7 @@ from recordsync.warehouse import (
 )
 from recordsync.warehouse.bi import indexes as bi_indexes
 from recordsync.warehouse.bi import summaries
+from recordsync.warehouse.bi.rollups import SummaryStore
 from recordsync.warehouse.connection import (
     WRITE_OPTION,
     create_warehouse_engine,
@@ -797,6 +798,14 @@ class Warehouse:
     def state_transfer(self) -> StateTransfer:
         """The merchant's sync state read and written whole (``state_transfer``)."""
         return StateTransfer(self._engine)
+
+    @property
+    def summaries(self) -> SummaryStore:
+        """The rollups behind the daily summary views: folding and building (``bi.rollups``)."""
+        return SummaryStore(
+            self._engine,
+            retry=lambda work: retry_lost_conflicts(work, sleep=self._sleep, rng=self._rng),
+        )
 
     @property
     def requests(self) -> RequestStore:

@@ -326,7 +326,7 @@ def copy_mariadb_schema(conn: Connection, source: str, target: str) -> None:
     """``target`` made what ``source`` is, for MariaDB, which has no template databases: each
     table by ``CREATE TABLE ... LIKE`` (columns, keys, checks, options, partitions) with its
     rows (the schema's version), then each view with its database's name replaced, in as
-    many passes as views built on views need."""
+    many passes as views built on views need, then each trigger."""
     tables = conn.execute(
         text(
             "SELECT table_name, table_type FROM information_schema.tables"
@@ -357,6 +357,14 @@ def copy_mariadb_schema(conn: Connection, source: str, target: str) -> None:
         if not made:
             raise RuntimeError(f"views of {source} that cannot be copied: {sorted(views)}")
         views = {view: definition for view, definition in views.items() if view not in made}
+    triggers = conn.execute(
+        text("SELECT trigger_name FROM information_schema.triggers WHERE trigger_schema = :source"),
+        {"source": source},
+    ).scalars()
+    conn.execute(text(f"USE `{target}`"))
+    for trigger in list(triggers):
+        definition = conn.execute(text(f"SHOW CREATE TRIGGER `{source}`.`{trigger}`")).one()[2]
+        conn.exec_driver_sql(definition)
 
 
 def _drop_database(url: URL, name: str, *, force: bool = False) -> None:

@@ -435,6 +435,9 @@ class FakeStore:
             self._called("note_drift_check")
             self.drift_notes.append(deferred)
 
+    def maintain_summaries(self) -> None:
+        """The summaries live in the database's triggers: nothing to keep here."""
+
 
 def _progress(
     merchant_id: str, job: str, windows: Sequence[Window]

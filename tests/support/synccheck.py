@@ -25,6 +25,7 @@ from recordsync.platform.parsing import parse_record
 from recordsync.sim import SimConfig, Simulator
 from recordsync.sync.events import SyncObserver
 from recordsync.warehouse import Warehouse
+from support.summarycheck import summary_differences
 
 RECORD_FIELDS = list(Record.__struct_fields__)
 
@@ -74,7 +75,16 @@ def environment_for(sim: Simulator, database_url: str, **overrides: str) -> dict
 def differences(
     warehouse: Warehouse, merchant_id: str, truth: dict[str, dict[str, Any]]
 ) -> list[str]:
-    """Every way the warehouse differs from the truth (empty when equal), readable in a failure."""
+    """Every way the warehouse differs from the truth (empty when equal), readable in a
+    failure: its rows against the platform's, and its daily summaries against a fresh
+    aggregation of its rows (``summarycheck``)."""
+    problems = _row_differences(warehouse, merchant_id, truth)
+    return problems + summary_differences(warehouse, merchant_id)
+
+
+def _row_differences(
+    warehouse: Warehouse, merchant_id: str, truth: dict[str, dict[str, Any]]
+) -> list[str]:
     rows = warehouse.fetch_records(merchant_id)
     problems = [f"missing {record_id}" for record_id in truth.keys() - rows.keys()]
     problems += [f"extra {record_id}" for record_id in rows.keys() - truth.keys()]

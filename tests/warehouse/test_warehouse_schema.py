@@ -23,6 +23,7 @@ CONTROL_TABLES = {"merchant_controls"}  # revision 0013
 IDENTITY_TABLES = {"warehouse_identity", "schema_revisions", "drift_checks"}  # revision 0014
 CATALOGUE_TABLES = {"games", "game_localizations"}
 AVAILABILITY_TABLES = {"endpoint_availability"}  # revision 0009
+ROLLUP_TABLES = {"summary_deltas", "daily_game_totals", "daily_player_totals", "summary_builds"}
 TABLES = {
     "records",
     "record_revisions",
@@ -38,6 +39,7 @@ TABLES = {
     *IDENTITY_TABLES,
     *CATALOGUE_TABLES,
     *AVAILABILITY_TABLES,
+    *ROLLUP_TABLES,  # revision 0015
 }
 VIEWS = {
     "daily_game_summary",
@@ -74,7 +76,7 @@ def test_migrations_build_the_schema_on_an_empty_database_and_are_idempotent(war
         store.close()
     assert tables == TABLES
     assert views == VIEWS
-    assert revision == head_revision() == "0014"
+    assert revision == head_revision() == "0015"
 
 
 def test_migrated_schema_matches_the_tables_the_code_uses(warehouse):
@@ -157,6 +159,7 @@ def test_scripts_are_found_from_the_source_checkout():
         "0012_sync_requests.py",
         "0013_merchant_controls.py",
         "0014_warehouse_identity.py",
+        "0015_rollups.py",
     ):
         assert (versions / name).is_file()
 
@@ -210,6 +213,7 @@ def test_the_bi_revisions_downgrade_to_0001_and_upgrade_again(warehouse):
         *EVENT_TABLES,
         *VERIFY_TABLES,
         *REQUEST_TABLES,
+        *ROLLUP_TABLES,
         *CONTROL_TABLES,
         *IDENTITY_TABLES,
         *CATALOGUE_TABLES,
