@@ -13,10 +13,11 @@ names it again, and none can name another.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from recordsync.core.models import Game, Record
+from recordsync.core.retention import PrunedBatch, RevisionKey
 from recordsync.core.state import (
     EndpointAvailability,
     SyncState,
@@ -115,6 +116,11 @@ class MerchantStore:
 
     def note_drift_check(self, *, deferred: bool) -> None:
         self._warehouse.note_drift_check(self._merchant_id, deferred=deferred, epoch=self._epoch)
+
+    def prune_revisions(self, after: RevisionKey | None, retention: timedelta) -> PrunedBatch:
+        return self._warehouse.prune_revisions(
+            self._merchant_id, after, retention=retention, epoch=self._epoch
+        )
 
     def rounds_announced_missing(self, grace_seconds: float) -> list[str]:
         # Only marks rounds found (found_at): nothing a superseded holder could spoil.

@@ -39,6 +39,7 @@ from recordsync.core.errors import (
     WarehouseUnavailableError,
 )
 from recordsync.core.models import Game, Record, RejectedItem
+from recordsync.core.retention import PrunedBatch, RevisionKey
 from recordsync.core.round_events import RoundEvent, RoundEventReceipt
 from recordsync.core.state import (
     REBUILD_JOB,
@@ -54,6 +55,7 @@ from recordsync.warehouse import (
     catalogue,
     drift_checks,
     reads,
+    revision_retention,
     round_events,
     sync_state,
     timeouts,
@@ -727,6 +729,30 @@ class Warehouse:
         """The merchant's drift check ran, or began to wait (``drift_checks``)."""
         with self._write("note drift check", merchant_id, epoch) as conn:
             drift_checks.note(conn, merchant_id, deferred=deferred)
+
+    def prune_revisions(
+        self,
+        merchant_id: str,
+        after: RevisionKey | None,
+        *,
+        retention: timedelta,
+        epoch: int | None,
+        limit: int = revision_retention.BATCH,
+    ) -> PrunedBatch:
+        """One batch of a sweep of the merchant's ``record_revisions`` (``revision_retention``):
+        the next ``limit`` keys after ``after`` read without a lock, then the expired ones
+        among them deleted by key in a short transaction of their own, fenced by ``epoch``."""
+        with translate_errors("read revisions"), self._engine.begin() as conn:
+            scanned = revision_retention.scan(conn, merchant_id, after, limit)
+            current = revision_retention.current_revisions(conn, merchant_id, scanned)
+            cutoff = revision_retention.cutoff(conn, retention)
+        keys = revision_retention.expired(scanned, current, cutoff)
+        deleted = 0
+        if keys:
+            with self._write("prune revisions", merchant_id, epoch) as conn:
+                deleted = revision_retention.delete_keys(conn, merchant_id, keys)
+        last = scanned[-1].key if len(scanned) == limit else None
+        return PrunedBatch(last=last, scanned=len(scanned), deleted=deleted)
 
     def drift_check_run(self, merchant_id: str) -> DriftCheckRun | None:
         """When the merchant's drift check last ran and since when it waits; None: never."""
