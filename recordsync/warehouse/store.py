@@ -677,9 +677,12 @@ class Warehouse:
         with translate_errors("read quarantine"), self._engine.begin() as conn:
             return reads.quarantined(conn, merchant_id, limit)
 
-    def status(self, merchant_id: str) -> WarehouseStatus:
+    def status(
+        self, merchant_id: str, *, count_cap: int = reads.STATUS_COUNT_CAP
+    ) -> WarehouseStatus:
+        """Where the merchant's sync stands; its rows counted exactly up to ``count_cap``."""
         with translate_errors("read status"), self._engine.begin() as conn:
-            return reads.status(conn, merchant_id)
+            return reads.status(conn, merchant_id, count_cap=count_cap)
 
     def stored_revisions(self, merchant_id: str, record_ids: Collection[str]) -> dict[str, int]:
         """record_id -> revision held in ``records``, for the ids that exist (the drift check
