@@ -556,10 +556,11 @@ class Warehouse:
         return built
 
     def missing_bi_indexes(self, merchant_id: str | None = None) -> list[str]:
-        """The BI indexes of ``records`` to build (absent, or left invalid by a dead build);
-        the same for every merchant (``merchant_id`` is the sync's port's shape)."""
+        """The BI indexes of ``records`` to build (absent, or left invalid by a dead build),
+        and the retired ones to drop (an older replica built them again); the same for every
+        merchant (``merchant_id`` is the sync's port's shape)."""
         with translate_errors("read BI indexes"), self._engine.connect() as conn:
-            return bi_indexes.missing(conn)
+            return [*bi_indexes.missing(conn), *bi_indexes.retired(conn)]
 
     def _defer_bi_indexes(self, merchant_id: str, job: str) -> None:
         """A new job starts: leave the BI indexes out if ``records`` is empty (a first bulk
