@@ -32,7 +32,6 @@ the database is dropped afterwards, as every benchmark's is.
 from __future__ import annotations
 
 import contextlib
-import os
 import statistics
 import sys
 import tempfile
@@ -180,14 +179,13 @@ def _postgres_unindexed(conn: Connection) -> list[str]:
     ]
 
 
-def build(url: str, backend: str, rows: int, end: datetime) -> float:
-    """The warehouse at ``url`` migrated and filled; the seconds it took."""
+def build(url: str, backend: str, rows: int, end: datetime, config: Path) -> float:
+    """The warehouse at ``url`` migrated (by the measured tree's ``recordsync migrate``) and
+    filled; the seconds it took."""
     started = time.monotonic()
-    warehouse = Warehouse.connect(url)
-    try:
-        warehouse.migrate()
-    finally:
-        warehouse.close()
+    migrated = command_run(config, "migrate")
+    if migrated.returncode != 0:
+        raise RuntimeError(f"migrate exited {migrated.returncode}: {migrated.output[-2000:]}")
     engine = create_engine(url, poolclass=pool.NullPool)
     at: Any = end if backend != "sqlite" else end.strftime("%Y-%m-%dT%H:%M:%S")
     if backend == "mariadb":
@@ -272,11 +270,17 @@ def median_ms(conn: Connection, sql: str, params: dict[str, Any]) -> float:
     return statistics.median(times)
 
 
+# The tree whose commands are measured (``--tree``; None: this checkout): "before" figures
+# come from a copy of the code before a change, run against the same warehouse.
+TREE: list[Path | None] = [None]
+
+
 def command_run(config: Path, *args: str) -> harness.ChildRun:
-    """A whole command as a child process: its wall time, peak RSS and exit code."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("RECORDSYNC_")}
+    """A whole command of the measured tree as a child process: its wall time, peak RSS and
+    exit code."""
+    env = harness.daemon_environment(TREE[0])
     command = [sys.executable, "-m", "recordsync", "--config", str(config), *args]
-    return harness.run_child(command, env, timeout=3600)
+    return harness.run_child(command, env, timeout=3600, cwd=harness.tree_root(TREE[0]))
 
 
 def sizes(conn: Connection, backend: str) -> dict[str, int]:
@@ -346,14 +350,17 @@ def backfill_run(
     """A whole ``recordsync backfill`` of the simulator's history into ``url``; its records/s.
     On PostgreSQL the CPU of that database's backends is sampled (``harness.BackendCpu``)."""
     end = datetime.now(UTC)
-    env = harness.environment_for(
-        sim.base_url, url, RECORDSYNC_MERCHANT_ID=MERCHANT, RECORDSYNC_PAGE_SIZE="1000"
+    env = harness.daemon_environment(
+        TREE[0],
+        harness.environment_for(
+            sim.base_url, url, RECORDSYNC_MERCHANT_ID=MERCHANT, RECORDSYNC_PAGE_SIZE="1000"
+        ),
     )
     command = harness.backfill_command(end - timedelta(days=BACKFILL_DAYS, hours=1), end)
     cpu = harness.BackendCpu(url) if backend == "postgres" else None
     server = harness.server_cpu_seconds(backend)
     with cpu if cpu is not None else contextlib.nullcontext():
-        run = harness.run_child(command, env, timeout=3600)
+        run = harness.run_child(command, env, timeout=3600, cwd=harness.tree_root(TREE[0]))
     server = harness.server_cpu_seconds(backend) - server
     if run.returncode != 0:
         raise RuntimeError(f"backfill exited {run.returncode}:\n{run.output[-2000:]}")
@@ -426,9 +433,11 @@ def main() -> int:
         [
             ("--backend", {"choices": harness.BACKENDS, "default": "postgres"}),
             ("--rows", {"type": int, "default": None}),
+            ("--tree", {"type": Path, "default": None, "help": "measure that tree's commands"}),
         ],
     )
     backend: str = args.backend
+    TREE[0] = args.tree
     rows = args.rows or (TINY_ROWS if args.size == "tiny" else FULL_ROWS[backend])
     rounds_per_day = BACKFILL_ROUNDS_PER_DAY[args.size]
     report = harness.Report(f"the warehouse at {rows:,} rounds, {backend}", args.size)
@@ -443,11 +452,12 @@ def main() -> int:
             extra=("--merchant-id", MERCHANT),
         ) as sim,
     ):
-        seconds = build(url, backend, rows, end)
+        report.note(f"commands of {harness.tree_root(args.tree)}")
+        config = write_config(Path(folder), url, sim.base_url, end)
+        seconds = build(url, backend, rows, end, config)
         report.note(f"built {rows:,} rounds over {DAYS} days in {seconds:.0f} s")
         timed_queries(report, url, backend, end.date())
         bytes_report(report, url, backend, rows)
-        config = write_config(Path(folder), url, sim.base_url, end)
         commands(report, config, end, Path(folder))
         # The write path into this warehouse against an empty one, in the same minutes, twice
         # over (the machine is shared: the better of each pair is the figure).
