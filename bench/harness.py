@@ -18,12 +18,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Self
 
 from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import make_url
@@ -410,6 +411,67 @@ def server_cpu_seconds(backend: str) -> float:
             fields = rest.split()
             total += sum(int(value) for value in fields[11:15])
     return total / ticks
+
+
+class BackendCpu:
+    """CPU of the PostgreSQL backends serving one database, from ``/proc/<pid>/stat``.
+
+    The server is shared with whatever else runs on the machine (other benchmarks, test
+    suites), so the whole server's CPU (``server_cpu_seconds``) counts their work too; this
+    reads only the backends ``pg_stat_activity`` lists for ``database``, sampled every
+    ``period`` seconds from a thread of its own (a backend that exits takes its last
+    ``period`` with it: the figure errs low by at most that much per connection).
+    """
+
+    def __init__(self, url: str, *, period: float = 0.1) -> None:
+        self._database = make_url(url).database
+        self._admin = create_engine(make_url(server_url("postgres")), poolclass=pool.NullPool)
+        self._period = period
+        self._base: dict[int, int] = {}
+        self._last: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self, conn: Any, *, base: bool) -> None:
+        pids = conn.execute(
+            text("SELECT pid FROM pg_stat_activity WHERE datname = :db"), {"db": self._database}
+        ).scalars()
+        for pid in pids:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            except OSError:  # exited meanwhile
+                continue
+            ticks = int(fields[11]) + int(fields[12])
+            if base:
+                self._base[pid] = ticks
+            self._last[pid] = max(ticks, self._last.get(pid, 0))
+
+    def __enter__(self) -> Self:
+        with self._admin.connect() as conn:
+            self._sample(conn, base=True)
+
+        def run() -> None:
+            with self._admin.connect() as conn:
+                while not self._stop.wait(self._period):
+                    self._sample(conn, base=False)
+                    conn.rollback()
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._admin.connect() as conn:
+            self._sample(conn, base=False)
+        self._admin.dispose()
+
+    @property
+    def seconds(self) -> float:
+        ticks = sum(last - self._base.get(pid, 0) for pid, last in self._last.items())
+        return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def own_cpu_seconds() -> float:

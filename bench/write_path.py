@@ -9,6 +9,8 @@ printed.  No HTTP, no simulator CPU: only what one page's transaction costs.
 - ``4`` and ``8 pages per transaction``: as the sync's group commits write pages that waited
   for a one-at-a-time writer (SQLite, MariaDB; ``sync/group_commit.py``);
 - ``no revision history``: the same with ``keep_revisions=False`` (the share of the history);
+- ``with the two retired indexes``: ``current`` with the indexes revision 0017 dropped built
+  again (by update time, by game): the write path before that revision, in the same run;
 - ``without the BI indexes``: ``current`` without the five secondary indexes of ``records``
   (the primary key stays), as a first load into an empty warehouse writes since W5
   (``warehouse/bi/indexes.py``; bench/README.md, 7); every other variant builds them first;
@@ -16,7 +18,11 @@ printed.  No HTTP, no simulator CPU: only what one page's transaction costs.
   ``cache_size`` and ``wal_autocheckpoint``: the evidence for the defaults in
   ``warehouse/connection.py``.
 
+On PostgreSQL the server's CPU is that of the benchmark database's own backends
+(``harness.BackendCpu``): the server is shared with whatever else runs.
+
     .venv/bin/python bench/write_path.py [--size tiny|full] [--backends sqlite,postgres,...]
+        [--variants NAME,...] [--repeats N]
 """
 
 from __future__ import annotations
@@ -121,6 +127,22 @@ def through_warehouse(
     return seconds
 
 
+RETIRED_INDEXES: Final = (
+    ("ix_records_merchant_updated", "merchant_id, updated_at"),
+    ("ix_records_merchant_game", "merchant_id, game_id, created_at"),
+)
+
+
+def with_retired_indexes(url: str, pages: list[RecordsPage]) -> float:
+    """The warehouse as it was before revision 0017: two indexes more to keep up."""
+    warehouse = Warehouse.connect(url)
+    warehouse.migrate()
+    with warehouse.engine.begin() as conn:
+        for name, columns in RETIRED_INDEXES:
+            conn.exec_driver_sql(f"CREATE INDEX {name} ON records ({columns})")
+    return through_warehouse(warehouse, pages)
+
+
 def without_bi_indexes(url: str, pages: list[RecordsPage]) -> float:
     """The job into an empty table leaves them out (W5, ``warehouse/bi/indexes.py``)."""
     warehouse = Warehouse.connect(url)
@@ -168,6 +190,7 @@ def variants(backend: str) -> list[tuple[str, Callable[[str, list[RecordsPage]],
                 Warehouse.connect(url, keep_revisions=False), pages
             ),
         ),
+        ("with the two retired indexes", with_retired_indexes),
         ("without the BI indexes", without_bi_indexes),
         *(
             (
@@ -197,6 +220,8 @@ def main() -> int:
                 "--mariadb-buffer-pool-mib",
                 {"type": int, "default": 0, "help": "run MariaDB with this buffer pool"},
             ),
+            ("--variants", {"default": "", "help": "only these variants (comma-separated)"}),
+            ("--repeats", {"type": int, "default": 1, "help": "each variant this many times"}),
         ],
     )
     history_days, rounds_per_day = SIZES[args.size]
@@ -210,17 +235,31 @@ def main() -> int:
         with harness.mariadb_buffer_pool(args.mariadb_buffer_pool_mib) if sized else nullcontext():
             if sized:
                 report.note(f"mariadb with a {args.mariadb_buffer_pool_mib} MiB buffer pool")
-            _measure(report, backend, pages, count)
+            only = {name for name in args.variants.split(",") if name}
+            for _ in range(args.repeats):
+                _measure(report, backend, pages, count, only)
     return report.finish(check=args.check)
 
 
-def _measure(report: harness.Report, backend: str, pages: list[RecordsPage], count: int) -> None:
+def _measure(
+    report: harness.Report,
+    backend: str,
+    pages: list[RecordsPage],
+    count: int,
+    only: set[str],
+) -> None:
     expected: tuple[int, int] | None = None
     for name, run in variants(backend):
+        if only and name not in only:
+            continue
         with fresh(backend) as url:
+            backends = harness.BackendCpu(url) if backend == "postgres" else None
             server_cpu = harness.server_cpu_seconds(backend)
-            seconds = run(url, pages)
+            with backends if backends is not None else nullcontext():
+                seconds = run(url, pages)
             server_cpu = harness.server_cpu_seconds(backend) - server_cpu
+            if backends is not None:
+                server_cpu = backends.seconds
             stored = stored_rows(url)
         expected = expected or stored
         if stored[0] != expected[0] or (stored[1] not in {0, expected[1]}):

@@ -88,6 +88,8 @@ class MetricName(StrEnum):
     DRIFT_CHECK_AGE = "recordsync_drift_check_age_seconds"
     DRIFT_CHECK_INTERVAL = "recordsync_drift_check_interval_seconds"
     DRIFT_CHECK_DEFERRALS = "recordsync_drift_check_deferrals_total"
+    # Revision retention: superseded revisions deleted from record_revisions.
+    REVISIONS_PRUNED = "recordsync_revisions_pruned_total"
     # The game catalogue: passes committed; whether the platform serves it.
     CATALOGUE_REFRESHES = "recordsync_catalogue_refreshes_total"
     CATALOGUE_AVAILABLE = "recordsync_catalogue_available"
@@ -313,6 +315,7 @@ class _Instruments:
     errors: Counter
     drift_checks: Counter
     drift_deferrals: Counter
+    revisions_pruned: Counter
     sync_failures: Counter
     catalogue_refreshes: Counter
 
@@ -397,6 +400,11 @@ class _Instruments:
                 "Drift check runs that gave their periodic thread back and were scheduled "
                 "again (the rate budget taken by the sync's own reads, a pause, an outage).",
             ),
+            revisions_pruned=counter(
+                MetricName.REVISIONS_PRUNED,
+                "Superseded revisions deleted from record_revisions after "
+                "RECORDSYNC_REVISION_RETENTION days (the current revision is always kept).",
+            ),
             sync_failures=counter(
                 MetricName.SYNC_FAILURES,
                 "Merchant syncs ended by an unexpected error (a bug) and restarted after a "
@@ -429,6 +437,7 @@ class MerchantMetrics:
             instruments.rebuilds,
             instruments.drift_checks,
             instruments.drift_deferrals,
+            instruments.revisions_pruned,
             instruments.catalogue_refreshes,
         ):
             counter.labels(merchant_id)
@@ -537,6 +546,10 @@ class MerchantMetrics:
         with self._book.editing(self.merchant_id) as state:
             state.drift_interval = interval
             state.drift_ran_at = self._book.clock()
+
+    def revisions_pruned(self, count: int) -> None:
+        """``count`` superseded revisions left ``record_revisions`` (revision retention)."""
+        self._series.revisions_pruned.labels(self.merchant_id).inc(count)
 
     def drift_check_ran(self) -> None:
         """A drift check run ended: it compared the last closed day, or found nothing to

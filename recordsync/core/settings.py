@@ -129,6 +129,8 @@ class Settings:
     catalogue_interval: float = 3600.0  # seconds between game catalogue passes; 0: off
     ready_multiple: float = 30.0  # /readyz: a commit within this many poll intervals
     keep_revisions: bool = True  # append every revision seen to record_revisions
+    # Days a superseded revision stays in record_revisions; 0 keeps every revision.
+    revision_retention: float = 0.0
     db_pool_size: int = 0  # warehouse connections per process; 0: sized from what it runs
     rate_margin: float = 0.05  # seconds added to the budget's window against arrival jitter
     secret_overlap: float = DEFAULT_SECRET_OVERLAP
@@ -382,6 +384,7 @@ SETTING_KINDS: Final[Mapping[str, Kind]] = {
     "catalogue_interval": _SECONDS_OR_OFF,
     "ready_multiple": _POSITIVE,
     "keep_revisions": _BOOLEAN,
+    "revision_retention": Kind(_non_negative_float, "days (0 keeps every revision)"),
     "db_pool_size": Kind(_non_negative_int, "a whole number of connections (0: sized for you)"),
     "rate_margin": _SECONDS_OR_NONE,
     "secret_overlap": _SECONDS_OR_NONE,

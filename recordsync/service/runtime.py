@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import structlog
@@ -157,6 +158,9 @@ def sync_options(
         snapshot_concurrency=concurrency,
         snapshot_most_chains=most_chains,
         drift_interval=settings.drift_check_interval or None,
+        revision_retention=(
+            timedelta(days=settings.revision_retention) if settings.revision_retention else None
+        ),
         catalogue_interval=settings.catalogue_interval or None,
         idle_commit_interval=settings.idle_commit_interval,
         # Round-end notifications are received: cross-check them with the records.

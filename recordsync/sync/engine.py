@@ -45,6 +45,8 @@ from recordsync.sync.indexes import bi_indexes_missing, build_bi_indexes
 from recordsync.sync.jobs import JobHost, Jobs
 from recordsync.sync.options import DEFAULT_CATALOGUE_INTERVAL, DEFAULT_DRIFT_INTERVAL, SyncOptions
 from recordsync.sync.ports import CatalogueStore, GameSource, RecordSource, SyncStore
+from recordsync.sync.revision_retention import PERIOD_SECONDS as RETENTION_PERIOD
+from recordsync.sync.revision_retention import RevisionRetention
 from recordsync.sync.snapshot.job import BackfillResult, backfill, plan_snapshot, schedule_snapshot
 from recordsync.sync.tail import Tail, TailWakeups, follow_tail
 
@@ -220,6 +222,11 @@ class SyncEngine:
             drift = DriftCheck(ctx, ctx.runner(generation, fatal_is_final=False))
             jobs.every("drift-check", options.drift_interval, drift.run, now=False)
             ctx.observer.drift_check_scheduled(options.drift_interval)
+        if options.revision_retention is not None:
+            retention = RevisionRetention(
+                ctx, ctx.runner(generation, fatal_is_final=False), options.revision_retention
+            )
+            jobs.every("revision-retention", RETENTION_PERIOD, retention.run, now=False)
         if options.event_grace is not None:
             cross_check = self._cross_check
             cross_runner = ctx.runner(generation, fatal_is_final=False)

@@ -53,6 +53,9 @@ class SyncObserver:
     def drift_check_ran(self) -> None:
         """A drift check run ended (compared, or nothing to compare before the snapshot)."""
 
+    def revisions_pruned(self, count: int) -> None:
+        """``count`` superseded revisions past the retention were deleted."""
+
     def drift_check_deferred(self, reason: str) -> None:
         """A drift check run gave its thread back, to run again later (``reason``: why)."""
 
@@ -134,6 +137,10 @@ class MultiObserver(SyncObserver):
     def drift_check_ran(self) -> None:
         for observer in self.observers:
             observer.drift_check_ran()
+
+    def revisions_pruned(self, count: int) -> None:
+        for observer in self.observers:
+            observer.revisions_pruned(count)
 
     def drift_check_deferred(self, reason: str) -> None:
         for observer in self.observers:

@@ -30,6 +30,9 @@ class SyncOptions:
     snapshot_overlap: timedelta = DEFAULT_SNAPSHOT_OVERLAP
     # Seconds between drift checks of the last closed day; None turns them off.
     drift_interval: float | None = DEFAULT_DRIFT_INTERVAL
+    # Superseded revisions stored longer ago than this leave record_revisions
+    # (``revision_retention``); None keeps every revision.
+    revision_retention: timedelta | None = None
     # Seconds an announced round (a round-end notification) may take to reach the warehouse
     # before the cross-check counts it missing; None: no cross-check (no events received).
     event_grace: float | None = None

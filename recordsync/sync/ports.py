@@ -12,7 +12,7 @@ the service builds the engine.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from recordsync.core.models import (
@@ -22,6 +22,7 @@ from recordsync.core.models import (
     Record,
     RecordsPage,
 )
+from recordsync.core.retention import PrunedBatch, RevisionKey
 from recordsync.core.state import (
     EndpointAvailability,
     SyncState,
@@ -140,6 +141,13 @@ class SyncStore(Protocol):
     def maintain_summaries(self) -> object:
         """Fold the summaries' pending deltas into their totals in bounded batches and build
         one day the totals do not hold yet; the views are exact either way, only faster."""
+        ...
+
+    def prune_revisions(self, after: RevisionKey | None, retention: timedelta) -> PrunedBatch:
+        """One bounded batch of a sweep of ``record_revisions`` in key order from ``after``
+        (None: the start): superseded revisions stored more than ``retention`` ago deleted,
+        the current revision of every record kept."""
+        ...
 
     def rounds_announced_missing(self, grace_seconds: float) -> list[str]:
         """Round ids announced by round-end notifications more than ``grace_seconds`` ago that

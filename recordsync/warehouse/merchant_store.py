@@ -13,10 +13,11 @@ names it again, and none can name another.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from recordsync.core.models import Game, Record
+from recordsync.core.retention import PrunedBatch, RevisionKey
 from recordsync.core.state import (
     EndpointAvailability,
     SyncState,
@@ -121,6 +122,11 @@ class MerchantStore:
         # Not fenced: whoever folds or builds, the totals stay exact (``bi.rollups``); the
         # lease only says who does the work.
         return self._warehouse.summaries.maintain(self._merchant_id)
+
+    def prune_revisions(self, after: RevisionKey | None, retention: timedelta) -> PrunedBatch:
+        return self._warehouse.prune_revisions(
+            self._merchant_id, after, retention=retention, epoch=self._epoch
+        )
 
     def rounds_announced_missing(self, grace_seconds: float) -> list[str]:
         # Only marks rounds found (found_at): nothing a superseded holder could spoil.

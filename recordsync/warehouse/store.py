@@ -39,6 +39,7 @@ from recordsync.core.errors import (
     WarehouseUnavailableError,
 )
 from recordsync.core.models import Game, Record, RejectedItem
+from recordsync.core.retention import PrunedBatch, RevisionKey
 from recordsync.core.round_events import RoundEvent, RoundEventReceipt
 from recordsync.core.state import (
     REBUILD_JOB,
@@ -54,6 +55,7 @@ from recordsync.warehouse import (
     catalogue,
     drift_checks,
     reads,
+    revision_retention,
     round_events,
     sync_state,
     timeouts,
@@ -555,10 +557,11 @@ class Warehouse:
         return built
 
     def missing_bi_indexes(self, merchant_id: str | None = None) -> list[str]:
-        """The BI indexes of ``records`` to build (absent, or left invalid by a dead build);
-        the same for every merchant (``merchant_id`` is the sync's port's shape)."""
+        """The BI indexes of ``records`` to build (absent, or left invalid by a dead build),
+        and the retired ones to drop (an older replica built them again); the same for every
+        merchant (``merchant_id`` is the sync's port's shape)."""
         with translate_errors("read BI indexes"), self._engine.connect() as conn:
-            return bi_indexes.missing(conn)
+            return [*bi_indexes.missing(conn), *bi_indexes.retired(conn)]
 
     def _defer_bi_indexes(self, merchant_id: str, job: str) -> None:
         """A new job starts: leave the BI indexes out if ``records`` is empty (a first bulk
@@ -676,9 +679,12 @@ class Warehouse:
         with translate_errors("read quarantine"), self._engine.begin() as conn:
             return reads.quarantined(conn, merchant_id, limit)
 
-    def status(self, merchant_id: str) -> WarehouseStatus:
+    def status(
+        self, merchant_id: str, *, count_cap: int = reads.STATUS_COUNT_CAP
+    ) -> WarehouseStatus:
+        """Where the merchant's sync stands; its rows counted exactly up to ``count_cap``."""
         with translate_errors("read status"), self._engine.begin() as conn:
-            return reads.status(conn, merchant_id)
+            return reads.status(conn, merchant_id, count_cap=count_cap)
 
     def stored_revisions(self, merchant_id: str, record_ids: Collection[str]) -> dict[str, int]:
         """record_id -> revision held in ``records``, for the ids that exist (the drift check
@@ -728,6 +734,30 @@ class Warehouse:
         """The merchant's drift check ran, or began to wait (``drift_checks``)."""
         with self._write("note drift check", merchant_id, epoch) as conn:
             drift_checks.note(conn, merchant_id, deferred=deferred)
+
+    def prune_revisions(
+        self,
+        merchant_id: str,
+        after: RevisionKey | None,
+        *,
+        retention: timedelta,
+        epoch: int | None,
+        limit: int = revision_retention.BATCH,
+    ) -> PrunedBatch:
+        """One batch of a sweep of the merchant's ``record_revisions`` (``revision_retention``):
+        the next ``limit`` keys after ``after`` read without a lock, then the expired ones
+        among them deleted by key in a short transaction of their own, fenced by ``epoch``."""
+        with translate_errors("read revisions"), self._engine.begin() as conn:
+            scanned = revision_retention.scan(conn, merchant_id, after, limit)
+            current = revision_retention.current_revisions(conn, merchant_id, scanned)
+            cutoff = revision_retention.cutoff(conn, retention)
+        keys = revision_retention.expired(scanned, current, cutoff)
+        deleted = 0
+        if keys:
+            with self._write("prune revisions", merchant_id, epoch) as conn:
+                deleted = revision_retention.delete_keys(conn, merchant_id, keys)
+        last = scanned[-1].key if len(scanned) == limit else None
+        return PrunedBatch(last=last, scanned=len(scanned), deleted=deleted)
 
     def drift_check_run(self, merchant_id: str) -> DriftCheckRun | None:
         """When the merchant's drift check last ran and since when it waits; None: never."""

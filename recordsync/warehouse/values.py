@@ -50,8 +50,9 @@ class WarehouseStatus:
     merchant_id: str
     state: SyncState | None
     jobs: tuple[JobStatus, ...]  # ordered by job name
-    records: int  # rows in ``records`` for the merchant
+    records: int  # rows in ``records`` for the merchant, counted up to a cap
     quarantined: int
+    records_exact: bool = True  # False: the merchant holds more than ``records`` rows
 
     def job(self, name: str) -> JobStatus | None:
         return next((job for job in self.jobs if job.job == name), None)

@@ -3,6 +3,7 @@ keeps the whole structure for scripts; every merchant names the replica holding 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import subprocess
@@ -18,8 +19,9 @@ from support.synccheck import environment_for, start_daemon
 from recordsync import cli
 from recordsync.core.models import RejectedItem
 from recordsync.core.state import REBUILD_JOB, Window
+from recordsync.service.status import rows_text
 from recordsync.sim import SimConfig, running_simulator
-from recordsync.warehouse import Warehouse, schema
+from recordsync.warehouse import Warehouse, WarehouseStatus, schema
 
 MERCHANT = "m-status"
 T0 = datetime(2026, 3, 2, tzinfo=UTC)
@@ -314,3 +316,13 @@ def test_status_says_why_a_drift_check_is_overdue(config, capsys):
     words = " ".join(capsys.readouterr().out.replace("│", " ").split())
     assert "OVERDUE" not in words
     assert "drift check last ran 20" in words
+
+
+def test_a_count_past_the_cap_is_shown_as_more_than():
+    """A merchant with more rows than ``status`` counts is shown as "more than" the cap,
+    never as an exact figure it did not count."""
+    report = WarehouseStatus(
+        MERCHANT, None, (), records=100_000, quarantined=0, records_exact=False
+    )
+    assert rows_text(report) == "more than 100,000"
+    assert rows_text(dataclasses.replace(report, records_exact=True)) == "100,000"

@@ -25,7 +25,13 @@ from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.models import Record
 from recordsync.core.state import REBUILD_JOB, Window
 from recordsync.warehouse import Warehouse
-from recordsync.warehouse.bi.indexes import BI_INDEX_NAMES, build_statements, drop_statements
+from recordsync.warehouse.bi import indexes as bi_indexes
+from recordsync.warehouse.bi.indexes import (
+    BI_INDEX_NAMES,
+    RETIRED,
+    build_statements,
+    drop_statements,
+)
 from recordsync.warehouse.schema import records
 
 JOB = "backfill:test"
@@ -51,7 +57,7 @@ def store_one(warehouse: Warehouse, *rows: Record) -> None:
 
 def test_the_bi_indexes_are_every_secondary_index_of_records_and_no_key() -> None:
     assert set(BI_INDEX_NAMES) == {index.name for index in records.indexes}
-    assert len(BI_INDEX_NAMES) == 5
+    assert len(BI_INDEX_NAMES) == 3
     assert "pk_records" not in BI_INDEX_NAMES
 
 
@@ -88,7 +94,7 @@ def test_an_index_is_built_online_from_its_definition_in_the_schema(backend, exp
 
 def test_several_indexes_are_one_alter_on_mariadb_and_dropped_if_they_exist() -> None:
     (alter,) = build_statements("mysql", str, ALL)
-    assert alter.count("ADD INDEX IF NOT EXISTS") == 5
+    assert alter.count("ADD INDEX IF NOT EXISTS") == 3
     assert drop_statements("mysql", str, ALL[:2]) == [
         f"ALTER TABLE records DROP INDEX IF EXISTS {ALL[0]}, DROP INDEX IF EXISTS {ALL[1]}"
     ]
@@ -98,6 +104,21 @@ def test_several_indexes_are_one_alter_on_mariadb_and_dropped_if_they_exist() ->
 
 def test_a_migrated_warehouse_has_every_bi_index(warehouse: Warehouse) -> None:
     assert warehouse.missing_bi_indexes() == []
+
+
+def test_a_retired_index_an_older_replica_built_again_is_dropped_by_the_build(
+    warehouse: Warehouse,
+) -> None:
+    """During a rolling upgrade a replica of a version before 0017 builds the indexes it
+    dropped (to that version they are missing); this version's build drops them again."""
+    with warehouse.engine.begin() as conn:
+        for name in RETIRED:
+            conn.exec_driver_sql(f"CREATE INDEX {name} ON records (merchant_id, created_at)")
+    assert warehouse.missing_bi_indexes() == list(RETIRED)  # work to do: the build runs
+    warehouse.build_bi_indexes()
+    assert warehouse.missing_bi_indexes() == []
+    with warehouse.engine.connect() as conn:
+        assert bi_indexes.retired(conn) == []
 
 
 def test_a_new_backfill_into_an_empty_table_leaves_them_out(warehouse: Warehouse) -> None:

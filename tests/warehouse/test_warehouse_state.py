@@ -330,3 +330,13 @@ def test_status_counts_windows_rows_and_quarantine_per_merchant(warehouse):
     assert not status.job(REBUILD_JOB).done
     empty = warehouse.status("someone-else")
     assert (empty.state, empty.jobs, empty.records, empty.quarantined) == (None, (), 0, 0)
+
+
+def test_status_counts_rows_up_to_its_cap_and_says_more_beyond(warehouse):
+    plan = windows(1)
+    rebuild(warehouse, plan)
+    window_page(warehouse, plan[0], records=[make_record(f"r{n}") for n in range(3)])
+    exact = warehouse.status(MERCHANT, count_cap=3)
+    assert (exact.records, exact.records_exact) == (3, True)
+    capped = warehouse.status(MERCHANT, count_cap=2)
+    assert (capped.records, capped.records_exact) == (2, False)

@@ -206,8 +206,14 @@ def render_status(console: Console, view: MerchantView) -> None:
         console.print(table)
 
 
+def rows_text(report: WarehouseStatus) -> str:
+    """The merchant's rows as counted: exact, or "more than" the count's cap (``status``
+    never counts a whole table of tens of millions)."""
+    return f"{report.records:,}" if report.records_exact else f"more than {report.records:,}"
+
+
 def _state_lines(report: WarehouseStatus) -> list[tuple[str, str]]:
-    lines = [("records", f"{report.records:,}"), ("quarantined", f"{report.quarantined:,}")]
+    lines = [("records", rows_text(report)), ("quarantined", f"{report.quarantined:,}")]
     state = report.state
     if state is None:
         return [("phase", "not started (no sync state yet)"), *lines]

@@ -93,6 +93,9 @@ class SyncMetricsObserver(SyncObserver):
     def drift_check_deferred(self, reason: str) -> None:
         self._metrics.drift_check_deferred()
 
+    def revisions_pruned(self, count: int) -> None:
+        self._metrics.revisions_pruned(count)
+
     def catalogue_refreshed(self, games: int, seconds: float) -> None:
         self._metrics.catalogue_refreshed()
 

@@ -1,14 +1,14 @@
 """The BI indexes of ``records``: left out while a bulk load fills an empty table, built once
 after it (bench/README.md, 7, "Bulk loads build the BI indexes once").
 
-The five secondary indexes of ``records`` (``schema.records``: by creation and update time,
-player, game and round) serve the BI views, ``report``, ``verify`` and the round-event
+The secondary indexes of ``records`` (``schema.records``: by creation time, player and round)
+serve the BI views, ``report``, ``verify`` and the round-event
 cross-check; nothing the sync's correctness rests on uses them (the revision guard and the
 upserts use the primary key, which is never touched here).  A backfill into an empty table
 that keeps them up to date pays for one random leaf per row per index per commit: the write
 path takes 65 instead of 35 us per record on SQLite.  So:
 
-- ``defer``: when a NEW snapshot job starts and ``records`` holds no row at all, the five are
+- ``defer``: when a NEW snapshot job starts and ``records`` holds no row at all, they are
   dropped (IF EXISTS).  On SQLite and PostgreSQL the drop and the emptiness check share one
   transaction, the check after the drop, which on PostgreSQL holds the table's exclusive lock:
   a row committed meanwhile rolls the drop back.  MariaDB commits DDL at once, so there the
@@ -42,6 +42,10 @@ BI_INDEXES: Final[tuple[Index, ...]] = tuple(
     )
 )
 BI_INDEX_NAMES: Final[tuple[str, ...]] = tuple(str(index.name) for index in BI_INDEXES)
+# Indexes revision 0017 dropped because no query reads them.  An older replica that takes up a
+# merchant during a rolling upgrade builds them again (to its schema they are missing), so a
+# build here drops any it finds: once the upgrade is over they are gone for good.
+RETIRED: Final = ("ix_records_merchant_game", "ix_records_merchant_updated")
 # Seconds between two looks at the PostgreSQL build lock another replica holds.
 BUILD_LOCK_POLL_S: Final = 1.0
 # A stable advisory lock key of its own; merchant leases hash "recordsync:<merchant>".
@@ -91,6 +95,17 @@ def build_statements(backend: str, quote: Quote, names: Sequence[str]) -> list[s
 def present(conn: Connection) -> dict[str, bool]:
     """The BI indexes that exist, each with whether it is usable (False: a PostgreSQL index
     whose concurrent build died half-way, which the planner ignores)."""
+    return {name: valid for name, valid in _indexes(conn).items() if name in BI_INDEX_NAMES}
+
+
+def retired(conn: Connection) -> list[str]:
+    """The retired indexes an older replica built again."""
+    found = _indexes(conn)
+    return [name for name in RETIRED if name in found]
+
+
+def _indexes(conn: Connection) -> dict[str, bool]:
+    """Every index of ``records``, with whether it is usable."""
     backend = conn.dialect.name
     if backend == "postgresql":
         rows = conn.execute(
@@ -117,7 +132,7 @@ def present(conn: Connection) -> dict[str, bool]:
             {"table": records.name},
         ).all()
         found = {str(row[0]): True for row in rows}
-    return {name: valid for name, valid in found.items() if name in BI_INDEX_NAMES}
+    return found
 
 
 def missing(conn: Connection) -> list[str]:
@@ -161,13 +176,16 @@ def build(engine: Engine, *, sleep: Callable[[float], None]) -> list[str]:
     backend = engine.dialect.name
     quote = engine.dialect.identifier_preparer.quote
     with engine.connect() as conn:
-        names = missing(conn)
+        names, old = missing(conn), retired(conn)
         conn.rollback()
-        if not names:
+        if not names and not old:
             return []
         if backend != "postgresql":
             with conn.begin():  # MariaDB commits the ALTER by itself
-                for statement in build_statements(backend, quote, names):
+                for statement in [
+                    *drop_statements(backend, quote, old),
+                    *build_statements(backend, quote, names),
+                ]:
                     conn.exec_driver_sql(statement)
             return names
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
@@ -180,7 +198,7 @@ def build(engine: Engine, *, sleep: Callable[[float], None]) -> list[str]:
         try:
             found = present(conn)
             invalid = [name for name, valid in found.items() if not valid]
-            for name in invalid:
+            for name in [*invalid, *retired(conn)]:
                 conn.exec_driver_sql(f"DROP INDEX CONCURRENTLY IF EXISTS {quote(name)}")
             names = missing(conn)
             for statement in build_statements(backend, quote, names):
