@@ -23,6 +23,7 @@ CONTROL_TABLES = {"merchant_controls"}  # revision 0013
 IDENTITY_TABLES = {"warehouse_identity", "schema_revisions", "drift_checks"}  # revision 0014
 CATALOGUE_TABLES = {"games", "game_localizations"}
 AVAILABILITY_TABLES = {"endpoint_availability"}  # revision 0009
+FIELD_TABLES = {"record_field_sightings", "promoted_fields"}  # revision 0016
 TABLES = {
     "records",
     "record_revisions",
@@ -38,6 +39,7 @@ TABLES = {
     *IDENTITY_TABLES,
     *CATALOGUE_TABLES,
     *AVAILABILITY_TABLES,
+    *FIELD_TABLES,
 }
 VIEWS = {
     "daily_game_summary",
@@ -74,7 +76,7 @@ def test_migrations_build_the_schema_on_an_empty_database_and_are_idempotent(war
         store.close()
     assert tables == TABLES
     assert views == VIEWS
-    assert revision == head_revision() == "0014"
+    assert revision == head_revision() == "0016"
 
 
 def test_migrated_schema_matches_the_tables_the_code_uses(warehouse):
@@ -214,6 +216,7 @@ def test_the_bi_revisions_downgrade_to_0001_and_upgrade_again(warehouse):
         *IDENTITY_TABLES,
         *CATALOGUE_TABLES,
         *AVAILABILITY_TABLES,
+        *FIELD_TABLES,
     }
     assert inspector.get_view_names() == []
     assert not any(c["name"].endswith("_units") for c in inspector.get_columns("records"))
@@ -236,6 +239,7 @@ REVISIONS = [
     "0012",
     "0013",
     "0014",
+    "0016",
 ]
 
 

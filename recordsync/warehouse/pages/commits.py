@@ -174,6 +174,7 @@ def commit_repair(
                 refund_units=money_units(record.refund_amount),
                 payout_units=money_units(record.payout_amount),
                 net_units=money_units(record.net_amount),
+                extra_fields=record.extra_fields,
             )
         )
 
