@@ -229,6 +229,20 @@ def parse_change(raw: object) -> RecordChange:
     )
 
 
+def _as_sent(rejected: list[RejectedItem], body: bytes) -> list[RejectedItem]:
+    """The rejected items with their bytes as the body held them, numbers spelled as sent
+    (orjson's re-encoding writes ``10.000`` as ``10.0``); as re-encoded when unreadable."""
+    items = sent_items(body)
+    if items is None:
+        return rejected
+    return [
+        dataclasses.replace(item, raw=bytes(items[item.position]))
+        if item.position < len(items)
+        else item
+        for item in rejected
+    ]
+
+
 def _keep_unknown(
     records: list[Record],
     drifted: list[tuple[int, int, dict[str, Any]]],
@@ -365,6 +379,8 @@ def parse_records_page(
             drifted.append((position, len(records) - 1, raw))
     if drifted:
         _keep_unknown(records, drifted, body, change=False)
+    if rejected and body is not None:
+        rejected = _as_sent(rejected, body)
     has_more = shape.has_more()
     next_cursor = shape.cursor(nullable=True)
     if has_more and next_cursor is None:
@@ -594,6 +610,8 @@ def parse_changes_page(
         record = raw["record"]
         if has_unknown(record):
             drifted.append((position, len(changes) - 1, record))
+    if rejected and body is not None:
+        rejected = _as_sent(rejected, body)
     if drifted:
         records = [change.record for change in changes]
         _keep_unknown(records, drifted, body, change=True)

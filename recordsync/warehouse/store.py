@@ -68,6 +68,7 @@ from recordsync.warehouse.connection import (
     warehouse_url,
 )
 from recordsync.warehouse.controls import ControlStore
+from recordsync.warehouse.fields.sightings import Sighting, read_sightings
 from recordsync.warehouse.lease import FleetSession, epochs, support
 from recordsync.warehouse.lease.backends import merchant_locks
 from recordsync.warehouse.merchant_store import MerchantStore
@@ -732,6 +733,11 @@ class Warehouse:
         """When the merchant's drift check last ran and since when it waits; None: never."""
         with translate_errors("read drift checks"), self._engine.begin() as conn:
             return drift_checks.last_run(conn, merchant_id)
+
+    def unknown_fields(self, merchant_id: str) -> list[Sighting]:
+        """The record members the merchant's pages carried that recordsync does not know."""
+        with translate_errors("read unknown fields"), self._engine.begin() as conn:
+            return read_sightings(conn, merchant_id)
 
     def freshness(self, merchant_id: str) -> Freshness | None:
         """The merchant's row of ``sync_freshness``; None before the first (re)build."""

@@ -9,7 +9,14 @@ import msgspec
 import orjson
 from sqlalchemy import select
 from support.warehouse_reads import fetch_revisions
-from support.warehouse_samples import MERCHANT, make_change, make_record, snapshot_page, tail_page
+from support.warehouse_samples import (
+    MERCHANT,
+    WINDOW,
+    make_change,
+    make_record,
+    snapshot_page,
+    tail_page,
+)
 
 from recordsync.core.extra_fields import members
 from recordsync.platform.parsing import parse_changes_page, parse_records_page, usual_records_page
@@ -100,3 +107,29 @@ def test_a_stale_revision_never_replaces_the_members_and_a_later_one_replaces_th
     kept = {row["revision"]: row["extra_fields"] for row in fetch_revisions(rebuilding, MERCHANT)}
     assert members(kept[3]) == {"tax": Decimal("1.5")}
     assert kept[4] is None
+
+
+def test_a_known_field_whose_type_changed_is_quarantined_naming_it_with_the_raw_value_kept(
+    rebuilding: Warehouse,
+) -> None:
+    money_as_number = _wire("m", 1, b"").replace(b'"bet_amount":"10.00"', b'"bet_amount":10.000')
+    revision_as_text = _wire("r", 1, b"").replace(b'"revision":1', b'"revision":"1"')
+    body = _records_body(money_as_number, revision_as_text, _wire("ok", 1, b""))
+    page = parse_records_page(orjson.loads(body)["data"], body=body)
+    assert [record.record_id for record in page.records] == ["ok"]
+    rebuilding.commit_window_page(
+        MERCHANT,
+        "rebuild",
+        WINDOW,
+        records=page.records,
+        rejected=page.rejected,
+        next_cursor="w-1",
+        cursor_issued_at=None,
+        done=False,
+        position="start",
+    )
+    kept = {row.record_id: row for row in rebuilding.quarantined(MERCHANT, limit=10)}
+    assert kept["m"].reason.startswith("bet_amount:")
+    assert '"bet_amount":10.000' in kept["m"].raw_json
+    assert kept["r"].reason.startswith("revision:")
+    assert '"revision":"1"' in kept["r"].raw_json

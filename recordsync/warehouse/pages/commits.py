@@ -14,16 +14,19 @@ its fence check, with nothing left to wait for from us while the check's lock is
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter
 from typing import Any, Final
 
 import msgspec
 from sqlalchemy import Connection, update
 
+from recordsync.core.extra_fields import unknown_counts
 from recordsync.core.models import Record, RecordChange, RejectedItem
 from recordsync.core.state import TailPage, Window
 from recordsync.warehouse import sync_state
+from recordsync.warehouse.fields.sightings import record_sightings
 from recordsync.warehouse.pages.quarantine import item_key, quarantine
 from recordsync.warehouse.pages.staging import StagedRevision, stage_page
 from recordsync.warehouse.pages.upsert import collapse, split_unstorable
@@ -33,6 +36,8 @@ from recordsync.warehouse.types import money_units
 from recordsync.warehouse.values import WriteResult
 
 TAIL_SOURCE: Final = "tail"
+_EXTRA: Final = attrgetter("extra_fields")
+_RECORD_ID: Final = attrgetter("record_id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +47,8 @@ class PagePlan:
     staged: list[StagedRevision]
     quarantine: list[dict[str, Any]]
     records: int  # storable records, one per record_id
+    # Unknown member name -> (rows that carried it, the first record that did); {} without drift.
+    unknown: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 def plan_page(
@@ -65,7 +72,11 @@ def plan_page(
         for item in items
     ]
     staged = stage_page(rows, changes, keep_revisions=keep_revisions)
-    return PagePlan(staged, quarantined, len(rows))
+    extras = list(map(_EXTRA, rows))
+    unknown = {}
+    if extras.count(None) != len(extras):  # the page carried unknown members
+        unknown = unknown_counts(extras, map(_RECORD_ID, rows))
+    return PagePlan(staged, quarantined, len(rows), unknown)
 
 
 def commit_window_page(
@@ -194,6 +205,8 @@ def _write_plan(
     else:
         writer.write(conn, merchant_id, plan.staged, now)
     quarantine(conn, plan.quarantine)
+    if plan.unknown:
+        record_sightings(conn, merchant_id, plan.unknown)
     return WriteResult(records=plan.records, quarantined=len(plan.quarantine))
 
 
