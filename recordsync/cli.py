@@ -122,6 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep the simulator up after the check, until Ctrl-C (for `recordsync verify`)",
     )
+    demo.add_argument(
+        "--drift",
+        action="store_true",
+        help="the platform adds fields to its records as the demo runs (kept in extra_fields)",
+    )
     return parser
 
 
@@ -301,6 +306,7 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: PLR0911 - one return pe
             rounds_per_day=args.rounds_per_day,
             merchants=args.merchants,
             serve=args.serve,
+            drift=args.drift,
         )
     if args.command == "migrate":
         settings = load_settings(config_path=args.config, need_platform=False, need_merchant=False)
