@@ -17,8 +17,8 @@ def test_every_kind_renders_valid_json_a_decimal_keeps_thirty_digits() -> None:
     truth = sim.truth()
     some = next(iter(truth.values()))
     assert {f"f_{kind}" for kind in FIELD_KINDS} <= set(some)
-    store = sim._merchant(None).store  # noqa: SLF001 - the rendered bytes, as served
-    text = store._render.record_text(0)  # noqa: SLF001
+    store = sim._merchant(None).store
+    text = store._render.record_text(0)
     value = json.loads(text, parse_float=Decimal)["f_decimal"]
     assert len(value.as_tuple().digits) == 30
 
