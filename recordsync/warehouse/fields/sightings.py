@@ -14,7 +14,7 @@ from datetime import datetime
 from sqlalchemy import Connection, insert, select, update
 
 from recordsync.warehouse.database_clock import database_now
-from recordsync.warehouse.schema import ID_LENGTH, record_field_sightings
+from recordsync.warehouse.schema import ID_LENGTH, promoted_fields, record_field_sightings
 
 _T = record_field_sightings
 
@@ -53,8 +53,10 @@ def record_sightings(
 
 
 def read_sightings(conn: Connection, merchant_id: str | None = None) -> list[Sighting]:
-    """Every sighting (of one merchant when given), by merchant then first sighting."""
+    """Every sighting (of one merchant when given) of a field not promoted, by merchant then
+    first sighting."""
     query = select(_T).order_by(_T.c.merchant_id, _T.c.first_seen_at, _T.c.field)
+    query = query.where(_T.c.field.not_in(select(promoted_fields.c.field)))
     if merchant_id is not None:
         query = query.where(_T.c.merchant_id == merchant_id)
     return [Sighting(**row) for row in conn.execute(query).mappings()]

@@ -26,6 +26,7 @@ from recordsync.core.extra_fields import unknown_counts
 from recordsync.core.models import Record, RecordChange, RejectedItem
 from recordsync.core.state import TailPage, Window
 from recordsync.warehouse import sync_state
+from recordsync.warehouse.fields.promoted import Promoted, fill_page
 from recordsync.warehouse.fields.sightings import record_sightings
 from recordsync.warehouse.pages.quarantine import item_key, quarantine
 from recordsync.warehouse.pages.staging import StagedRevision, stage_page
@@ -49,6 +50,7 @@ class PagePlan:
     records: int  # storable records, one per record_id
     # Unknown member name -> (rows that carried it, the first record that did); {} without drift.
     unknown: dict[str, tuple[int, str]] = field(default_factory=dict)
+    promoted: tuple[Promoted, ...] = ()  # the promoted fields, whose columns the page fills
 
 
 def plan_page(
@@ -61,6 +63,7 @@ def plan_page(
     keep_revisions: bool,
     now: datetime,
     changes: Sequence[RecordChange] = (),
+    promoted: tuple[Promoted, ...] = (),
 ) -> PagePlan:
     """The storable records (and their history) staged, the rest quarantined; pure."""
     rows, unfit = split_unstorable(collapse(batch))
@@ -76,7 +79,7 @@ def plan_page(
     unknown = {}
     if extras.count(None) != len(extras):  # the page carried unknown members
         unknown = unknown_counts(extras, map(_RECORD_ID, rows))
-    return PagePlan(staged, quarantined, len(rows), unknown)
+    return PagePlan(staged, quarantined, len(rows), unknown, promoted)
 
 
 def commit_window_page(
@@ -207,6 +210,8 @@ def _write_plan(
     quarantine(conn, plan.quarantine)
     if plan.unknown:
         record_sightings(conn, merchant_id, plan.unknown)
+    if plan.promoted and plan.staged:
+        fill_page(conn, merchant_id, plan.staged, plan.promoted)
     return WriteResult(records=plan.records, quarantined=len(plan.quarantine))
 
 
