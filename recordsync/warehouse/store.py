@@ -19,6 +19,7 @@ the sync hands it and answers what was stored.
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -71,7 +72,7 @@ from recordsync.warehouse.controls import ControlStore
 from recordsync.warehouse.fields import promotion
 from recordsync.warehouse.fields.promoted import Promoted, PromotedCache
 from recordsync.warehouse.fields.promotion import FieldsView, PromotionPlan, PromotionResult
-from recordsync.warehouse.fields.sightings import Sighting, read_sightings
+from recordsync.warehouse.fields.sightings import Sighting, SightingRefresh, read_sightings
 from recordsync.warehouse.lease import FleetSession, epochs, support
 from recordsync.warehouse.lease.backends import merchant_locks
 from recordsync.warehouse.merchant_store import MerchantStore
@@ -152,6 +153,7 @@ class Warehouse:
         self._ddl: Engine | None = None  # schema changes: built when first needed (``_ddl``)
         # The fields promoted to columns, which every page fills (``fields.promoted``).
         self.promoted_fields = PromotedCache(engine, PROMOTED_TTL)
+        self._sighting_refresh = SightingRefresh()
 
     @classmethod
     def connect(
@@ -443,6 +445,7 @@ class Warehouse:
                 keep_revisions=self._keep_revisions,
                 now=now,
                 promoted=promoted,
+                refresh=functools.partial(self._sighting_refresh.due, merchant_id),
             )
             for page in pages
         ]
@@ -490,6 +493,7 @@ class Warehouse:
             now=now,
             changes=page.changes,
             promoted=self._promoted(),
+            refresh=functools.partial(self._sighting_refresh.due, merchant_id),
         )
 
         def send(conn: Connection) -> None:

@@ -13,7 +13,7 @@ its fence check, with nothing left to wait for from us while the check's lock is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter
@@ -51,6 +51,7 @@ class PagePlan:
     # Unknown member name -> (rows that carried it, the first record that did); {} without drift.
     unknown: dict[str, tuple[int, str]] = field(default_factory=dict)
     promoted: tuple[Promoted, ...] = ()  # the promoted fields, whose columns the page fills
+    refresh: frozenset[str] = frozenset()  # the unknown names whose last sighting moves now
 
 
 def plan_page(
@@ -64,7 +65,9 @@ def plan_page(
     now: datetime,
     changes: Sequence[RecordChange] = (),
     promoted: tuple[Promoted, ...] = (),
+    refresh: Callable[[Collection[str]], frozenset[str]] | None = None,
 ) -> PagePlan:
+    """``refresh``: which of the page's unknown names should move their last sighting."""
     """The storable records (and their history) staged, the rest quarantined; pure."""
     rows, unfit = split_unstorable(collapse(batch))
     where = {"merchant_id": merchant_id, "source": source, "quarantined_at": now}
@@ -79,7 +82,8 @@ def plan_page(
     unknown = {}
     if extras.count(None) != len(extras):  # the page carried unknown members
         unknown = unknown_counts(extras, map(_RECORD_ID, rows))
-    return PagePlan(staged, quarantined, len(rows), unknown, promoted)
+    due = refresh(unknown.keys()) if unknown and refresh is not None else frozenset(unknown)
+    return PagePlan(staged, quarantined, len(rows), unknown, promoted, due)
 
 
 def commit_window_page(
@@ -209,7 +213,7 @@ def _write_plan(
         writer.write(conn, merchant_id, plan.staged, now)
     quarantine(conn, plan.quarantine)
     if plan.unknown:
-        record_sightings(conn, merchant_id, plan.unknown)
+        record_sightings(conn, merchant_id, plan.unknown, plan.refresh)
     if plan.promoted and plan.staged:
         fill_page(conn, merchant_id, plan.staged, plan.promoted)
     return WriteResult(records=plan.records, quarantined=len(plan.quarantine))
