@@ -46,6 +46,15 @@ SIZES: Final = {
 # many merchants a replica carries; SQLite, whose one writer is our process, as a share of
 # the standard-library baseline's rate in the same run.
 TARGETS: Final = {"mariadb": 15_000}
+# --drift: the simulator's records carry these unknown members (sim --add-field).
+DRIFT_FIELDS: Final = (
+    "--add-field",
+    "channel:string",
+    "--add-field",
+    "tax_amount:decimal",
+    "--add-field",
+    "jackpot:object",
+)
 # Their sizes are reported after a MariaDB run (information_schema, after ANALYZE TABLE).
 MARIADB_TABLES: Final = ("records", "record_revisions")
 POSTGRES_CPU_TARGET_US: Final = 20.0
@@ -210,6 +219,14 @@ def main() -> int:
                 {"type": int, "default": 0, "help": "also run MariaDB with this buffer pool"},
             ),
             (
+                "--drift",
+                {
+                    "action": "store_true",
+                    "help": "records carry three members recordsync does not know (a string, a "
+                    "30-digit decimal, a nested object), kept in extra_fields",
+                },
+            ),
+            (
                 "--without-history",
                 {"action": "store_true", "help": "also run with RECORDSYNC_KEEP_REVISIONS off"},
             ),
@@ -219,7 +236,10 @@ def main() -> int:
     history_days, rounds_per_day = SIZES[args.size]
     report = harness.Report("ingest ceiling, rate limit lifted", args.size)
     report.header()
-    with harness.sim_process(history_days=history_days, rounds_per_day=rounds_per_day) as sim:
+    drift = DRIFT_FIELDS if args.drift else ()
+    with harness.sim_process(
+        history_days=history_days, rounds_per_day=rounds_per_day, extra=drift
+    ) as sim:
         end = datetime.now(UTC)
         start = end - timedelta(days=history_days, hours=1)
         report.note(f"{sim.records:,} records over {history_days} days; simulator pid {sim.pid}")

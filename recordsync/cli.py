@@ -104,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--merchant", metavar="ID", help="one merchant's report (default: every one, grouped)"
     )
     merchant = _add_merchant_commands(commands)
+    _add_fields_commands(commands)
     for command in (run, backfill, verify, migrate, status, report, merchant):
         # After the command as well as before it; SUPPRESS keeps a value given before.
         _add_config(command, default=argparse.SUPPRESS)
@@ -122,7 +123,43 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep the simulator up after the check, until Ctrl-C (for `recordsync verify`)",
     )
+    demo.add_argument(
+        "--drift",
+        action="store_true",
+        help="the platform adds fields to its records as the demo runs (kept in extra_fields)",
+    )
     return parser
+
+
+def _add_fields_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``recordsync fields list|promote``: the record fields the platform added."""
+    fields = commands.add_parser(
+        "fields", help="record fields: known, promoted, unknown; promote one to a column"
+    )
+    actions = fields.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="known, promoted and unknown record fields")
+    listing.add_argument("--json", action="store_true")
+    promote = actions.add_parser("promote", help="make an unknown field a typed column")
+    promote.add_argument("name")
+    promote.add_argument(
+        "--type",
+        dest="kind",
+        required=True,
+        choices=("decimal", "text", "integer", "timestamp", "boolean"),
+    )
+    promote.add_argument("--dry-run", action="store_true")
+
+
+def _fields(args: argparse.Namespace) -> int:
+    from recordsync.core.settings import load_settings  # noqa: PLC0415 - see _dispatch
+    from recordsync.logs import configure_logging  # noqa: PLC0415
+    from recordsync.service import fields_command  # noqa: PLC0415
+
+    settings = load_settings(config_path=args.config, need_platform=False)
+    configure_logging(level=settings.log_level, log_format=settings.log_format)
+    if args.action == "list":
+        return fields_command.list_fields(settings, as_json=args.json)
+    return fields_command.promote_field(settings, args.name, args.kind, dry_run=args.dry_run)
 
 
 def _add_merchant_commands(
@@ -301,6 +338,7 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: PLR0911 - one return pe
             rounds_per_day=args.rounds_per_day,
             merchants=args.merchants,
             serve=args.serve,
+            drift=args.drift,
         )
     if args.command == "migrate":
         settings = load_settings(config_path=args.config, need_platform=False, need_merchant=False)
@@ -314,8 +352,9 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: PLR0911 - one return pe
     if args.command == "status":
         settings = load_settings(config_path=args.config, need_platform=False)
         return service.show_status(settings, as_json=args.json, check=args.check)
-    if args.command == "merchant":
-        return _merchant(args)
+    grouped = {"merchant": _merchant, "fields": _fields}.get(args.command)
+    if grouped is not None:  # commands with actions of their own
+        return grouped(args)
     settings = load_settings(config_path=args.config)
     # verify prints its findings on stdout (a table, json or csv): its log lines go to stderr.
     log_stream = sys.stderr if args.command == "verify" else None

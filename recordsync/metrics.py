@@ -99,6 +99,9 @@ class MetricName(StrEnum):
     REPLICAS_LIVE = "recordsync_replicas_live"
     # Operators' controls: a paused merchant is synced by nobody, on purpose.
     MERCHANT_PAUSED = "recordsync_merchant_paused"
+    # Record members the platform added that recordsync does not know (kept in extra_fields):
+    # rows that carried each, by member name.
+    RECORD_FIELDS_UNKNOWN = "recordsync_record_fields_unknown_total"
     # The process.
     BUILD_INFO = "recordsync_build_info"
     # The warehouse's connection pool: how long a thread waited for a connection.
@@ -130,6 +133,11 @@ class WriteOutcome(StrEnum):
     SKIPPED = "skipped"  # not newer than the stored revision
     WRITTEN = "written"
 
+
+# At most this many ``field`` labels per merchant on the unknown-fields counter; the others
+# count under ``OTHER_FIELDS_LABEL`` (the names come from the platform, not the configuration).
+MAX_UNKNOWN_FIELDS: Final = 50
+OTHER_FIELDS_LABEL: Final = "_other"
 
 # Label value when a fact is absent: no HTTP status (no answer at all), no ``error.code``.
 NONE_LABEL: Final = "none"
@@ -219,9 +227,14 @@ class _MerchantState:
     drift_ran_at: float | None = None  # last run ended, or the check was scheduled
     catalogue_available: bool | None = None
     budget: BudgetView | None = None
+    unknown_fields: set[str] = field(default_factory=set)  # the names labelled so far
 
     def copy(self) -> _MerchantState:
-        return replace(self, jobs={kind: replace(job) for kind, job in self.jobs.items()})
+        return replace(
+            self,
+            jobs={kind: replace(job) for kind, job in self.jobs.items()},
+            unknown_fields=set(self.unknown_fields),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +331,7 @@ class _Instruments:
     revisions_pruned: Counter
     sync_failures: Counter
     catalogue_refreshes: Counter
+    record_fields_unknown: Counter
 
     @classmethod
     def register(cls, reg: CollectorRegistry) -> _Instruments:
@@ -415,6 +429,13 @@ class _Instruments:
                 MetricName.CATALOGUE_REFRESHES,
                 "Game catalogue passes committed (every page read, stored in one transaction).",
             ),
+            record_fields_unknown=counter(
+                MetricName.RECORD_FIELDS_UNKNOWN,
+                "Committed rows that carried a record member recordsync does not know (kept "
+                "in extra_fields), by member name; names past the first "
+                f"{MAX_UNKNOWN_FIELDS} of a merchant count as {OTHER_FIELDS_LABEL!r}.",
+                "field",
+            ),
         )
 
 
@@ -501,6 +522,20 @@ class MerchantMetrics:
 
     def quarantined(self, source: str, count: int) -> None:
         self._series.records_quarantined.labels(self.merchant_id, job_kind(source)).inc(count)
+
+    def unknown_fields(self, rows: Mapping[str, int]) -> None:
+        """Rows per unknown member name; the label stays bounded whatever the platform sends
+        (``MAX_UNKNOWN_FIELDS`` names per merchant, the rest as one)."""
+        with self._book.editing(self.merchant_id) as state:
+            labels = {}
+            for name in rows:
+                if name not in state.unknown_fields and len(state.unknown_fields) < (
+                    MAX_UNKNOWN_FIELDS
+                ):
+                    state.unknown_fields.add(name)
+                labels[name] = name if name in state.unknown_fields else OTHER_FIELDS_LABEL
+        for name, count in rows.items():
+            self._series.record_fields_unknown.labels(self.merchant_id, labels[name]).inc(count)
 
     # -- the snapshot and the tail ----------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """Lean indexes: the two secondary indexes of ``records`` that no query reads are dropped.
 
 Revision ID: 0017
-Revises: 0015
+Revises: 0016
 Create Date: 2026-12-02
 
 Each index of ``records`` costs every page commit a random leaf per row, and at twenty million
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "0017"
-down_revision: str | Sequence[str] | None = "0015"
+down_revision: str | Sequence[str] | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 additive = True

@@ -71,6 +71,11 @@ class Record(msgspec.Struct, frozen=True, gc=False):
     created_at: datetime
     settled_at: datetime | None
     updated_at: datetime
+    # The members the platform sent that recordsync does not know (spec: Conventions 3), as
+    # one JSON object whose values are the bytes received, numbers as their decimal text:
+    # kept with the row so that a field added by the platform is never lost; None when the
+    # record had none, which is every record until the platform adds one.
+    extra_fields: str | None = None
 
     @property
     def status_known(self) -> bool:

@@ -680,11 +680,15 @@ def _usual_records_page(body: bytes) -> Parsed[RecordsPage] | None:
 
 
 def _records_page(reply: Reply) -> RecordsPage:
-    return parse_records_page(reply.data, endpoint=RECORDS, request_id=reply.request_id)
+    return parse_records_page(
+        reply.data, endpoint=RECORDS, request_id=reply.request_id, body=reply.body
+    )
 
 
 def _changes_page(reply: Reply) -> ChangesPage:
-    return parse_changes_page(reply.data, endpoint=RECORD_CHANGES, request_id=reply.request_id)
+    return parse_changes_page(
+        reply.data, endpoint=RECORD_CHANGES, request_id=reply.request_id, body=reply.body
+    )
 
 
 def _games_page(reply: Reply) -> GamesPage:

@@ -107,6 +107,7 @@ class Reply:
 
     data: Any
     request_id: str
+    body: bytes | None = None  # the bytes ``data`` was read from, where a page needs them
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +168,7 @@ def _success(endpoint: str, status: int, headers: Mapping[str, str], body: bytes
         _protocol(endpoint, request_id, f"HTTP {status} answer carries an error member")
     if not has_data:
         _protocol(endpoint, request_id, "answer has neither data nor error")
-    return Reply(data=document["data"], request_id=request_id)
+    return Reply(data=document["data"], request_id=request_id, body=body)
 
 
 def _error(

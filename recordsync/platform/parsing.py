@@ -3,7 +3,8 @@ Capabilities, Game).
 
 Tolerant where the spec asks for tolerance and strict where data would otherwise be wrong:
 
-- unknown fields are ignored everywhere (spec: Versioning 3);
+- unknown fields are ignored everywhere (spec: Versioning 3), except a record's: those are kept
+  as sent in ``Record.extra_fields`` (``unknown_members``);
 - an unknown record status is kept as its string (``Record.status_known`` is False) so the
   caller can count and log it; it is never a crash and never a silent drop;
 - a record that fails validation does not fail its page: the page parser returns it as a
@@ -14,7 +15,9 @@ Tolerant where the spec asks for tolerance and strict where data would otherwise
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Final, NoReturn
 
@@ -38,6 +41,14 @@ from recordsync.core.models import (
 from recordsync.core.money import all_money, amount_or_none, parse_money
 from recordsync.core.times import parse_time
 from recordsync.platform.envelope import OutOfRangeNumber
+from recordsync.platform.unknown_members import (
+    KNOWN_RECORD_FIELDS,
+    has_unknown,
+    members_text,
+    sent_items,
+    sent_record,
+    unknown_text,
+)
 
 _SEQUENCE = re.compile(r"0|[1-9][0-9]*")
 MAX_CURSOR_LENGTH: Final = 4096  # spec: Limits, "Cursor length"
@@ -218,6 +229,36 @@ def parse_change(raw: object) -> RecordChange:
     )
 
 
+def _as_sent(rejected: list[RejectedItem], body: bytes) -> list[RejectedItem]:
+    """The rejected items with their bytes as the body held them, numbers spelled as sent
+    (orjson's re-encoding writes ``10.000`` as ``10.0``); as re-encoded when unreadable."""
+    items = sent_items(body)
+    if items is None:
+        return rejected
+    return [
+        dataclasses.replace(item, raw=bytes(items[item.position]))
+        if item.position < len(items)
+        else item
+        for item in rejected
+    ]
+
+
+def _keep_unknown(
+    records: list[Record],
+    drifted: list[tuple[int, int, dict[str, Any]]],
+    body: bytes | None,
+    *,
+    change: bool,
+) -> None:
+    """Each drifted record of ``records`` replaced by a copy holding its unknown members,
+    their bytes read from ``body`` (once, for the page) when it is there."""
+    items = None if body is None else sent_items(body)
+    for position, index, raw in drifted:
+        sent = sent_record(items, position, change=change)
+        extra = unknown_text(raw, sent)
+        records[index] = msgspec.structs.replace(records[index], extra_fields=extra)
+
+
 def _as_json(value: object) -> Any:
     """orjson's ``default``: an out-of-range number as the number sent, anything else as text."""
     if isinstance(value, OutOfRangeNumber):
@@ -311,20 +352,35 @@ class _PageShape:
 
 
 def parse_records_page(
-    data: object, *, endpoint: str = "records", request_id: str | None = None
+    data: object,
+    *,
+    endpoint: str = "records",
+    request_id: str | None = None,
+    body: bytes | None = None,
 ) -> RecordsPage:
+    """``body``, the answer ``data`` was read from, gives the unknown members their bytes."""
     shape = _PageShape(data, endpoint=endpoint, request_id=request_id)
     records: list[Record] = []
     rejected: list[RejectedItem] = []
+    drifted: list[tuple[int, int, dict[str, Any]]] = []  # (position, index in records, raw)
     for position, raw in enumerate(shape.items()):
         usual = _usual_record(raw) if type(raw) is dict else None
         if usual is not None:
+            if has_unknown(raw):
+                drifted.append((position, len(records), raw))
             records.append(usual)
             continue
         try:
             records.append(_checked_record(raw))
         except InvalidRecordError as exc:
             rejected.append(_reject(position, raw, exc))
+            continue
+        if has_unknown(raw):
+            drifted.append((position, len(records) - 1, raw))
+    if drifted:
+        _keep_unknown(records, drifted, body, change=False)
+    if rejected and body is not None:
+        rejected = _as_sent(rejected, body)
     has_more = shape.has_more()
     next_cursor = shape.cursor(nullable=True)
     if has_more and next_cursor is None:
@@ -361,8 +417,12 @@ def parse_records_page(
 _NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 
 
-class _WireRecord(msgspec.Struct, gc=False):
-    """A record as sent, before its amounts and times are known to have the usual form."""
+class _WireRecord(msgspec.Struct, gc=False, forbid_unknown_fields=True):
+    """A record as sent, before its amounts and times are known to have the usual form.
+
+    An unknown member fails this decode (at no cost to the usual page), and the page is read
+    again by ``_DriftRecord``'s decoder, which keeps reading and leaves the unknown members
+    to ``unknown_members``."""
 
     record_id: _NonEmpty
     # msgspec reads any integer, orjson a float past 64 bits: beyond a BIGINT (which msgspec
@@ -383,10 +443,25 @@ class _WireRecord(msgspec.Struct, gc=False):
     updated_at: str
 
 
+class _DriftRecord(_WireRecord, forbid_unknown_fields=False):
+    """A record with members recordsync does not know (kept apart by ``unknown_members``)."""
+
+
+_Cursor = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_CURSOR_LENGTH)]
+
+
 class _WirePage(msgspec.Struct, gc=False):
     items: list[_WireRecord]
     has_more: bool
-    next_cursor: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_CURSOR_LENGTH)] | None
+    next_cursor: _Cursor | None
+    snapshot_watermark: str
+    projection_as_of: str | None = None
+
+
+class _DriftPage(msgspec.Struct, gc=False):
+    items: list[_DriftRecord]
+    has_more: bool
+    next_cursor: _Cursor | None
     snapshot_watermark: str
     projection_as_of: str | None = None
 
@@ -397,8 +472,15 @@ class _WireAnswer(msgspec.Struct, gc=False):
     error: None = None  # an answer with an error member is never a page
 
 
+class _DriftAnswer(msgspec.Struct, gc=False):
+    data: _DriftPage
+    request_id: _NonEmpty
+    error: None = None
+
+
 _WIRE: Final = msgspec.json.Decoder(_WireAnswer)
-if _WireRecord.__struct_fields__ != Record.__struct_fields__:
+_DRIFT: Final = msgspec.json.Decoder(_DriftAnswer)
+if (*_WireRecord.__struct_fields__, "extra_fields") != Record.__struct_fields__:
     raise RuntimeError("Record changed: update _WireRecord, which convert() reads it from")
 
 
@@ -409,7 +491,7 @@ _TIME_DIGITS: Final = _TIME_LENGTH - len(_TIME_MARKS)
 _WITHOUT_MARKS: Final = str.maketrans(dict.fromkeys("-T:.Z"))
 
 
-def _usual_forms(items: list[_WireRecord]) -> bool:
+def _usual_forms(items: Sequence[_WireRecord]) -> bool:
     """True when every amount and time has the form ``_usual_record`` accepts.
 
     Checked for the whole page at once on the joined strings, string operations in C instead
@@ -438,22 +520,57 @@ def _usual_forms(items: list[_WireRecord]) -> bool:
     return all_money(amounts)
 
 
+def _keep_sent_unknown(records: list[Record], body: bytes) -> bool:
+    """The unknown members of a drifted page's records into their ``extra_fields``; False
+    when the body cannot be read as members (the orjson path then reads the page)."""
+    items = sent_items(body)
+    if items is None or len(items) != len(records):
+        return False
+    for position, record in enumerate(records):
+        members = sent_record(items, position, change=False)
+        if members is None:
+            return False
+        if len(members) != len(KNOWN_RECORD_FIELDS):
+            extra = members_text(
+                (name, bytes(value))
+                for name, value in members.items()
+                if name not in KNOWN_RECORD_FIELDS
+            )
+            records[position] = msgspec.structs.replace(record, extra_fields=extra)
+    return True
+
+
+def _decoded(body: bytes) -> tuple[_WireAnswer | _DriftAnswer, bool] | None:
+    """The answer, and whether a record carried a member recordsync does not know."""
+    try:
+        return _WIRE.decode(body), False
+    except msgspec.ValidationError:
+        try:  # an unknown member, or a page the orjson path must judge
+            return _DRIFT.decode(body), True
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            return None
+    except (msgspec.DecodeError, RecursionError):
+        # RecursionError: an unknown member nested deeper than msgspec follows (it skips
+        # members by recursion); the orjson path reads or refuses the answer.
+        return None
+
+
 def usual_records_page(body: bytes) -> RecordsPage | None:
     """The records page of a successful answer's ``body`` when it is a valid envelope and every
     item has the usual form; None for anything else (see above: the caller then takes the
     orjson path, which tells what is wrong)."""
-    try:
-        answer = _WIRE.decode(body)
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-        # RecursionError: an unknown member nested deeper than msgspec follows (it skips
-        # members by recursion); the orjson path reads or refuses the answer.
+    decoded = _decoded(body)
+    if decoded is None:
         return None
+    answer, drift = decoded
     page = answer.data
     if (page.has_more and page.next_cursor is None) or not _usual_forms(page.items):
         return None
     try:  # the usual forms are valid: only an impossible date (February 30th) fails here
         records = msgspec.convert(page.items, list[Record], from_attributes=True)
     except msgspec.ValidationError:
+        return None
+    if drift and not _keep_sent_unknown(records, body):
         return None
     projection_as_of = None
     if page.projection_as_of is not None:
@@ -473,16 +590,35 @@ def usual_records_page(body: bytes) -> RecordsPage | None:
 
 
 def parse_changes_page(
-    data: object, *, endpoint: str = "record-changes", request_id: str | None = None
+    data: object,
+    *,
+    endpoint: str = "record-changes",
+    request_id: str | None = None,
+    body: bytes | None = None,
 ) -> ChangesPage:
+    """``body``, the answer ``data`` was read from, gives the unknown members their bytes."""
     shape = _PageShape(data, endpoint=endpoint, request_id=request_id)
     changes: list[RecordChange] = []
     rejected: list[RejectedItem] = []
+    drifted: list[tuple[int, int, dict[str, Any]]] = []
     for position, raw in enumerate(shape.items()):
         try:
             changes.append(parse_change(raw))
         except InvalidRecordError as exc:
             rejected.append(_reject(position, raw, exc))
+            continue
+        record = raw["record"]
+        if has_unknown(record):
+            drifted.append((position, len(changes) - 1, record))
+    if rejected and body is not None:
+        rejected = _as_sent(rejected, body)
+    if drifted:
+        records = [change.record for change in changes]
+        _keep_unknown(records, drifted, body, change=True)
+        changes = [
+            change if change.record is record else dataclasses.replace(change, record=record)
+            for change, record in zip(changes, records, strict=True)
+        ]
     return ChangesPage(
         changes=changes,
         rejected=rejected,

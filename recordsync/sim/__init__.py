@@ -30,6 +30,7 @@ It imports only the core and ``recordsync.platform.signing`` from the package: n
 client, the sync, the warehouse or the service (``lint-imports`` holds it to that).
 """
 
+from recordsync.sim.added_fields import FIELD_KINDS, AddedField
 from recordsync.sim.config import (
     DEMO_MERCHANT_ID,
     DEMO_SECRET,
@@ -51,8 +52,10 @@ __all__ = [
     "DEMO_SECRET",
     "DEVIATION_KINDS",
     "FAULT_KINDS",
+    "FIELD_KINDS",
     "OPTIONAL_ENDPOINTS",
     "SEQUENCE_BASE",
+    "AddedField",
     "Announcement",
     "EventStats",
     "FaultRates",

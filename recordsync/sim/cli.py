@@ -17,6 +17,7 @@ from pathlib import Path
 from types import FrameType
 
 from recordsync.core.errors import ConfigurationError
+from recordsync.sim.added_fields import FIELD_KINDS, AddedField
 from recordsync.sim.config import (
     DEFAULT_SEED,
     DEMO_MERCHANT_ID,
@@ -95,6 +96,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="the merchant URL: each live round that ends is announced by a signed POST to "
         "URL/v1/round-events, for every merchant (X-Merchant-Id tells them apart); "
         "default: none sent",
+    )
+    parser.add_argument(
+        "--add-field",
+        action="append",
+        default=[],
+        metavar="NAME:KIND[:FROM_MS]",
+        help="records carry a member recordsync does not know: KIND one of "
+        + ", ".join(FIELD_KINDS)
+        + "; from FROM_MS (platform ms since the epoch) on, default always; repeatable",
     )
     faults = parser.add_argument_group("faults (rates from 0 to 1)")
     for option, _, text in _FAULT_OPTIONS:
@@ -176,8 +186,18 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         wallet_mode=args.wallet_mode,
         faults=faults,
         events_url=args.events_url,
+        added_fields=tuple(_added_field(text) for text in args.add_field),
     )
     return _refused(config if merchants == 1 else config.with_merchants(merchants), args.refuse)
+
+
+def _added_field(text: str) -> AddedField:
+    name, _, rest = text.partition(":")
+    kind, _, since = rest.partition(":")
+    try:
+        return AddedField(name, kind or "string", int(since) if since else 0)
+    except ValueError:
+        raise ConfigurationError(f"--add-field {text!r}: FROM_MS must be an integer") from None
 
 
 def _announce(simulator: Simulator) -> None:

@@ -19,6 +19,7 @@ import hashlib
 from dataclasses import dataclass, field, fields, replace
 
 from recordsync.core.errors import ConfigurationError
+from recordsync.sim.added_fields import AddedField
 
 DEMO_MERCHANT_ID = "demo-merchant"
 # A fixed, public, 43-character demo secret (spec: Authentication, a 43-character string).
@@ -197,6 +198,8 @@ class MerchantProfile:
     # This merchant's URL for round-end notifications; None: ``SimConfig.events_url``.
     events_url: str | None = None
     refusals: Refusals = ()
+    # Members the platform adds to this merchant's records (``added_fields``).
+    added_fields: tuple[AddedField, ...] = ()
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -227,6 +230,7 @@ def _merchant_problems(merchant: MerchantProfile | SimConfig) -> list[str]:
         [message for ok, message in checks if not ok]
         + merchant.faults.problems()
         + _refusal_problems(merchant.refusals)
+        + [problem for added in merchant.added_fields for problem in added.problems()]
     )
 
 
@@ -258,6 +262,7 @@ class SimConfig:
     wallet_mode: str = "TRANSFER"
     faults: FaultRates = FaultRates()
     refusals: Refusals = ()  # the first merchant's refused optional endpoints
+    added_fields: tuple[AddedField, ...] = ()  # members added to the first merchant's records
     merchants: tuple[MerchantProfile, ...] = ()
     # Round-end notifications (spec: Events, Round end).  ``events_url`` is the merchant URL:
     # every live round that ends is POSTed to ``{events_url}/v1/round-events``, for every
@@ -335,6 +340,7 @@ class SimConfig:
             record_seconds=self.record_seconds,
             faults=self.faults,
             refusals=self.refusals,
+            added_fields=self.added_fields,
         )
         return (first, *self.merchants)
 

@@ -83,6 +83,7 @@ class SimulatedMerchant:
             history,
             LiveEvents(profile.seed),
             on_round_end=self._announce if self.channel is not None else None,
+            added_fields=profile.added_fields,
         )
         self._hidden_players = seeded(profile.seed, "hidden-rounds")
         self._hidden: dict[str, RoundEnd] = {}

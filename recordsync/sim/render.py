@@ -13,6 +13,7 @@ from typing import Any, Final
 
 import orjson
 
+from recordsync.sim.added_fields import AddedField, members_text
 from recordsync.sim.data import (
     CURRENCIES,
     NO_TIME,
@@ -53,8 +54,11 @@ def format_amount(units: int, scale: int) -> str:
 class Renderer:
     """Prints records at a given change, from the columns, as JSON bytes."""
 
-    def __init__(self, catalog: Catalog, cols: Columns) -> None:
+    def __init__(
+        self, catalog: Catalog, cols: Columns, added_fields: tuple[AddedField, ...] = ()
+    ) -> None:
         self.cols = cols
+        self.added_fields = added_fields
         self.player_ids = catalog.player_ids
         self.game_ids = catalog.game_ids
         self.currency_codes = tuple(code for code, _, _, _ in CURRENCIES)
@@ -88,8 +92,14 @@ class Renderer:
             f'"status":"{STATUS_NAMES[status]}",'
             f'"created_at":"{format_ms(cols.created_ms[record])}",'
             f'"settled_at":{settled_text},'
-            f'"updated_at":"{format_ms(cols.changed_ms[change])}"}}'
+            f'"updated_at":"{format_ms(cols.changed_ms[change])}"'
+            f"{self._added(change)}}}"
         )
+
+    def _added(self, change: int) -> str:
+        if not self.added_fields:
+            return ""
+        return members_text(self.added_fields, change, self.cols.changed_ms[change])
 
     def record_json(self, change: int) -> bytes:
         return self.record_text(change).encode()

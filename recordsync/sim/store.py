@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from recordsync.sim.added_fields import AddedField
 from recordsync.sim.data import (
     CURRENCIES,
     NO_TIME,
@@ -86,6 +87,7 @@ class Store:
         live: LiveEvents,
         *,
         on_round_end: RoundEndListener | None = None,
+        added_fields: tuple[AddedField, ...] = (),
     ) -> None:
         self._lock = threading.Lock()
         # Told of the live rounds that end, after the lock is released (history rounds ended
@@ -94,7 +96,7 @@ class Store:
         self._catalog = history.catalog
         self._cols = history.columns
         self._live = live
-        self._render = Renderer(self._catalog, self._cols)
+        self._render = Renderer(self._catalog, self._cols, added_fields)
         self._player_index = {pid: i for i, pid in enumerate(self._catalog.player_ids)}
         self._game_index = {gid: i for i, gid in enumerate(self._catalog.game_ids)}
         # Records in API order; history indexes already are, live rounds are inserted.

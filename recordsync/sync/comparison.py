@@ -17,7 +17,8 @@ revision"):
   stored a newer change after the snapshot was taken): newer, not an error.
 
 Fields are compared as values: money as exact ``Decimal`` (``1.50`` equals ``1.5``, and no
-float ever takes part), times as instants (the same moment in any time zone is equal).
+float ever takes part), times as instants (the same moment in any time zone is equal), the
+unknown members by their values (``core.extra_fields``: a backend may respell them).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from datetime import date, datetime
 from enum import StrEnum
 from typing import Any, Final
 
+from recordsync.core.extra_fields import same_extra
 from recordsync.core.models import Record
 
 # How many record ids of each kind a day keeps to show; the counts are always complete.
@@ -57,7 +59,13 @@ REPAIRABLE: Final = FAULTS
 def differing_fields(platform: Record, stored: Record) -> tuple[str, ...]:
     """The fields whose values differ (``Decimal`` and aware ``datetime`` compare by value)."""
     return tuple(
-        name for name in COMPARED_FIELDS if getattr(platform, name) != getattr(stored, name)
+        name
+        for name in COMPARED_FIELDS
+        if (
+            not same_extra(platform.extra_fields, stored.extra_fields)
+            if name == "extra_fields"
+            else getattr(platform, name) != getattr(stored, name)
+        )
     )
 
 

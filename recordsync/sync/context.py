@@ -24,6 +24,7 @@ from typing import Any, Final
 
 import structlog
 
+from recordsync.core.extra_fields import unknown_counts
 from recordsync.core.models import KNOWN_STATUSES, Record, RecordsPage, RejectedItem
 from recordsync.core.state import WindowPage
 from recordsync.core.stopping import Stopper
@@ -36,6 +37,8 @@ from recordsync.sync.ports import RecordSource, SyncStore
 from recordsync.sync.resilience import StepRunner
 
 _STATUS: Final = attrgetter("status")
+_EXTRA: Final = attrgetter("extra_fields")
+_RECORD_ID: Final = attrgetter("record_id")
 
 log = structlog.get_logger("recordsync.sync")
 
@@ -61,6 +64,9 @@ class SyncContext:
     window_commits: GroupCommits[WindowPage, object] | None = field(init=False)
     caught_up: threading.Event = field(init=False, default_factory=threading.Event)
     log: Any = field(init=False)
+    # Unknown record members already warned of by this process (one warning per name).
+    warned_fields: set[str] = field(init=False, default_factory=set)
+    _warned_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         concurrent = self.warehouse.concurrent_writes
@@ -81,6 +87,26 @@ class SyncContext:
 
     def _commit_window_pages(self, pages: Sequence[WindowPage]) -> Sequence[object]:
         return self.warehouse.commit_window_pages(pages)
+
+    def _report_unknown_fields(self, records: Sequence[Record]) -> None:
+        """Members the platform added: counted for every row, and one warning per name the
+        first time this process commits it (kept in ``extra_fields``, listed by ``status``)."""
+        extras = list(map(_EXTRA, records))
+        if extras.count(None) == len(extras):
+            return
+        found = unknown_counts(extras, map(_RECORD_ID, records))
+        self.observer.unknown_fields({name: rows for name, (rows, _) in found.items()})
+        with self._warned_lock:  # window workers commit side by side
+            new = {name: seen for name, seen in found.items() if name not in self.warned_fields}
+            self.warned_fields.update(new)
+        for name, (rows, record_id) in new.items():
+            self.log.warning(
+                "record_field_unknown",
+                field=name,
+                record_id=record_id,
+                rows=rows,
+                action="kept in extra_fields; recordsync fields promote makes it a column",
+            )
 
     def phase(self, phase: str) -> None:
         """Every later event of this merchant carries the phase; observers hear of it too
@@ -131,6 +157,7 @@ class SyncContext:
                 record_ids=[item.record_id for item in rejected[:5]],
                 request_id=request_id,
             )
+        self._report_unknown_fields(records)
         # Counted by one loop in C (Counter over map), then judged per distinct status.
         statuses = Counter(map(_STATUS, records))
         unknown = {status: n for status, n in statuses.items() if status not in KNOWN_STATUSES}

@@ -41,6 +41,9 @@ class SyncObserver:
     def quarantined(self, source: str, count: int) -> None:
         """Items failed validation and were stored in the quarantine."""
 
+    def unknown_fields(self, rows: dict[str, int]) -> None:
+        """Committed rows carried members recordsync does not know: rows per member name."""
+
     def page_written(self, source: str, seconds: float) -> None:
         """One page's warehouse transaction took ``seconds`` (rows, quarantine and cursor)."""
 
@@ -121,6 +124,10 @@ class MultiObserver(SyncObserver):
     def quarantined(self, source: str, count: int) -> None:
         for observer in self.observers:
             observer.quarantined(source, count)
+
+    def unknown_fields(self, rows: dict[str, int]) -> None:
+        for observer in self.observers:
+            observer.unknown_fields(rows)
 
     def page_written(self, source: str, seconds: float) -> None:
         for observer in self.observers:

@@ -18,6 +18,7 @@ from typing import Any, Final
 from sqlalchemy import Engine, event
 
 from recordsync.core.state import SyncState
+from recordsync.warehouse.fields.sightings import Sighting
 from recordsync.warehouse.store import Warehouse
 from recordsync.warehouse.timeouts import READS, SessionLimits
 from recordsync.warehouse.values import (
@@ -76,6 +77,9 @@ class WarehouseReader:
 
     def drift_check_run(self, merchant_id: str) -> DriftCheckRun | None:
         return self._warehouse.drift_check_run(merchant_id)
+
+    def unknown_fields(self, merchant_id: str) -> list[Sighting]:
+        return self._warehouse.unknown_fields(merchant_id)
 
     def availability(self, merchant_id: str) -> list[Availability]:
         return self._warehouse.availability(merchant_id)

@@ -43,6 +43,7 @@ from recordsync.warehouse.types import (
     big_id,
     cursor_text,
     exact_decimal,
+    json_text,
     large_text,
     utc_datetime,
 )
@@ -89,6 +90,9 @@ records = Table(
     Column("refund_units", BigInteger, nullable=True),
     Column("payout_units", BigInteger, nullable=True),
     Column("net_units", BigInteger, nullable=True),
+    # Revision 0016: the members of the record recordsync does not know, as sent
+    # (``Record.extra_fields``); NULL when it had none.
+    Column("extra_fields", json_text(), nullable=True),
     # Each secondary index is read by a query (revision 0017 dropped two that none read):
     # creation time by the dry runs' counts, verify, report's newest day and the OPEN-rounds
     # panels; player by daily_player_summary and a player's rounds (docs/bi.md).
@@ -126,6 +130,7 @@ record_revisions = Table(
     Column("sequence", cursor_text(), nullable=True),
     Column("changed_at", utc_datetime(), nullable=True),
     Column("synced_at", utc_datetime(), nullable=False),
+    Column("extra_fields", json_text(), nullable=True),  # revision 0016, as in records
 )
 
 sync_state = Table(
@@ -524,3 +529,35 @@ def metadata_for(dialect_name: str) -> MetaData:
 # Alembic's bookkeeping table, named for us so it cannot clash with a warehouse that already
 # runs its own Alembic history in the same database.
 VERSION_TABLE: Final = "recordsync_alembic_version"
+
+# Revision 0016: every unknown member name a merchant's records carried, when it was first and
+# last seen (the database's clock) and the first record that had it (``fields.sightings``).
+record_field_sightings = Table(
+    "record_field_sightings",
+    metadata,
+    Column("merchant_id", String(ID_LENGTH), primary_key=True),
+    Column("field", String(ID_LENGTH), primary_key=True),
+    Column("first_seen_at", utc_datetime(), nullable=False),
+    Column("last_seen_at", utc_datetime(), nullable=False),
+    Column("first_record_id", String(ID_LENGTH), nullable=False),
+)
+
+# Revision 0016: the unknown fields promoted to typed columns of ``records`` and
+# ``record_revisions`` (``fields.promotion``), and how far their filling from ``extra_fields``
+# got: the key of the last row done in ``fill_table``, so a stopped promotion resumes there.
+promoted_fields = Table(
+    "promoted_fields",
+    metadata,
+    Column("field", String(ID_LENGTH), primary_key=True),
+    Column("column_name", String(CODE_LENGTH), nullable=False),
+    Column("type", String(CODE_LENGTH), nullable=False),
+    Column("state", String(CODE_LENGTH), nullable=False),
+    Column("requested_at", utc_datetime(), nullable=False),
+    Column("finished_at", utc_datetime(), nullable=True),
+    Column("fill_table", String(CODE_LENGTH), nullable=True),
+    Column("fill_merchant_id", String(ID_LENGTH), nullable=True),
+    Column("fill_record_id", String(ID_LENGTH), nullable=True),
+    Column("fill_revision", BigInteger, nullable=True),
+    Column("rows_filled", BigInteger, nullable=False),
+    Column("rows_unfit", BigInteger, nullable=False),
+)

@@ -19,13 +19,14 @@ the sync hands it and answers what was stored.
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import structlog
 from sqlalchemy import Connection, Engine
@@ -71,6 +72,10 @@ from recordsync.warehouse.connection import (
     warehouse_url,
 )
 from recordsync.warehouse.controls import ControlStore
+from recordsync.warehouse.fields import promotion
+from recordsync.warehouse.fields.promoted import Promoted, PromotedCache
+from recordsync.warehouse.fields.promotion import FieldsView, PromotionPlan, PromotionResult
+from recordsync.warehouse.fields.sightings import Sighting, SightingRefresh, read_sightings
 from recordsync.warehouse.lease import FleetSession, epochs, support
 from recordsync.warehouse.lease.backends import merchant_locks
 from recordsync.warehouse.merchant_store import MerchantStore
@@ -101,6 +106,10 @@ _log = structlog.get_logger(__name__)
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+# Seconds a writer's view of the promoted fields may be old (``fields.promotion`` waits more).
+PROMOTED_TTL: Final = 2.0
 
 
 class Warehouse:
@@ -145,6 +154,9 @@ class Warehouse:
         self._keep_revisions = keep_revisions
         self._page_writer: PageWriter | None = None  # compiled at the first write (see there)
         self._ddl: Engine | None = None  # schema changes: built when first needed (``_ddl``)
+        # The fields promoted to columns, which every page fills (``fields.promoted``).
+        self.promoted_fields = PromotedCache(engine, PROMOTED_TTL)
+        self._sighting_refresh = SightingRefresh()
 
     @classmethod
     def connect(
@@ -425,6 +437,7 @@ class Warehouse:
         cursor that covers it, as ``commit_window_page`` does for one."""
         now = self._clock()
         action = "commit window page" if len(pages) == 1 else "commit window pages"
+        promoted = self._promoted()
         plans = [
             page_commits.plan_page(
                 page.records,
@@ -434,6 +447,8 @@ class Warehouse:
                 position=page.position,
                 keep_revisions=self._keep_revisions,
                 now=now,
+                promoted=promoted,
+                refresh=functools.partial(self._sighting_refresh.due, merchant_id),
             )
             for page in pages
         ]
@@ -480,6 +495,8 @@ class Warehouse:
             keep_revisions=self._keep_revisions,
             now=now,
             changes=page.changes,
+            promoted=self._promoted(),
+            refresh=functools.partial(self._sighting_refresh.due, merchant_id),
         )
 
         def send(conn: Connection) -> None:
@@ -763,6 +780,46 @@ class Warehouse:
         """When the merchant's drift check last ran and since when it waits; None: never."""
         with translate_errors("read drift checks"), self._engine.begin() as conn:
             return drift_checks.last_run(conn, merchant_id)
+
+    def fields(self) -> FieldsView:
+        """The promoted fields and the unknown ones (``recordsync fields list``)."""
+        with translate_errors("read fields"):
+            return promotion.list_fields(self._engine)
+
+    def promotion_plan(self, field: str, kind: str) -> PromotionPlan:
+        """What promoting ``field`` would do: the rows carrying it now."""
+        with translate_errors("read promotion"):
+            return promotion.plan(self._engine, field, kind)
+
+    def promote_field(
+        self,
+        field: str,
+        kind: str,
+        *,
+        batch: int = promotion.BATCH,
+        on_batch: Callable[[int, int], None] | None = None,
+    ) -> PromotionResult:
+        """Promote ``field`` to a column of type ``kind`` (``fields.promotion``), waiting for
+        every writer to see it first (twice its view's age and a page's transaction)."""
+        with translate_errors("promote field"):
+            return promotion.promote(
+                self._schema_engine(),
+                field,
+                kind,
+                settle=2 * self.promoted_fields.ttl + 1.0,
+                sleep=self._sleep,
+                batch=batch,
+                on_batch=on_batch,
+            )
+
+    def _promoted(self) -> tuple[Promoted, ...]:
+        with translate_errors("read promoted fields"):
+            return self.promoted_fields.current()
+
+    def unknown_fields(self, merchant_id: str) -> list[Sighting]:
+        """The record members the merchant's pages carried that recordsync does not know."""
+        with translate_errors("read unknown fields"), self._engine.begin() as conn:
+            return read_sightings(conn, merchant_id)
 
     def freshness(self, merchant_id: str) -> Freshness | None:
         """The merchant's row of ``sync_freshness``; None before the first (re)build."""

@@ -43,10 +43,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from decimal import Context, Decimal
-from typing import Final
+from typing import Any, Final
 
 import msgspec
-from sqlalchemy import BigInteger, Date, Integer, Numeric, String, Text
+from sqlalchemy import BigInteger, Date, Integer, Numeric, String, Text, cast
 from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
@@ -247,3 +247,50 @@ def large_text() -> TypeEngine[str]:
 def big_id() -> TypeEngine[int]:
     """A surrogate key: BIGINT, but INTEGER on SQLite, where only that is the rowid alias."""
     return BigInteger().with_variant(Integer(), "sqlite")
+
+
+class _JsonAsText(TypeDecorator[str]):
+    """A JSON column read and written as its text, never through a JSON library.
+
+    The drivers' JSON handling (psycopg's loads, SQLAlchemy's JSON types) reads a number
+    into a float; ``extra_fields`` holds the platform's numbers as their decimal text, so
+    the value goes in as text the server parses (PostgreSQL ``CAST(... AS JSONB)``) and comes
+    back as text (``CAST(... AS TEXT)``): the same on every backend.
+    """
+
+    impl = Text
+    cache_ok = True
+
+    def __init__(self, spelled: TypeEngine[Any], backend: str) -> None:
+        super().__init__()
+        self._spelled = spelled
+        self._backend = backend
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        return self._spelled
+
+    def bind_processor(self, dialect: Dialect) -> None:
+        return None
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> None:
+        return None
+
+    def bind_expression(self, bindvalue: Any) -> Any:
+        if self._backend == "postgresql":
+            return cast(bindvalue, postgresql.JSONB)
+        return bindvalue
+
+    def column_expression(self, column: Any) -> Any:
+        if self._backend == "postgresql":
+            return cast(column, Text)
+        return column
+
+
+def json_text() -> TypeEngine[str]:
+    """A JSON document kept as its text: ``jsonb`` on PostgreSQL, ``JSON`` on MariaDB (its
+    ``LONGTEXT`` checked valid), ``TEXT`` on SQLite (see ``_JsonAsText``)."""
+    return (
+        Text()
+        .with_variant(_JsonAsText(postgresql.JSONB(), "postgresql"), "postgresql")
+        .with_variant(_JsonAsText(mysql.JSON(), "mysql"), *MYSQL_FAMILY)
+    )

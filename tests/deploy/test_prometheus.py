@@ -39,6 +39,8 @@ EXPECTED_ALERTS = {
     "RecordsyncRoundsAnnouncedMissing",
     # A merchant's sync that dies of an unexpected error and is restarted (a bug).
     "RecordsyncMerchantSyncFailing",
+    # Records that carry a member recordsync does not know (kept in extra_fields).
+    "RecordsyncRecordFieldUnknown",
 }
 # About the process, not a merchant's sync.
 PROCESS_ALERTS = {"RecordsyncDown"}

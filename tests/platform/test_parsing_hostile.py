@@ -80,7 +80,9 @@ def read(endpoint, raw, parse):
     """What the client makes of the bytes: the page, or the ProtocolError refusing it."""
     try:
         reply = decode_reply(endpoint, 200, HEADERS, raw)
-        return parse(reply.data, request_id=reply.request_id)
+        if parse is parse_games_page:
+            return parse(reply.data, request_id=reply.request_id)
+        return parse(reply.data, request_id=reply.request_id, body=reply.body)
     except ProtocolError as exc:
         refused = exc
     assert refused.endpoint == endpoint

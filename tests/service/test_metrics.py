@@ -8,12 +8,16 @@ import httpx
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from support.clocks import FakeClock
+from support.fakes import FakePlatform, FakeStore, make_context
+from support.warehouse_samples import make_record
 
 from recordsync import __version__
 from recordsync.core.secret import Secret
 from recordsync.core.state import Window, backfill_job
 from recordsync.metrics import (
+    MAX_UNKNOWN_FIELDS,
     MERCHANT_LABEL,
+    OTHER_FIELDS_LABEL,
     PROCESS_WIDE,
     EventOutcome,
     MetricName,
@@ -396,6 +400,7 @@ def test_every_named_metric_is_exposed_with_conventional_names(metrics, merchant
     observer.tail_interval(4.0)
     observer.drift_check_scheduled(60.0)
     observer.quarantined("tail", 1)
+    observer.unknown_fields({"tax": 1})
     observer.rebuild_started("x")
     observer.error("ServerError")
     client = ClientMetricsObserver(merchant)
@@ -448,6 +453,7 @@ PER_MERCHANT = [
     (MetricName.CHANGES_APPLIED, {}, 7, 14),
     (MetricName.PAGES_COMMITTED, {"source": "rebuild"}, 1, 2),
     (MetricName.RECORDS_QUARANTINED, {"source": "tail"}, 1, 2),
+    (MetricName.RECORD_FIELDS_UNKNOWN, {"field": "tax"}, 3, 6),
     (f"{MetricName.WAREHOUSE_WRITE_DURATION}_count", {}, 1, 2),
     (MetricName.LAST_COMMIT, {}, START + 10, START + 70),
     (MetricName.SNAPSHOT_WINDOWS_TOTAL, {"kind": "rebuild"}, 10, 15),
@@ -513,6 +519,7 @@ def feed(metrics, merchant_id, n, clock):
         client.on_rate_limited("records", 1.0)
         sync.window_page("rebuild", WINDOW, 100, done=True)
         sync.quarantined("tail", 1)
+        sync.unknown_fields({"tax": 3})
         sync.page_written("tail", 0.01)
         sync.rebuild_started("change cursor expired")
         sync.error("ServerError")
@@ -717,3 +724,23 @@ def test_a_lease_not_confirmed_shows_as_not_held_at_once(metrics, registry):
     assert value(registry, MetricName.LEASE_HELD, merchant_id="m-a") == 0
     assert value(registry, MetricName.LEASE_HELD, merchant_id="m-b") == 1
     assert value(registry, MetricName.MERCHANTS_HELD, merchant_id=None) == 1
+
+
+def test_rows_carrying_unknown_record_members_are_counted_by_member(merchant, registry):
+    ctx = make_context(FakePlatform(), FakeStore(), observer=SyncMetricsObserver(merchant))
+    page = [
+        make_record("r1", extra_fields='{"tax":1,"channel":"web"}'),
+        make_record("r2", extra_fields='{"tax":2}'),
+        make_record("r3"),
+    ]
+    ctx.after_commit("snapshot", page, [], "req-1")
+    ctx.after_commit("tail", page[1:], [], "req-2")
+    assert value(registry, MetricName.RECORD_FIELDS_UNKNOWN, field="tax") == 3
+    assert value(registry, MetricName.RECORD_FIELDS_UNKNOWN, field="channel") == 1
+
+
+def test_unknown_member_names_past_the_cap_share_one_label(merchant, registry):
+    observer = SyncMetricsObserver(merchant)
+    observer.unknown_fields({f"f{n}": 1 for n in range(MAX_UNKNOWN_FIELDS + 5)})
+    assert value(registry, MetricName.RECORD_FIELDS_UNKNOWN, field="f0") == 1
+    assert value(registry, MetricName.RECORD_FIELDS_UNKNOWN, field=OTHER_FIELDS_LABEL) == 5

@@ -15,6 +15,7 @@ import orjson
 import pytest
 from sqlalchemy import select
 from support.synccheck import environment_for, start_daemon
+from support.warehouse_samples import make_record
 
 from recordsync import cli
 from recordsync.core.models import RejectedItem
@@ -326,3 +327,43 @@ def test_a_count_past_the_cap_is_shown_as_more_than():
     )
     assert rows_text(report) == "more than 100,000"
     assert rows_text(dataclasses.replace(report, records_exact=True)) == "100,000"
+
+
+def test_status_lists_the_unknown_record_fields_with_first_and_last_sighting(
+    config, capsys, tmp_path
+):
+    url = f"sqlite:///{tmp_path / 'status.db'}"
+    store = Warehouse.connect(url)
+    try:
+        store.commit_window_page(
+            MERCHANT,
+            REBUILD_JOB,
+            Window(T0 - timedelta(days=1), T0),
+            records=[make_record("r-7", extra_fields='{"tax_amount":"0.25"}')],
+            rejected=[],
+            next_cursor="n1",
+            cursor_issued_at=T0,
+            done=False,
+            position="first",
+        )
+        store.commit_window_page(
+            MERCHANT,
+            REBUILD_JOB,
+            Window(T0 - timedelta(days=1), T0),
+            records=[make_record("r-8", extra_fields='{"tax_amount":"0.5"}')],
+            rejected=[],
+            next_cursor="n2",
+            cursor_issued_at=T0,
+            done=False,
+            position="n1",
+        )
+    finally:
+        store.close()
+    assert cli.main(["--config", str(config), "status"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if "tax_amount" in line)
+    assert "r-7" in line
+    assert cli.main(["--config", str(config), "status", "--json"]) == 0
+    (seen,) = json.loads(capsys.readouterr().out)["merchants"][0]["unknown_fields"]
+    assert seen["field"] == "tax_amount"
+    assert seen["first_record_id"] == "r-7"
+    assert seen["first_seen_at"] <= seen["last_seen_at"]

@@ -14,7 +14,7 @@ from recordsync.warehouse.pages.staging import STAGE_COLUMNS, stage_page
 
 PLAIN = (
     "a\t1\tplayer-1\tgame-1\tUSD\tround-a\t\\N\t10.00\t0\t0\t-10.00\tOPEN\t"
-    "2024-03-01T00:01:00Z\t\\N\t2024-03-01T00:01:01Z\t\\N\t\\N\tt\tt\n"
+    "2024-03-01T00:01:00Z\t\\N\t2024-03-01T00:01:01Z\t\\N\t\\N\t\\N\tt\tt\n"
 )
 
 

@@ -17,6 +17,7 @@ from sqlalchemy.schema import CreateTable
 from support.dbfixtures import fresh_database
 from support.warehouse_samples import make_record
 
+from recordsync.core.extra_fields import members
 from recordsync.core.models import Record
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.pages.postgres.copy import StageCopy
@@ -50,8 +51,13 @@ def staged_back(
             StageCopy().load_csv(conn, body)
         else:
             StageCopy().load(conn, copy_text(batch))
-        rows = conn.execute(text(f"SELECT {', '.join(STAGE_COLUMNS)} FROM {stage.name}"))
-        return [dict(row._mapping) for row in rows]
+        columns = ", ".join(
+            f"{name}::text AS {name}" if name == "extra_fields" else name for name in STAGE_COLUMNS
+        )
+        rows = conn.execute(text(f"SELECT {columns} FROM {stage.name}"))
+        return [
+            {**row._mapping, "extra_fields": members(row._mapping["extra_fields"])} for row in rows
+        ]
 
 
 def expected(item: StagedRevision) -> dict[str, Any]:
@@ -72,6 +78,7 @@ def expected(item: StagedRevision) -> dict[str, Any]:
         "created_at": r.created_at,
         "settled_at": r.settled_at,
         "updated_at": r.updated_at,
+        "extra_fields": members(r.extra_fields),
         "sequence": item.sequence,
         "changed_at": item.changed_at,
         "is_top": item.is_top,
@@ -97,8 +104,25 @@ times = st.builds(
 )
 
 
+# Unknown members as the platform may send them: every JSON type, a 30-digit decimal, and text
+# holding what COPY text escapes.
+extras = st.sampled_from(
+    [
+        '{"tax":123456789012345678901234567890.123456789}',
+        '{"s":"a\\tb\\\\c","n":null,"b":true,"i":-7,"o":{"x":[1,"2",{"y":0.10}]}}',
+        '{"a": [ ],\n\t"e": "\\n"}',
+    ]
+)
+
+MAYBE_EXTRAS = st.none() | extras
+
+
 @st.composite
-def records(draw: st.DrawFn, values: st.SearchStrategy[str] = values) -> Record:
+def records(
+    draw: st.DrawFn,
+    values: st.SearchStrategy[str] = values,
+    extra: st.SearchStrategy[str | None] = MAYBE_EXTRAS,
+) -> Record:
     return replace(
         make_record(draw(values.filter(bool)), revision=draw(st.integers(0, 2**63 - 1))),
         player_id=draw(values),
@@ -111,6 +135,7 @@ def records(draw: st.DrawFn, values: st.SearchStrategy[str] = values) -> Record:
         created_at=draw(times),
         settled_at=draw(st.none() | times),
         updated_at=draw(times),
+        extra_fields=draw(extra),
     )
 
 
@@ -143,7 +168,8 @@ plain_values = st.text(
 
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    batch=st.lists(records(plain_values), min_size=1, max_size=6),
+    # Unknown members always hold a quote, which CSV would escape: those pages go as text.
+    batch=st.lists(records(plain_values, st.none()), min_size=1, max_size=6),
     in_history=st.booleans(),
 )
 def test_a_snapshot_page_comes_back_exactly_from_the_stage_by_csv(

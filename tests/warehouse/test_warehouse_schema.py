@@ -24,6 +24,7 @@ IDENTITY_TABLES = {"warehouse_identity", "schema_revisions", "drift_checks"}  # 
 CATALOGUE_TABLES = {"games", "game_localizations"}
 AVAILABILITY_TABLES = {"endpoint_availability"}  # revision 0009
 ROLLUP_TABLES = {"summary_deltas", "daily_game_totals", "daily_player_totals", "summary_builds"}
+FIELD_TABLES = {"record_field_sightings", "promoted_fields"}  # revision 0016
 TABLES = {
     "records",
     "record_revisions",
@@ -40,6 +41,7 @@ TABLES = {
     *CATALOGUE_TABLES,
     *AVAILABILITY_TABLES,
     *ROLLUP_TABLES,  # revision 0015
+    *FIELD_TABLES,
 }
 VIEWS = {
     "daily_game_summary",
@@ -158,6 +160,8 @@ def test_scripts_are_found_from_the_source_checkout():
         "0013_merchant_controls.py",
         "0014_warehouse_identity.py",
         "0015_rollups.py",
+        "0016_extra_fields.py",
+        "0017_lean_indexes.py",
     ):
         assert (versions / name).is_file()
 
@@ -216,6 +220,7 @@ def test_the_bi_revisions_downgrade_to_0001_and_upgrade_again(warehouse):
         *IDENTITY_TABLES,
         *CATALOGUE_TABLES,
         *AVAILABILITY_TABLES,
+        *FIELD_TABLES,
     }
     assert inspector.get_view_names() == []
     assert not any(c["name"].endswith("_units") for c in inspector.get_columns("records"))
@@ -238,6 +243,8 @@ REVISIONS = [
     "0012",
     "0013",
     "0014",
+    "0015",
+    "0016",
     "0017",
 ]
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from sqlalchemy.engine import make_url
@@ -38,6 +38,9 @@ from recordsync.service.commands.progress import RichProgress
 from recordsync.service.signals import stop_on_signals
 from recordsync.warehouse import Warehouse
 
+if TYPE_CHECKING:
+    from recordsync.sim import AddedField
+
 CONFIG_NAME = "recordsync-demo.toml"
 
 
@@ -48,6 +51,7 @@ def run_demo(
     rounds_per_day: int,
     merchants: int = 1,
     serve: bool = False,
+    drift: bool = False,
 ) -> int:
     """The README's first command: the simulator and a local SQLite file, synced until caught
     up; with ``merchants`` > 1, that many merchants side by side in one process.  Exit 0 when
@@ -60,7 +64,12 @@ def run_demo(
         raise ConfigurationError(f"--database: {exc}") from None
     console = Console()
     configure_logging(level="warning", log_format=None, stream=sys.stderr)
-    config = SimConfig(history_days=history_days, rounds_per_day=rounds_per_day, live_rate=20.0)
+    config = SimConfig(
+        history_days=history_days,
+        rounds_per_day=rounds_per_day,
+        live_rate=20.0,
+        added_fields=drift_fields(history_days) if drift else (),
+    )
     if merchants > 1:
         config = config.with_merchants(merchants)
     ids = [DEMO_MERCHANT_ID] if merchants == 1 else [p.merchant_id for p in config.profiles]
@@ -112,6 +121,8 @@ def run_demo(
             truths = {merchant_id: sim.truth(merchant_id) for merchant_id in ids}
             equal = _demo_summary(console, settings, truths, time.monotonic() - started)
             _how_to_look(console, settings, config_file, history_from, sim.now(), serve=serve)
+            if drift:
+                _drift_steps(console, config_file)
             if serve:
                 console.print(
                     f"the simulator keeps serving at {sim.base_url} until Ctrl-C: run the "
@@ -122,6 +133,31 @@ def run_demo(
         finally:
             sim.stop()
     return 0 if equal else 1
+
+
+def drift_fields(history_days: int) -> tuple[AddedField, ...]:
+    """What ``--drift`` makes the platform add: a text member on every record, a 30-digit
+    decimal from the middle of the history, a nested object from the live traffic on."""
+    from recordsync.sim import AddedField  # noqa: PLC0415 - as run_demo imports the simulator
+
+    now_ms = int(time.time() * 1000)  # the simulator's own clock: its records' times
+    middle = now_ms - history_days * 43_200_000
+    return (
+        AddedField("channel", "string"),
+        AddedField("tax_amount", "decimal", from_ms=middle),
+        AddedField("jackpot", "object", from_ms=now_ms),
+    )
+
+
+def _drift_steps(console: Console, config_file: Path) -> None:
+    base = f"recordsync --config {config_file}"
+    lines = [
+        "the platform added fields (--drift): status lists them; make one a column with",
+        f"  {base} fields list",
+        f"  {base} fields promote tax_amount --type decimal --dry-run",
+        f"  {base} fields promote tax_amount --type decimal",
+    ]
+    console.print("\n".join(lines), soft_wrap=True, highlight=False, markup=False)
 
 
 @contextlib.contextmanager

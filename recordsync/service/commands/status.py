@@ -34,6 +34,7 @@ from recordsync.warehouse import (
     QuarantinedRecord,
     WarehouseStatus,
 )
+from recordsync.warehouse.fields.sightings import Sighting
 from recordsync.warehouse.reader import WarehouseReader
 from recordsync.warehouse.timeouts import PROBE
 
@@ -53,12 +54,14 @@ class MerchantView:
     # The drift check's last run and wait (None: never ran), and its interval (0: off).
     drift: DriftCheckRun | None = None
     drift_interval: float = 0.0
+    # Record members the platform added that no column holds yet (kept in extra_fields).
+    unknown_fields: Sequence[Sighting] = ()
 
 
 def show_status(settings: Settings, *, as_json: bool, check: bool = False) -> int:
     """Every configured merchant's status: a block each for people, one document for scripts
     (``{"merchants": [{"merchant_id", "status", "quarantined", "holder", "epoch",
-    "freshness", "endpoints", "paused", "drift_check"}, ...]}``)."""
+    "freshness", "endpoints", "paused", "drift_check", "unknown_fields"}, ...]}``)."""
     merchant_ids = _merchant_ids(settings)
     if check:
         return _check(settings, merchant_ids)
@@ -77,6 +80,7 @@ def show_status(settings: Settings, *, as_json: bool, check: bool = False) -> in
                 paused=paused.get(merchant_id),
                 drift=warehouse.drift_check_run(merchant_id),
                 drift_interval=settings.drift_check_interval,
+                unknown_fields=warehouse.unknown_fields(merchant_id),
             )
             for merchant_id in merchant_ids
         ]
@@ -121,6 +125,15 @@ def _json_view(view: MerchantView) -> dict[str, Any]:
         "endpoints": [_plain(dataclasses.asdict(item)) for item in view.endpoints],
         "paused": None if view.paused is None else _plain(dataclasses.asdict(view.paused)),
         "drift_check": _drift_json(view),
+        "unknown_fields": [
+            {
+                "field": item.field,
+                "first_seen_at": item.first_seen_at.isoformat(),
+                "last_seen_at": item.last_seen_at.isoformat(),
+                "first_record_id": item.first_record_id,
+            }
+            for item in view.unknown_fields
+        ],
     }
 
 
@@ -195,6 +208,18 @@ def render_status(console: Console, view: MerchantView) -> None:
                 f"{job.records:,}",
             )
         console.print(jobs)
+    if view.unknown_fields:
+        fields = Table(title="unknown record fields (kept in extra_fields)")
+        for column in ("field", "first seen", "last seen", "first record_id"):
+            fields.add_column(column)
+        for item in view.unknown_fields:
+            fields.add_row(
+                item.field,
+                _when(item.first_seen_at),
+                _when(item.last_seen_at),
+                item.first_record_id,
+            )
+        console.print(fields)
     if quarantined:
         table = Table(title=f"quarantined records: the newest {len(quarantined)}")
         for column in ("id", "source", "record_id", "reason", "quarantined at"):

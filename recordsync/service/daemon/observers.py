@@ -78,6 +78,9 @@ class SyncMetricsObserver(SyncObserver):
     def quarantined(self, source: str, count: int) -> None:
         self._metrics.quarantined(source, count)
 
+    def unknown_fields(self, rows: dict[str, int]) -> None:
+        self._metrics.unknown_fields(rows)
+
     def page_written(self, source: str, seconds: float) -> None:
         self._metrics.observe_write(seconds)
 

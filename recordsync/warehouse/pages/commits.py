@@ -13,17 +13,21 @@ its fence check, with nothing left to wait for from us while the check's lock is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter
 from typing import Any, Final
 
 import msgspec
 from sqlalchemy import Connection, update
 
+from recordsync.core.extra_fields import unknown_counts
 from recordsync.core.models import Record, RecordChange, RejectedItem
 from recordsync.core.state import TailPage, Window
 from recordsync.warehouse import sync_state
+from recordsync.warehouse.fields.promoted import Promoted, fill_page
+from recordsync.warehouse.fields.sightings import record_sightings
 from recordsync.warehouse.pages.quarantine import item_key, quarantine
 from recordsync.warehouse.pages.staging import StagedRevision, stage_page
 from recordsync.warehouse.pages.upsert import collapse, split_unstorable
@@ -33,6 +37,8 @@ from recordsync.warehouse.types import money_units
 from recordsync.warehouse.values import WriteResult
 
 TAIL_SOURCE: Final = "tail"
+_EXTRA: Final = attrgetter("extra_fields")
+_RECORD_ID: Final = attrgetter("record_id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +48,10 @@ class PagePlan:
     staged: list[StagedRevision]
     quarantine: list[dict[str, Any]]
     records: int  # storable records, one per record_id
+    # Unknown member name -> (rows that carried it, the first record that did); {} without drift.
+    unknown: dict[str, tuple[int, str]] = field(default_factory=dict)
+    promoted: tuple[Promoted, ...] = ()  # the promoted fields, whose columns the page fills
+    refresh: frozenset[str] = frozenset()  # the unknown names whose last sighting moves now
 
 
 def plan_page(
@@ -54,7 +64,10 @@ def plan_page(
     keep_revisions: bool,
     now: datetime,
     changes: Sequence[RecordChange] = (),
+    promoted: tuple[Promoted, ...] = (),
+    refresh: Callable[[Collection[str]], frozenset[str]] | None = None,
 ) -> PagePlan:
+    """``refresh``: which of the page's unknown names should move their last sighting."""
     """The storable records (and their history) staged, the rest quarantined; pure."""
     rows, unfit = split_unstorable(collapse(batch))
     where = {"merchant_id": merchant_id, "source": source, "quarantined_at": now}
@@ -65,7 +78,12 @@ def plan_page(
         for item in items
     ]
     staged = stage_page(rows, changes, keep_revisions=keep_revisions)
-    return PagePlan(staged, quarantined, len(rows))
+    extras = list(map(_EXTRA, rows))
+    unknown = {}
+    if extras.count(None) != len(extras):  # the page carried unknown members
+        unknown = unknown_counts(extras, map(_RECORD_ID, rows))
+    due = refresh(unknown.keys()) if unknown and refresh is not None else frozenset(unknown)
+    return PagePlan(staged, quarantined, len(rows), unknown, promoted, due)
 
 
 def commit_window_page(
@@ -174,6 +192,7 @@ def commit_repair(
                 refund_units=money_units(record.refund_amount),
                 payout_units=money_units(record.payout_amount),
                 net_units=money_units(record.net_amount),
+                extra_fields=record.extra_fields,
             )
         )
 
@@ -193,6 +212,10 @@ def _write_plan(
     else:
         writer.write(conn, merchant_id, plan.staged, now)
     quarantine(conn, plan.quarantine)
+    if plan.unknown:
+        record_sightings(conn, merchant_id, plan.unknown, plan.refresh)
+    if plan.promoted and plan.staged:
+        fill_page(conn, merchant_id, plan.staged, plan.promoted)
     return WriteResult(records=plan.records, quarantined=len(plan.quarantine))
 
 

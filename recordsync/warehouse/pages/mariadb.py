@@ -49,8 +49,21 @@ _AMOUNTS: Final = ("bet", "refund", "payout", "net")
 # both tables share (record_id .. updated_at, formatted once per revision), then each table's
 # own; ``_split`` checks the compiled statements against it.
 _SHARED: Final = tuple(c.name for c in records.columns)[1:16]
-RECORD_COLUMNS: Final = ("merchant_id", *_SHARED, "synced_at", *(f"{a}_units" for a in _AMOUNTS))
-HISTORY_COLUMNS: Final = ("merchant_id", *_SHARED, "sequence", "changed_at", "synced_at")
+RECORD_COLUMNS: Final = (
+    "merchant_id",
+    *_SHARED,
+    "synced_at",
+    *(f"{a}_units" for a in _AMOUNTS),
+    "extra_fields",
+)
+HISTORY_COLUMNS: Final = (
+    "merchant_id",
+    *_SHARED,
+    "sequence",
+    "changed_at",
+    "synced_at",
+    "extra_fields",
+)
 _RECORD_KEY: Final = ("merchant_id", "record_id")
 # Every column a records update replaces; ``revision`` last (assignments run left to right).
 _UPDATED: Final = (
@@ -227,7 +240,8 @@ class MariaDBPageWriter:
         )
         record_rows = [
             f"({values},{synced},{_units(r.bet_amount)},{_units(r.refund_amount)},"
-            f"{_units(r.payout_amount)},{_units(r.net_amount)})"
+            f"{_units(r.payout_amount)},{_units(r.net_amount)},"
+            f"{'NULL' if r.extra_fields is None else q(r.extra_fields)})"
             for _, values, r in tops
         ]
         history = [
@@ -239,7 +253,8 @@ class MariaDBPageWriter:
         changed = mysql_time_literals([item.changed_at for _, _, _, item in history])
         history_rows = [
             f"({values},{'NULL' if item.sequence is None else q(item.sequence)},"
-            f"{changed_at},{synced})"
+            f"{changed_at},{synced},"
+            f"{'NULL' if item.record.extra_fields is None else q(item.record.extra_fields)})"
             for (_, _, values, item), changed_at in zip(history, changed, strict=True)
         ]
         return record_rows, history_rows

@@ -157,6 +157,7 @@ def encode(
             updated_at,
             sequence,
             changed_at,
+            r.extra_fields,
             u(r.bet_amount),
             u(r.refund_amount),
             u(r.payout_amount),

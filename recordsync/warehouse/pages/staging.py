@@ -22,9 +22,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
-from sqlalchemy import Boolean, Column, MetaData, Table
+from sqlalchemy import Boolean, Column, MetaData, Table, Text
+from sqlalchemy.dialects import postgresql
 
 from recordsync.core.models import Record, RecordChange
 from recordsync.warehouse.pages.revisions import seen_revisions
@@ -78,15 +79,25 @@ STAGE_TABLE: Final = "recordsync_stage"
 stage_metadata = MetaData()
 # A revision's columns as record_revisions has them, less the two every row of a page shares
 # (bound once per merge), plus what ``records`` also needs and where each row goes.
+# In the order of the record's own fields, then the change's: the order the COPY rows come in.
+# ``extra_fields`` as the server's own JSON type, so that it goes from the stage to the tables
+# as JSON (the tables' column type reads it back as text).
 _SHARED: Final = ("merchant_id", "synced_at")
+_ORDER: Final = (*Record.__struct_fields__, "sequence", "changed_at")
+
+
+def _stage_type(name: str) -> Any:
+    if name == "extra_fields":
+        return Text().with_variant(postgresql.JSONB(), "postgresql")
+    return record_revisions.c[name].type
+
+
+if set(_ORDER) != {c.name for c in record_revisions.columns} - set(_SHARED):
+    raise RuntimeError("record_revisions changed: update the stage's columns")
 stage = Table(
     STAGE_TABLE,
     stage_metadata,
-    *(
-        Column(column.name, column.type, nullable=True)
-        for column in record_revisions.columns
-        if column.name not in _SHARED
-    ),
+    *(Column(name, _stage_type(name), nullable=True) for name in _ORDER),
     Column("is_top", Boolean(create_constraint=False), nullable=False),
     Column("in_history", Boolean(create_constraint=False), nullable=False),
     prefixes=["TEMPORARY"],

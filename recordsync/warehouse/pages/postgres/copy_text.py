@@ -65,6 +65,7 @@ def _joined(batch: Sequence[StagedRevision]) -> str:
                 r.created_at,
                 n if r.settled_at is None else r.settled_at,
                 r.updated_at,
+                n if r.extra_fields is None else r.extra_fields,
                 n if sequence is None else sequence,
                 n if changed_at is None else changed_at,
                 "t" if is_top else "f",
@@ -103,6 +104,7 @@ def _escaped(item: StagedRevision) -> StagedRevision:
         round_id=_escape(r.round_id),
         parent_round_id=None if r.parent_round_id is None else _escape(r.parent_round_id),
         status=_escape(r.status),
+        extra_fields=None if r.extra_fields is None else _escape(r.extra_fields),
     )
     sequence = None if item.sequence is None else _escape(item.sequence)
     return item._replace(record=record, sequence=sequence)
@@ -114,6 +116,7 @@ def _escape(value: str) -> str:
 
 _RECORD: Final = attrgetter("record")
 _PARENT: Final = attrgetter("parent_round_id")
+_EXTRA: Final = attrgetter("extra_fields")
 _SEQUENCE: Final = attrgetter("sequence")
 _CREATED: Final = attrgetter("created_at")
 _UPDATED: Final = attrgetter("updated_at")
@@ -141,6 +144,7 @@ def _nulls_of_zoned_times(batch: Sequence[StagedRevision]) -> int:
     return (
         list(map(_PARENT, records)).count(None)
         + settled.count(None)
+        + list(map(_EXTRA, records)).count(None)
         + list(map(_SEQUENCE, batch)).count(None)
         + changed.count(None)
     )
