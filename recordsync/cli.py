@@ -153,7 +153,7 @@ def _add_fields_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
 def _fields(args: argparse.Namespace) -> int:
     from recordsync.core.settings import load_settings  # noqa: PLC0415 - see _dispatch
     from recordsync.logs import configure_logging  # noqa: PLC0415
-    from recordsync.service import fields_command  # noqa: PLC0415
+    from recordsync.service.commands import fields as fields_command  # noqa: PLC0415
 
     settings = load_settings(config_path=args.config, need_platform=False)
     configure_logging(level=settings.log_level, log_format=settings.log_format)

@@ -20,7 +20,7 @@ from support.warehouse_samples import make_record
 from recordsync import cli
 from recordsync.core.models import RejectedItem
 from recordsync.core.state import REBUILD_JOB, Window
-from recordsync.service.status import rows_text
+from recordsync.service.commands.status import rows_text
 from recordsync.sim import SimConfig, running_simulator
 from recordsync.warehouse import Warehouse, WarehouseStatus, schema
 

@@ -23,7 +23,7 @@ from rich.table import Table
 from recordsync.core.errors import ConfigurationError
 from recordsync.core.settings import Settings
 from recordsync.platform.unknown_members import KNOWN_RECORD_FIELDS
-from recordsync.service.console import PipeConsole
+from recordsync.service.commands.console import PipeConsole
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.fields.promoted import TYPES, check_name
 from recordsync.warehouse.fields.promotion import PromotionRefused
