@@ -8,6 +8,7 @@ import pytest
 import structlog
 from hypothesis import settings
 from support.dbfixtures import databases_dropped_at_the_end, warehouse, warehouse_url
+from support.leftovers import kill_left_behind
 from support.private_servers import private_server
 
 from recordsync import logs
@@ -29,6 +30,7 @@ settings.load_profile("recordsync")
 
 __all__ = [
     "databases_dropped_at_the_end",
+    "no_process_left_behind",
     "private_server",
     "reset_logging",
     "warehouse",
@@ -44,6 +46,13 @@ def reset_logging() -> Iterator[None]:
     logs.reset_logging()
     structlog.reset_defaults()
     logs.process_context.clear()
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind() -> Iterator[None]:
+    """A command or daemon a test started and did not stop is killed when the test ends."""
+    yield
+    kill_left_behind()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -12,22 +12,15 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.leftovers import STARTED, kill_left_behind
+from support.leftovers import STARTED
 
 DEADLINE = 90.0
 SMALL = ("--history-days", "1", "--rounds-per-day", "300")
 # Long enough to be interrupted in the middle: about 15 pages at 2 requests a second.
 LONGER = ("--history-days", "3", "--rounds-per-day", "5000")
-
-
-@pytest.fixture(autouse=True)
-def _no_process_left_behind() -> Iterator[None]:
-    yield
-    kill_left_behind()
 
 
 def _env() -> dict[str, str]:

@@ -16,7 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from support.leftovers import STARTED, kill_left_behind
+from support.leftovers import STARTED
 
 from recordsync.core.times import floor_ms, format_time
 from recordsync.sim import SimConfig, Simulator
@@ -43,12 +43,6 @@ def sim() -> Iterator[Simulator]:
         yield simulator
     finally:
         simulator.stop()
-
-
-@pytest.fixture(autouse=True)
-def _no_process_left_behind() -> Iterator[None]:
-    yield
-    kill_left_behind()
 
 
 def _env(sim_url: str, database_url: str, **extra: str) -> dict[str, str]:

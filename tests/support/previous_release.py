@@ -14,6 +14,8 @@ from typing import Final
 
 import pytest
 
+from support.leftovers import STARTED
+
 # The last commit that landed before revision 0014 (schema 0013): what the replicas of a
 # rolling upgrade run until they are replaced, for the commands that older replicas cannot obey.
 PREVIOUS_RELEASE: Final = "73fb19c"
@@ -52,13 +54,16 @@ def previous_release(where: Path, commit: str = PREVIOUS_RELEASE) -> Path:
 
 
 def start_previous(checkout: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
-    """``recordsync ARGS`` of the previous release, its output in ``log``."""
+    """``recordsync ARGS`` of the previous release, its output in ``log``; killed at the end
+    of the test if it still runs then (``leftovers``)."""
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     with log.open("ab") as sink:
-        return subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
             [sys.executable, "-m", "recordsync", *args],
             env=env,
             stdout=sink,
             stderr=subprocess.STDOUT,
             cwd=checkout,
         )
+    STARTED.append(process)
+    return process

@@ -25,6 +25,7 @@ from recordsync.platform.parsing import parse_record
 from recordsync.sim import SimConfig, Simulator
 from recordsync.sync.events import SyncObserver
 from recordsync.warehouse import Warehouse
+from support.leftovers import STARTED
 from support.summarycheck import summary_differences
 
 RECORD_FIELDS = list(Record.__struct_fields__)
@@ -108,13 +109,17 @@ def assert_equals_truth(
 
 
 def start_daemon(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """``recordsync ARGS`` (``run`` by default), its output in ``log``; killed at the end of
+    the test if it still runs then (``leftovers``)."""
     with log.open("ab") as sink:
-        return subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
             [sys.executable, "-m", "recordsync", *(args or ("run",))],
             env={**os.environ, **env},
             stdout=sink,
             stderr=subprocess.STDOUT,
         )
+    STARTED.append(process)
+    return process
 
 
 def wait_for_log(log: Path, needle: str, timeout: float = 30.0) -> None:
