@@ -21,6 +21,7 @@ from pathlib import Path
 
 from sqlalchemy import text
 
+from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.extra_fields import members
 from recordsync.core.models import Record, RecordChange
 from recordsync.core.state import REBUILD_JOB, TailPage, Window
@@ -98,6 +99,7 @@ def main() -> int:
         print(f"loaded {args.rows:,} records in {time.perf_counter() - started:.1f} s")
         stop = threading.Event()
         waits: list[float] = []
+        failures: list[float] = []
 
         def live() -> None:  # the sync: pages of new revisions, as the tail writes them
             sequence, n = 0, 0
@@ -110,18 +112,22 @@ def main() -> int:
                     )
                     sequence, n = sequence + 1, (n + 7919) % args.rows
                 began = time.perf_counter()
-                store.commit_tail_page(
-                    MERCHANT,
-                    TailPage(
-                        records=[c.record for c in changes],
-                        rejected=[],
-                        next_cursor=f"t{sequence}",
-                        last_sequence=str(sequence - 1),
-                        projection_as_of=T0,
-                        position="t",
-                        changes=changes,
-                    ),
-                )
+                try:
+                    store.commit_tail_page(
+                        MERCHANT,
+                        TailPage(
+                            records=[c.record for c in changes],
+                            rejected=[],
+                            next_cursor=f"t{sequence}",
+                            last_sequence=str(sequence - 1),
+                            projection_as_of=T0,
+                            position="t",
+                            changes=changes,
+                        ),
+                    )
+                except WarehouseUnavailableError:  # the sync tries the page again
+                    failures.append(time.perf_counter() - began)
+                    continue
                 waits.append(time.perf_counter() - began)
 
         writer = threading.Thread(target=live)
@@ -135,12 +141,16 @@ def main() -> int:
         print(f"promoted in {took:.1f} s: {result.filled:,} values filled, {result.unfit} unfit")
         print(
             f"live pages meanwhile: {len(waits):,}, longest {max(waits):.3f} s, "
-            f"median {sorted(waits)[len(waits) // 2]:.4f} s"
+            f"median {sorted(waits)[len(waits) // 2]:.4f} s, failed {len(failures)}"
         )
         wrong = 0
         with store.engine.connect() as conn:
             for table in ("records", "record_revisions"):
-                rows = conn.execute(text(f"SELECT tax, CAST(extra_fields AS TEXT) FROM {table}"))
+                # Read whole first: comparing row by row inside the read outlasts the
+                # session's idle-in-transaction limit.
+                rows = conn.execute(
+                    text(f"SELECT tax, CAST(extra_fields AS TEXT) FROM {table}")
+                ).all()
                 for tax, extra in rows:
                     expected = members(extra).get("tax")
                     got = None if tax is None else Decimal(str(tax))
