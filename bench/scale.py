@@ -197,10 +197,14 @@ def upgrade_to_rollups(url: str, backend: str) -> tuple[float, float, int]:
         started = time.monotonic()
         days = warehouse.summaries.build_all(MERCHANT, on_day=lambda _progress: None)
         built = time.monotonic() - started
-        with warehouse.engine.connect() as conn:
-            _analyze(conn, backend, ROLLUP_TABLES)
     finally:
         warehouse.close()
+    engine = create_engine(url, poolclass=pool.NullPool)  # no statement timeout
+    try:
+        with engine.connect() as conn:
+            _analyze(conn, backend, ROLLUP_TABLES)
+    finally:
+        engine.dispose()
     return migrated, built, days
 
 
