@@ -295,8 +295,12 @@ def _arms(backend: str, subject: str, *, rollups: bool) -> str:
     rows = f"SELECT {_keyed(backend, 'r', 1)} FROM records r"
     if not rollups:
         return rows
+    # The builds first, so that no build left means no read of records at all (SQLite takes
+    # a CROSS JOIN's left table as the outer loop; the servers find that order themselves).
+    join = "CROSS JOIN" if backend == "sqlite" else "JOIN"
     building = (
-        f"{rows} JOIN summary_builds b ON r.merchant_id = b.merchant_id "
+        f"SELECT {_keyed(backend, 'r', 1)} FROM summary_builds b {join} records r "
+        "ON r.merchant_id = b.merchant_id "
         f"AND r.created_at >= {_day_start(backend, 'b.next_day')} "
         f"AND r.created_at < {_day_start(backend, 'b.last_day', after=True)}"
     )
