@@ -102,6 +102,16 @@ class DayTally:
         if len(self.examples[kind]) < EXAMPLES_PER_KIND:
             self.examples[kind].append(record_id)
 
+    def add(self, piece: DayTally) -> None:
+        """A piece of the same day, compared apart (a day too big to hold at once)."""
+        self.platform_rows += piece.platform_rows
+        self.warehouse_rows += piece.warehouse_rows
+        self.repaired += piece.repaired
+        for kind in Difference:
+            self.counts[kind] += piece.counts[kind]
+            room = EXAMPLES_PER_KIND - len(self.examples[kind])
+            self.examples[kind].extend(piece.examples[kind][:room])
+
 
 @dataclass(frozen=True)
 class PageFindings:

@@ -159,6 +159,10 @@ class VerifyStore(Protocol):
     the store's epoch and go through the revision guards (a stored revision never goes
     down, a row only the warehouse has is never deleted)."""
 
+    def count_created(self, start: datetime, end: datetime) -> int:
+        """How many stored rows were created in ``[start, end)``, counted by the database."""
+        ...
+
     def record_ids_created(self, start: datetime, end: datetime) -> Sequence[str]:
         """The ids of the stored rows created in ``[start, end)``."""
 

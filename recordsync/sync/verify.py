@@ -38,10 +38,14 @@ from recordsync.sync.events import SyncObserver
 from recordsync.sync.plan import plan_windows
 from recordsync.sync.ports import RecordSource, VerifyStore
 from recordsync.sync.resilience import StepRunner
+from recordsync.sync.windows import split_range
 
 log = structlog.get_logger("recordsync")
 
 JOB: Final = "verify"  # the progress display's key
+# The most stored rows one comparison holds the ids of: a day with more is compared in equal
+# pieces of it, so verify's memory is bounded by this, not by the rows a day holds.
+PIECE_ROWS: Final = 100_000
 
 
 class VerifyProgress(Protocol):
@@ -64,6 +68,7 @@ def verify_range(
     progress: VerifyProgress | None = None,
     give_up_unreachable: float | None = None,
     demand: SnapshotDemand | None = None,
+    piece_rows: int = PIECE_ROWS,
 ) -> VerifyResult:
     """Read ``[start, end)`` from the platform a UTC day at a time and compare (and repair).
 
@@ -84,6 +89,7 @@ def verify_range(
             stopper=stopper,
             progress=progress,
             give_up_unreachable=give_up_unreachable,
+            piece_rows=piece_rows,
         )
 
 
@@ -98,6 +104,7 @@ def _verify_range(
     stopper: Stopper,
     progress: VerifyProgress | None,
     give_up_unreachable: float | None,
+    piece_rows: int,
 ) -> VerifyResult:
     runner = StepRunner(
         stopper=stopper,
@@ -110,24 +117,38 @@ def _verify_range(
         progress.planned(JOB, "verify", len(windows), 0)
     days: list[DayTally] = []
     for window in windows:
-        while True:
-            try:
-                tally = _verify_window(
-                    source,
-                    store,
-                    window,
-                    runner,
-                    page_size=page_size,
-                    repair=repair,
-                    on_page=_on_page(progress),
-                )
-                break
-            except CursorExpiredError:
-                log.warning("verify_window_restarted", window_start=window.start.isoformat())
+        tally = DayTally(window.start.date())
+        for piece in _pieces(store, window, runner, piece_rows):
+            while True:
+                try:
+                    found = _verify_window(
+                        source,
+                        store,
+                        piece,
+                        runner,
+                        page_size=page_size,
+                        repair=repair,
+                        on_page=_on_page(progress),
+                    )
+                    break
+                except CursorExpiredError:
+                    log.warning("verify_window_restarted", window_start=piece.start.isoformat())
+            tally.add(found)
         days.append(tally)
         if progress is not None:
             progress.page(JOB, 0, done=True)
     return VerifyResult(days, repair=repair)
+
+
+def _pieces(
+    store: VerifyStore, window: Window, runner: StepRunner, piece_rows: int
+) -> list[Window]:
+    """The window, or equal pieces of it holding about ``piece_rows`` stored rows each (the
+    database counts them from an index, no id loaded)."""
+    stored = runner.run(
+        lambda: store.count_created(window.start, window.end), what="verify: count rows"
+    )
+    return split_range(window.start, window.end, -(-stored // piece_rows))
 
 
 def _verify_window(

@@ -144,6 +144,9 @@ class MerchantStore:
 
     # -- verify (sync.ports.VerifyStore) ----------------------------------------------------
 
+    def count_created(self, start: datetime, end: datetime) -> int:
+        return self._warehouse.count_created(self._merchant_id, start, end)
+
     def record_ids_created(self, start: datetime, end: datetime) -> list[str]:
         return self._warehouse.record_ids_created(self._merchant_id, start, end)
 

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from recordsync.core.errors import CursorExpiredError, ShutdownRequestedError
 from recordsync.core.models import ChangesPage, Record, RecordsPage, RejectedItem
+from recordsync.core.retention import PrunedBatch, RevisionKey
 from recordsync.core.state import (
     REBUILD_JOB,
     Phase,
@@ -437,6 +438,12 @@ class FakeStore:
 
     def maintain_summaries(self) -> None:
         """The summaries live in the database's triggers: nothing to keep here."""
+
+    def prune_revisions(self, after: RevisionKey | None, retention: timedelta) -> PrunedBatch:
+        """No revision history here: a sweep finds nothing and ends at once."""
+        with self._lock:
+            self._called("prune_revisions")
+        return PrunedBatch(last=None, scanned=0, deleted=0)
 
 
 def _progress(

@@ -34,6 +34,9 @@ class VerifyFake:
     journal: list[str] = field(default_factory=list)
     repairs: list[list[str]] = field(default_factory=list)
 
+    def count_created(self, start: datetime, end: datetime) -> int:
+        return sum(1 for row in self.rows.values() if start <= row.created_at < end)
+
     def record_ids_created(self, start: datetime, end: datetime) -> list[str]:
         self.journal.append("record_ids_created")
         return [key for key, row in self.rows.items() if start <= row.created_at < end]
@@ -147,3 +150,26 @@ def test_a_repairing_verify_wants_the_budget_while_it_reads_a_check_never(
     assert set(store.seen) == {wants_budget}
     assert not store.demand.running  # ended with the run
     assert told == ([True, False] if repair else [])
+
+
+def test_a_day_with_more_rows_than_a_piece_is_compared_in_pieces_with_the_same_findings() -> None:
+    """Memory holds one piece's ids, not a day's: the findings are those of the whole day."""
+    platform, store = platform_and_store()
+    whole = run(platform, store, repair=False)
+    platform, store = platform_and_store()
+    store.journal = []
+    pieces = verify_range(
+        platform,
+        store,
+        START,
+        END,
+        page_size=2,
+        repair=False,
+        stopper=InstantStopper(),
+        piece_rows=1,
+    )
+    assert store.journal.count("record_ids_created") == 3  # three rows stored: three pieces
+    [day], [whole_day] = pieces.days, whole.days
+    assert (day.platform_rows, day.warehouse_rows) == (whole_day.platform_rows, 3)
+    assert day.counts == whole_day.counts
+    assert day.examples == whole_day.examples
