@@ -35,6 +35,7 @@ work that keeps them fast, run by the merchant's holder in short transactions:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -52,8 +53,9 @@ _log = structlog.get_logger(__name__)
 # Deltas per fold transaction: a page of 1000 records makes up to 2000, so one batch folds a
 # few pages in some tens of milliseconds.
 FOLD_BATCH: Final = 5000
-# Batches a maintenance run folds at most before it builds a day and gives its thread back.
-FOLD_BATCHES: Final = 20
+# Seconds a maintenance run starts fold batches for, before it builds a day and gives its
+# thread back: a daemon told to stop waits for one run, so a run stays short.
+FOLD_BUDGET_S: Final = 0.5
 _SPLIT: Final = 100_000_000  # 10**8, the split of SQLite's units (revision 0003)
 _SUBJECTS: Final = (("daily_game_totals", "game_id"), ("daily_player_totals", "player_id"))
 
@@ -168,7 +170,13 @@ def _once(work: Callable[[], T]) -> T:
 class SummaryStore:
     """The rollups of the warehouse's engine (see the module docstring)."""
 
-    def __init__(self, engine: Engine, *, retry: Retry = _once) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        retry: Retry = _once,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         """``retry`` runs a transaction again when the server rolled it back for a lock
         conflict or a failed serialization (the store's ``conflicts``), which only means that
         a fold or a build ran beside this one."""
@@ -184,6 +192,7 @@ class SummaryStore:
         elif self._backend == "postgresql":
             self._builder = writer.execution_options(isolation_level="REPEATABLE READ")
         self._retry = retry
+        self._clock = clock
 
     # -- folding -------------------------------------------------------------------------
 
@@ -344,13 +353,14 @@ class SummaryStore:
 
     # -- the holder's periodic run -------------------------------------------------------
 
-    def maintain(self, merchant_id: str, *, batches: int = FOLD_BATCHES) -> Maintenance:
-        """Fold until no delta is left or ``batches`` are done, then build one old day."""
+    def maintain(self, merchant_id: str, *, budget_s: float = FOLD_BUDGET_S) -> Maintenance:
+        """Fold until no delta is left or ``budget_s`` is spent, then build one old day."""
+        deadline = self._clock() + budget_s
         folded = 0
-        for _ in range(batches):
+        while True:
             count = self.fold(merchant_id)
             folded += count
-            if count < FOLD_BATCH:
+            if count < FOLD_BATCH or self._clock() >= deadline:
                 break
         built = self.build_next_day(merchant_id)
         if built is not None:
