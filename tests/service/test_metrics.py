@@ -471,6 +471,7 @@ PER_MERCHANT = [
     (MetricName.DRIFT_CHECK_AGE, {}, 70, 10),
     (MetricName.DRIFT_CHECK_INTERVAL, {}, 3600, 7200),
     (MetricName.DRIFT_CHECK_DEFERRALS, {}, 1, 2),
+    (MetricName.REVISIONS_PRUNED, {}, 3, 6),
     (MetricName.SYNC_FAILURES, {"kind": "RuntimeError"}, 1, 2),
     (MetricName.CATALOGUE_REFRESHES, {}, 1, 2),
     (MetricName.CATALOGUE_AVAILABLE, {}, 1, 0),
@@ -525,6 +526,7 @@ def feed(metrics, merchant_id, n, clock):
         sync.error("ServerError")
         sync.drift_checked(WINDOW, n)
         sync.drift_check_deferred("the rate budget is taken by the sync")
+        sync.revisions_pruned(3)
         view.sync_failed("RuntimeError")
         sync.catalogue_refreshed(24, 0.5)
     sync.catalogue_available(available=n == 1)
