@@ -21,27 +21,11 @@ from typing import Any, Final
 import msgspec
 import orjson
 
+from recordsync.core.models import Record
 from recordsync.platform.envelope import OutOfRangeNumber
 
-KNOWN_RECORD_FIELDS: Final = frozenset(
-    {
-        "record_id",
-        "revision",
-        "player_id",
-        "game_id",
-        "currency",
-        "round_id",
-        "parent_round_id",
-        "bet_amount",
-        "refund_amount",
-        "payout_amount",
-        "net_amount",
-        "status",
-        "created_at",
-        "settled_at",
-        "updated_at",
-    }
-)
+# The members the platform's Record has: every field of ours but the one that keeps the rest.
+KNOWN_RECORD_FIELDS: Final = frozenset(Record.__struct_fields__) - {"extra_fields"}
 # The two members a record may leave out (their value would be null).
 _OPTIONAL: Final = ("parent_round_id", "settled_at")
 _REQUIRED_COUNT: Final = len(KNOWN_RECORD_FIELDS) - len(_OPTIONAL)
