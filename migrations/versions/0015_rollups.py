@@ -234,6 +234,9 @@ def _postgres_triggers() -> list[str]:
 def _row_triggers(backend: str) -> list[str]:
     """MariaDB and SQLite: one delta row per row inserted or deleted; an update's two halves
     summed (one row when the group stays, none when nothing summed changed)."""
+    statements = [f"DROP TRIGGER IF EXISTS {name}" for name in _TRIGGERS]
+    if backend == "mysql":
+        return statements + _mariadb_row_triggers()
     into = _into_deltas(backend)
 
     def values(row: str, sign: int) -> str:
@@ -242,27 +245,57 @@ def _row_triggers(backend: str) -> list[str]:
     inserted = f"{into}{values('NEW', 1)}"
     updated = into + _summed(backend, f"{values('OLD', -1)} UNION ALL {values('NEW', 1)}")
     deleted = f"{into}{values('OLD', -1)}"
-    statements = [f"DROP TRIGGER IF EXISTS {name}" for name in _TRIGGERS]
-    if backend == "mysql":
-        each = "AFTER {} ON records FOR EACH ROW"
-        statements += [
-            f"CREATE TRIGGER records_summary_insert {each.format('INSERT')} {inserted}",
-            (
-                f"CREATE TRIGGER records_summary_update {each.format('UPDATE')} "
-                f"BEGIN IF NOT ({_unchanged(backend)}) THEN {updated}; END IF; END"
-            ),
-            f"CREATE TRIGGER records_summary_delete {each.format('DELETE')} {deleted}",
-        ]
-    else:
-        statements += [
-            f"CREATE TRIGGER records_summary_insert AFTER INSERT ON records BEGIN {inserted}; END",
-            (
-                "CREATE TRIGGER records_summary_update AFTER UPDATE ON records "
-                f"WHEN NOT ({_unchanged(backend)}) BEGIN {updated}; END"
-            ),
-            f"CREATE TRIGGER records_summary_delete AFTER DELETE ON records BEGIN {deleted}; END",
-        ]
+    statements += [
+        f"CREATE TRIGGER records_summary_insert AFTER INSERT ON records BEGIN {inserted}; END",
+        (
+            "CREATE TRIGGER records_summary_update AFTER UPDATE ON records "
+            f"WHEN NOT ({_unchanged(backend)}) BEGIN {updated}; END"
+        ),
+        f"CREATE TRIGGER records_summary_delete AFTER DELETE ON records BEGIN {deleted}; END",
+    ]
     return statements
+
+
+def _mariadb_row_triggers() -> list[str]:
+    """Every delta an ``INSERT ... VALUES`` of one row, never an ``INSERT ... SELECT``: InnoDB
+    (``innodb_autoinc_lock_mode`` 1, the default) takes a bulk insert's table-level AUTO-INC
+    lock on ``summary_deltas`` until the end of the page's statement, so two pages writing
+    rows the other has locked deadlocked on it, reported as error 1467 ("Failed to read
+    auto-increment value"); a row of known count takes only a short mutex."""
+    into = _into_deltas("mysql")
+
+    def row(name: str, sign: int) -> str:
+        return f"{into}VALUES ({', '.join(_group_of(name) + _contribution('mysql', name, sign))})"
+
+    same_group = " AND ".join(
+        f"{old} <=> {new}" for old, new in zip(_group_of("OLD"), _group_of("NEW"), strict=True)
+    )
+    moved = [
+        f"({new}) - ({old})"
+        for new, old in zip(
+            _contribution("mysql", "NEW", 1), _contribution("mysql", "OLD", 1), strict=True
+        )
+    ]
+    any_moved = " OR ".join(f"{change} <> 0" for change in moved)
+    summed = f"{into}VALUES ({', '.join(_group_of('NEW') + moved)})"
+    each = "AFTER {} ON records FOR EACH ROW"
+    return [
+        f"CREATE TRIGGER records_summary_insert {each.format('INSERT')} {row('NEW', 1)}",
+        (
+            f"CREATE TRIGGER records_summary_update {each.format('UPDATE')} "
+            f"BEGIN IF NOT ({_unchanged('mysql')}) THEN "
+            f"IF {same_group} THEN IF {any_moved} THEN {summed}; END IF; "
+            f"ELSE {row('OLD', -1)}; {row('NEW', 1)}; END IF; "
+            "END IF; END"
+        ),
+        f"CREATE TRIGGER records_summary_delete {each.format('DELETE')} {row('OLD', -1)}",
+    ]
+
+
+def _group_of(row: str) -> list[str]:
+    """MariaDB: ``row``'s group, in ``_GROUP`` order."""
+    keys = (f"{row}.merchant_id", _day("mysql", row), f"{row}.game_id", f"{row}.player_id")
+    return [*keys, f"{row}.currency"]
 
 
 # -- the views --------------------------------------------------------------------------------

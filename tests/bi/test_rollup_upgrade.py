@@ -7,15 +7,17 @@ import threading
 from datetime import UTC, timedelta
 from decimal import Decimal
 
+import msgspec
 from msgspec.structs import replace
 from sqlalchemy import text
+from support.previous_release import LAST_RELEASE, LAST_REVISION, previous_release, run_in_release
 from support.summarycheck import assert_summaries_fresh
 from support.warehouse_samples import make_record
 
-from recordsync.core.state import REBUILD_JOB, TailPage, Window
+from recordsync.core.state import TailPage, Window
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.bi.rollups import BuildProgress
-from recordsync.warehouse.migrate import upgrade
+from recordsync.warehouse.migrate import current_revision
 
 MERCHANT = "upgraded"
 DAYS = 5
@@ -55,31 +57,51 @@ def _tail(store: Warehouse, number: int, records) -> None:
     )
 
 
-def test_an_upgraded_warehouse_builds_its_old_days_exact_while_pages_commit(warehouse_url):
+# The rows of revision 0014's warehouse, written by the last release on that schema.
+_OLD_WRITER = """
+import sys
+from datetime import datetime
+import msgspec
+from recordsync.core.models import Record
+from recordsync.core.state import REBUILD_JOB, Window
+from recordsync.warehouse import Warehouse
+
+url, merchant, start, end = sys.argv[1:5]
+window = Window(datetime.fromisoformat(start), datetime.fromisoformat(end))
+records = msgspec.json.decode(sys.stdin.buffer.read(), type=list[Record])
+store = Warehouse.connect(url)
+store.migrate()
+store.start_rebuild(
+    merchant, change_cursor="anchor", anchor_at=window.start, history_from=window.start,
+    snapshot_to=window.end, windows=[window],
+)
+store.commit_window_page(
+    merchant, REBUILD_JOB, window, records=records, rejected=[], next_cursor=None,
+    cursor_issued_at=window.start, done=True, position="page-0",
+)
+store.close()
+"""
+
+
+def test_an_upgraded_warehouse_builds_its_old_days_exact_while_pages_commit(
+    warehouse_url, tmp_path
+):
+    release = previous_release(tmp_path, LAST_RELEASE)
+    before = _rounds(0, DAYS * 4, revision=1)
+    run_in_release(
+        release,
+        _OLD_WRITER,
+        warehouse_url,
+        MERCHANT,
+        SPAN.start.isoformat(),
+        SPAN.end.isoformat(),
+        stdin=msgspec.json.encode(before),
+    )
     store = Warehouse.connect(warehouse_url)
     writer = Warehouse.connect(warehouse_url)
     try:
-        upgrade(store.engine, "0014")
-        store.start_rebuild(
-            MERCHANT,
-            change_cursor="anchor",
-            anchor_at=START,
-            history_from=SPAN.start,
-            snapshot_to=SPAN.end,
-            windows=[SPAN],
-        )
-        before = _rounds(0, DAYS * 4, revision=1)
-        store.commit_window_page(
-            MERCHANT,
-            REBUILD_JOB,
-            SPAN,
-            records=before,
-            rejected=[],
-            next_cursor=None,
-            cursor_issued_at=START,
-            done=True,
-            position="page-0",
-        )
+        with store.engine.connect() as conn:
+            assert current_revision(conn) == LAST_REVISION
         store.migrate()
 
         days = sorted({row.created_at.astimezone(UTC).date() for row in before})

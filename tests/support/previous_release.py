@@ -53,6 +53,23 @@ def previous_release(where: Path, commit: str = PREVIOUS_RELEASE) -> Path:
     return target
 
 
+def run_in_release(checkout: Path, script: str, *args: str, stdin: bytes = b"") -> None:
+    """``script`` run by this interpreter with the release in ``checkout`` imported as
+    ``recordsync``: what that release wrote, written by its own code; its output in the
+    failure when it fails."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    done = subprocess.run(  # noqa: S603 - our own interpreter and a script of the tests
+        [sys.executable, "-c", script, *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        cwd=checkout,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-4000:]
+
+
 def start_previous(checkout: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
     """``recordsync ARGS`` of the previous release, its output in ``log``; killed at the end
     of the test if it still runs then (``leftovers``)."""

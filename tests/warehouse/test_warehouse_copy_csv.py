@@ -15,7 +15,7 @@ from recordsync.warehouse.pages.staging import STAGE_COLUMNS, StagedRevision, st
 
 PLAIN = (
     b'"a",1,"player-1","game-1","USD","round-a",null,"10.00","0","0","-10.00","OPEN",'
-    b'"2024-03-01T00:01:00Z",null,"2024-03-01T00:01:01Z",null,null,true,true\n'
+    b'"2024-03-01T00:01:00Z",null,"2024-03-01T00:01:01Z",null,null,null,true,true\n'
 )
 
 
