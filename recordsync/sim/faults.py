@@ -76,14 +76,12 @@ class FaultInjector:
         return email.utils.formatdate(now + 2, usegmt=True)
 
     def extra_fields(self, items: list[bytes], *, changes: bool) -> list[bytes]:
-        """Unknown members in every item and every embedded record (spec: Versioning 3)."""
-        out = []
-        for item in items:
-            marked = b"{" + EXTRA_MEMBER + b"," + item[1:]
-            if changes:
-                marked = marked.replace(b'"record":{', b'"record":{' + EXTRA_MEMBER + b",", 1)
-            out.append(marked)
-        return out
+        """Unknown members around the records (spec: Versioning 3), never in one: a record's
+        own members are its data, which the client keeps (``extra_fields``), and a platform
+        sends the same record the same way every time (``AddedField`` makes that drift)."""
+        if not changes:
+            return items
+        return [b"{" + EXTRA_MEMBER + b"," + item[1:] for item in items]
 
     def bad_record(self, items: list[bytes], *, changes: bool) -> list[bytes]:
         """One item with a malformed amount, a missing field or a wrongly typed field."""
