@@ -47,6 +47,10 @@ CATALOGUE = 2.0
 GRACE = 4.0  # the cross-check runs every GRACE / 4 seconds
 CROSS_CHECK = GRACE / 4
 WINDOW = 18.0  # seconds observed while every backfill reads
+# What this test catches is a check that stops for the whole window; a run that overlaps its
+# next tick loses that tick (APScheduler runs one instance of a job), and on 2 cores busy with
+# nine backfills and two other test workers a check's query waits a second or so for its turn.
+SLACK = 2.0
 
 
 class Checks(SyncObserver):
@@ -220,12 +224,12 @@ def test_nine_backfills_leave_every_merchants_checks_on_time(sim, tmp_path):
         key: gap
         for key, gap in gaps.items()
         if gap
-        > 2 * {"drift": DRIFT, "catalogue": CATALOGUE, "cross-check": CROSS_CHECK}[key[0]] + 0.5
+        > 2 * {"drift": DRIFT, "catalogue": CATALOGUE, "cross-check": CROSS_CHECK}[key[0]] + SLACK
     }
     assert late == {}
     # The metrics tell the same: no drift check older than twice its interval, and each
     # merchant's was deferred behind its backfill's reads (the bound is kept, and seen).
-    assert {m: age for m, age in ages.items() if age > 2 * DRIFT + 0.5} == {}
+    assert {m: age for m, age in ages.items() if age > 2 * DRIFT + SLACK} == {}
     assert all(count is not None and count > 0 for count in deferrals.values()), deferrals
 
 
