@@ -12,6 +12,7 @@ import pytest
 
 PACKAGES = [
     "recordsync",
+    "recordsync.metrics",
     "recordsync.warehouse",
     "recordsync.service",
     "recordsync.sim",

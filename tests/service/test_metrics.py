@@ -23,10 +23,12 @@ from recordsync.metrics import (
     MetricName,
     Metrics,
     RoundEventMetricName,
+    VerifyMetricName,
     WakeVia,
     WriteOutcome,
     estimate_remaining_seconds,
     job_kind,
+    record_verify_run,
     sequence_as_float,
 )
 from recordsync.platform.budget import RateBudget
@@ -428,6 +430,27 @@ def test_every_named_metric_is_exposed_with_conventional_names(metrics, merchant
     text = generate_latest(registry).decode()
     assert "recordsync_platform_requests_total{" in text
     assert "recordsync_snapshot_remaining_seconds{" in text
+
+
+def scraped_name(family):
+    """The name a family is scraped as (client_python drops a counter's ``_total``)."""
+    return f"{family.name}_total" if family.type == "counter" else family.name
+
+
+def test_every_series_the_daemon_serves_is_named_in_the_names_module():
+    """A series registered anywhere in the package under a name of its own would be missed
+    by the dashboards and alerts, which are checked against the names' enums."""
+    metrics = Metrics()
+    feed(metrics, MERCHANT, 1, FakeClock(START))
+    metrics.round_events.set_missing(MERCHANT, 1)
+    scraped = {scraped_name(family) for family in metrics.registry.collect()}
+    assert scraped == {*MetricName, *RoundEventMetricName}
+
+
+def test_every_series_of_a_verify_run_is_named_in_the_names_module():
+    registry = CollectorRegistry()
+    record_verify_run(registry, MERCHANT, clean=True, differences={"missing": 0}, repaired=0)
+    assert {scraped_name(family) for family in registry.collect()} == set(VerifyMetricName)
 
 
 def test_metrics_use_a_fresh_registry_by_default_never_the_global_one():

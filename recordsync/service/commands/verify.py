@@ -50,7 +50,7 @@ from recordsync.core.errors import (
 from recordsync.core.settings import Settings
 from recordsync.core.stopping import Stopper
 from recordsync.logs import process_context
-from recordsync.metrics import record_verify_run
+from recordsync.metrics.verify_file import record_verify_run
 from recordsync.service.commands.console import PipeConsole
 from recordsync.service.commands.handover import DoneThere, HeldHere
 from recordsync.service.commands.merchant_command import MerchantCommand

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from recordsync.core.state import Window
-from recordsync.metrics import MerchantMetrics
+from recordsync.metrics.merchant import MerchantMetrics
 from recordsync.sync.events import SyncObserver
 
 

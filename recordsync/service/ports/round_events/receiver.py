@@ -44,7 +44,7 @@ import uvicorn
 from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.round_events import RoundEvent, RoundEventReceipt
 from recordsync.core.secret import Secret
-from recordsync.metrics import EventOutcome, RoundEventMetrics
+from recordsync.metrics.round_events import EventOutcome, RoundEventMetrics
 from recordsync.service.ports.round_events.connections import (
     DEFAULT_LIMITS,
     BodyAllowance,

@@ -12,7 +12,7 @@ from recordsync.core.errors import ConfigurationError
 from recordsync.core.secret import Secret
 from recordsync.core.settings import Settings
 from recordsync.core.stopping import Stopper
-from recordsync.metrics import RoundEventMetrics
+from recordsync.metrics.round_events import RoundEventMetrics
 from recordsync.service.ports.round_events.receiver import (
     EventsServer,
     RoundEventReceiver,

@@ -18,7 +18,7 @@ import structlog
 from recordsync.core.errors import ShutdownRequestedError, WarehouseUnavailableError
 from recordsync.core.round_events import RoundEvent
 from recordsync.core.stopping import Stopper
-from recordsync.metrics import RoundEventMetrics, WakeVia
+from recordsync.metrics.round_events import RoundEventMetrics, WakeVia
 from recordsync.sync.events import SyncObserver
 from recordsync.warehouse.round_events import RoundEventFeed
 
