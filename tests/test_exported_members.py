@@ -12,6 +12,7 @@ import pytest
 
 PACKAGES = [
     "recordsync",
+    "recordsync.core.settings",
     "recordsync.warehouse",
     "recordsync.service",
     "recordsync.sim",
