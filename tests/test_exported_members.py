@@ -12,6 +12,7 @@ import pytest
 
 PACKAGES = [
     "recordsync",
+    "recordsync.core.settings",
     "recordsync.metrics",
     "recordsync.warehouse",
     "recordsync.service",
