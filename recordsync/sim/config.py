@@ -77,7 +77,7 @@ class FaultRates:
     server_error: float = 0.0  # 500
     connection_reset: float = 0.0  # the socket is closed with RST, no response
     duplicates: float = 0.0  # a changes page also carries older changes again
-    extra_fields: float = 0.0  # unknown fields in envelope, data, items and records
+    extra_fields: float = 0.0  # unknown members around the records: envelope, data, change items
     malformed: float = 0.0  # invalid JSON, truncated body or wrong content type
     bad_records: float = 0.0  # one item of the page has a malformed amount or lacks a field
     latency: float = 1.0

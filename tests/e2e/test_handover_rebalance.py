@@ -55,6 +55,12 @@ def wait_for_event(log: Path, name: str, merchant_id: str, timeout: float) -> No
     raise AssertionError(f"no {name} of {merchant_id} in {log} within {timeout} s")
 
 
+def slow_pages(sim: Simulator, merchants: list[str], *, latency_ms: float) -> None:
+    """Every ``records`` request of ``merchants`` answered ``latency_ms`` late."""
+    for merchant in merchants:
+        sim.set_faults(FaultRates(records_latency_ms=latency_ms), merchant_id=merchant)
+
+
 def at(event: dict[str, object]) -> float:
     return datetime.fromisoformat(str(event["timestamp"])).timestamp()
 
@@ -89,8 +95,7 @@ def test_jobs_handed_to_a_daemon_survive_a_rebalance_to_a_replica_that_joins(
         assert set(holders(warehouse).values()) == {
             str(e["replica_id"]) for e in events(d1.log) if e.get("event") == "replica_joined"
         }
-        for merchant in merchants:  # each records request 500 ms late: a job takes seconds
-            sim.set_faults(FaultRates(records_latency_ms=500.0), merchant_id=merchant)
+        slow_pages(sim, merchants, latency_ms=500.0)  # a job takes seconds
         sim.start_live()
         end = sim.now().replace(microsecond=0)
         window = ("--from", (end - timedelta(days=1, hours=1)).isoformat(), "--to", end.isoformat())
@@ -99,10 +104,15 @@ def test_jobs_handed_to_a_daemon_survive_a_rebalance_to_a_replica_that_joins(
             jobs[merchant] = command(config, logs[merchant], *resync)
         for merchant in merchants:
             wait_for_event(d1.log, "requested_resync_started", merchant, timeout=30)
+        # While D2 starts and the fleet moves a merchant, a page takes 3 s (below the 5 s
+        # timeout): each job's 16 pages a chain outlast the move however slowly D2 starts,
+        # so the move always meets both jobs in flight.
+        slow_pages(sim, merchants, latency_ms=3000.0)
         d2 = Replica(config, tmp_path / "d2.log")
         _took, counts = wait_until_balanced(warehouse, merchants, live=2, timeout=30)
         assert counts == [1, 1]
         assert all(job.poll() is None for job in jobs.values())  # still following
+        slow_pages(sim, merchants, latency_ms=500.0)
         for merchant, job in jobs.items():
             assert job.wait(timeout=120) == 0, logs[merchant].read_text()[-2000:]
         assert_the_moved_job_ended_at_d2(d1.log, d2.log, logs, ended=time.time())
