@@ -56,6 +56,9 @@ def no_process_left_behind() -> Iterator[None]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow tests first (the restart tests, 15-48 s each, among them): with longest first,
-    the workers end together instead of one finishing a long test alone at the end."""
+    """The slow tests first (the restart tests, 15-75 s each, among them): with longest first,
+    the workers end together instead of one finishing a long test alone at the end.  They
+    all land in the first worker's block and the others steal them while running the short
+    ones, which also mixes the load: a block of slow tests for every worker ran them all at
+    once, and the tests that time a takeover or an answer failed."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
