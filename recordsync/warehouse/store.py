@@ -19,21 +19,20 @@ the sync hands it and answers what was stored.
 
 from __future__ import annotations
 
-import functools
 import random
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import structlog
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.pool import NullPool
 
-from recordsync.core.database_url import MYSQL_FAMILY, SUPPORTED_BACKENDS, check_driver
+from recordsync.core.database_url import SUPPORTED_BACKENDS, check_driver
 from recordsync.core.errors import (
     ConfigurationError,
     PermissionDeniedError,
@@ -73,17 +72,16 @@ from recordsync.warehouse.connection import (
 )
 from recordsync.warehouse.controls import ControlStore
 from recordsync.warehouse.fields import promotion
-from recordsync.warehouse.fields.promoted import Promoted, PromotedCache
+from recordsync.warehouse.fields.promoted import PromotedCache
 from recordsync.warehouse.fields.promotion import FieldsView, PromotionPlan, PromotionResult
-from recordsync.warehouse.fields.sightings import Sighting, SightingRefresh, read_sightings
+from recordsync.warehouse.fields.sightings import Sighting, read_sightings
 from recordsync.warehouse.lease import FleetSession, epochs, support
 from recordsync.warehouse.lease.backends import merchant_locks
 from recordsync.warehouse.merchant_store import MerchantStore
 from recordsync.warehouse.migrate import schema_state
 from recordsync.warehouse.migrate import upgrade as upgrade_schema
-from recordsync.warehouse.pages import commits as page_commits
 from recordsync.warehouse.pages.conflicts import retry_lost_conflicts
-from recordsync.warehouse.pages.writer import PageWriter, page_writer_for
+from recordsync.warehouse.pages.store import PageStore
 from recordsync.warehouse.pool import CheckoutTimedPool, PoolDemand
 from recordsync.warehouse.requests.store import RequestStore
 from recordsync.warehouse.state_transfer import StateTransfer
@@ -98,8 +96,6 @@ from recordsync.warehouse.values import (
     WarehouseStatus,
     WriteResult,
 )
-
-T = TypeVar("T")
 
 _log = structlog.get_logger(__name__)
 
@@ -139,24 +135,21 @@ class Warehouse:
         check_driver(backend, engine.dialect.driver)
         self._engine = engine
         self._writer = engine.execution_options(**{WRITE_OPTION: True})
-        self._page_committer = self._writer
-        if backend in MYSQL_FAMILY:
-            # Pages side by side: READ COMMITTED takes no gap locks but for duplicate checks
-            # (REPEATABLE READ locks the gap before every stored key a page upserts), and a
-            # statement after a lock, such as the count of open windows once the last one
-            # finishes, sees the newest commits, as on PostgreSQL.  The guards need no more:
-            # each compares with the row it has locked.  (Measured: no cost, and with rows
-            # in key order no deadlock under either level; bench/README.md, 7.)
-            self._page_committer = self._writer.execution_options(isolation_level="READ COMMITTED")
         self._clock = clock
         self._sleep = sleep
         self._rng = random.Random()  # noqa: S311 - jitter of a retry, not cryptography
-        self._keep_revisions = keep_revisions
-        self._page_writer: PageWriter | None = None  # compiled at the first write (see there)
         self._ddl: Engine | None = None  # schema changes: built when first needed (``_ddl``)
         # The fields promoted to columns, which every page fills (``fields.promoted``).
         self.promoted_fields = PromotedCache(engine, PROMOTED_TTL)
-        self._sighting_refresh = SightingRefresh()
+        self.pages = PageStore(
+            engine,
+            fence=epochs.check_epoch,
+            promoted=self.promoted_fields,
+            clock=clock,
+            keep_revisions=keep_revisions,
+            sleep=sleep,
+            rng=self._rng,
+        )
 
     @classmethod
     def connect(
@@ -227,20 +220,12 @@ class Warehouse:
 
     @property
     def keep_revisions(self) -> bool:
-        return self._keep_revisions
+        return self.pages.keep_revisions
 
     @property
     def concurrent_writes(self) -> bool:
-        """Whether page commits may run side by side, or should wait for one another.
-
-        PostgreSQL and MariaDB: yes.  The server's work for one page then overlaps the next
-        page's fetch and encoding in our process, which on one page at a time run one after
-        the other (bench/README.md, 2 and 7).  Each page locks its rows in key order; on
-        MariaDB under READ COMMITTED (see ``__init__``), and a page that still loses a
-        deadlock is run again whole (``conflicts``).  SQLite has one writer at a time
-        anyway: waiting in Python is cheaper than in its busy handler.
-        """
-        return self._engine.dialect.name != "sqlite"
+        """Whether page commits may run side by side (``PageStore.concurrent_writes``)."""
+        return self.pages.concurrent_writes
 
     def migrate(self) -> None:
         """Apply every pending Alembic revision (idempotent)."""
@@ -403,7 +388,7 @@ class Warehouse:
                 now=self._clock(),
             )
 
-    # -- pages (page_commits) ----------------------------------------------------------------
+    # -- pages (pages.store) ---------------------------------------------------------------
 
     def commit_window_page(
         self,
@@ -419,95 +404,21 @@ class Warehouse:
         position: str,
         epoch: int | None = None,
     ) -> WriteResult:
-        """Store one snapshot page and move its window's cursor, in one transaction.
-
-        When this commit finishes the last rebuild window, the phase becomes TAILING in the
-        same transaction.
-        """
+        """Store one snapshot page and move its window's cursor, in one transaction."""
         page = WindowPage(
             job, window, records, rejected, next_cursor, cursor_issued_at, done, position
         )
-        return self.commit_window_pages(merchant_id, [page], epoch=epoch)[0]
+        return self.pages.commit_window_pages(merchant_id, [page], epoch=epoch)[0]
 
     def commit_window_pages(
         self, merchant_id: str, pages: Sequence[WindowPage], epoch: int | None = None
     ) -> list[WriteResult]:
-        """Store several snapshot pages, each moving its own window's cursor, in ONE
-        transaction (the sync's group commits, ``sync.group_commit``): every page with the
-        cursor that covers it, as ``commit_window_page`` does for one."""
-        now = self._clock()
-        action = "commit window page" if len(pages) == 1 else "commit window pages"
-        promoted = self._promoted()
-        plans = [
-            page_commits.plan_page(
-                page.records,
-                page.rejected,
-                merchant_id=merchant_id,
-                source=page.job,
-                position=page.position,
-                keep_revisions=self._keep_revisions,
-                now=now,
-                promoted=promoted,
-                refresh=functools.partial(self._sighting_refresh.due, merchant_id),
-            )
-            for page in pages
-        ]
-        # One page's rows go to the server before its fence check (``_commit_page``); pages
-        # grouped in one transaction share its stage, so they go one after the other.
-        ahead = len(pages) == 1
-
-        def send(conn: Connection) -> None:
-            self._writer_for(conn).send(conn, plans[0].staged)
-
-        def commit(conn: Connection) -> list[WriteResult]:
-            writer = self._writer_for(conn)
-            return [
-                page_commits.commit_window_page(
-                    conn,
-                    writer,
-                    merchant_id,
-                    page.job,
-                    page.window,
-                    plan=plan,
-                    next_cursor=page.next_cursor,
-                    cursor_issued_at=page.cursor_issued_at,
-                    done=page.done,
-                    now=now,
-                    sent=ahead,
-                )
-                for page, plan in zip(pages, plans, strict=True)
-            ]
-
-        return self._commit_page(action, merchant_id, epoch, commit, before=send if ahead else None)
+        return self.pages.commit_window_pages(merchant_id, pages, epoch=epoch)
 
     def commit_tail_page(
         self, merchant_id: str, page: TailPage, *, epoch: int | None = None
     ) -> WriteResult:
-        """Store one change page and move the change cursor, in one transaction (``TailPage``
-        says what each part is for)."""
-        now = self._clock()
-        plan = page_commits.plan_page(
-            page.records,
-            page.rejected,
-            merchant_id=merchant_id,
-            source=page_commits.TAIL_SOURCE,
-            position=page.position,
-            keep_revisions=self._keep_revisions,
-            now=now,
-            changes=page.changes,
-            promoted=self._promoted(),
-            refresh=functools.partial(self._sighting_refresh.due, merchant_id),
-        )
-
-        def send(conn: Connection) -> None:
-            self._writer_for(conn).send(conn, plan.staged)
-
-        def commit(conn: Connection) -> WriteResult:
-            return page_commits.commit_tail_page(
-                conn, self._writer_for(conn), merchant_id, plan, page, now=now, sent=True
-            )
-
-        return self._commit_page("commit tail page", merchant_id, epoch, commit, before=send)
+        return self.pages.commit_tail_page(merchant_id, page, epoch=epoch)
 
     def repair_records(
         self,
@@ -517,25 +428,9 @@ class Warehouse:
         same_revision: Sequence[Record],
         epoch: int | None = None,
     ) -> None:
-        """Write back what the platform returned, in one transaction (``verify --repair``).
-
-        The rows only, never a cursor, under the revision guards (``page_commits.
-        commit_repair`` says which); with ``epoch``, fenced like every page commit.
-        """
-        now = self._clock()
-
-        def commit(conn: Connection) -> None:
-            page_commits.commit_repair(
-                conn,
-                self._writer_for(conn),
-                merchant_id,
-                newer=newer,
-                same_revision=same_revision,
-                keep_revisions=self._keep_revisions,
-                now=now,
-            )
-
-        self._commit_page("repair records", merchant_id, epoch, commit)
+        self.pages.repair_records(
+            merchant_id, newer=newer, same_revision=same_revision, epoch=epoch
+        )
 
     # -- the BI indexes (bi_indexes) -----------------------------------------------------------
 
@@ -645,49 +540,6 @@ class Warehouse:
             if epoch is not None:
                 epochs.check_epoch(conn, merchant_id, epoch, action=action)
             yield conn
-
-    def _commit_page(
-        self,
-        action: str,
-        merchant_id: str,
-        epoch: int | None,
-        work: Callable[[Connection], T],
-        *,
-        before: Callable[[Connection], None] | None = None,
-    ) -> T:
-        """One page transaction, which may run beside others: fenced like ``_write``, and run
-        again whole when the server rolled it back to break a deadlock (``conflicts``).
-
-        ``before`` sends the page's rows ahead of the fence check: it writes nothing shared
-        (a session's temporary stage), so the check still comes before every shared write,
-        and a client paused in the middle of sending them holds no lock (issue 30:
-        PostgreSQL waits for a COPY's rows for ever, whatever its statement_timeout).
-        """
-
-        def transaction() -> T:
-            with translate_errors(action), self._page_committer.begin() as conn:
-                if before is not None:
-                    before(conn)
-                if epoch is not None:
-                    epochs.check_epoch(conn, merchant_id, epoch, action=action)
-                return work(conn)
-
-        def retried(attempt: int) -> None:
-            _log.info(
-                "page_commit_retried",
-                merchant_id=merchant_id,
-                write=action,
-                attempt=attempt,
-                reason="lock conflict with a page committed beside it; nothing was stored",
-            )
-
-        return retry_lost_conflicts(transaction, sleep=self._sleep, rng=self._rng, on_retry=retried)
-
-    def _writer_for(self, conn: Connection) -> PageWriter:
-        """Compiled against the connected dialect: MariaDB's syntax depends on the server."""
-        if self._page_writer is None:
-            self._page_writer = page_writer_for(conn.dialect)
-        return self._page_writer
 
     # -- reading (reads) ---------------------------------------------------------------------
 
@@ -811,10 +663,6 @@ class Warehouse:
                 batch=batch,
                 on_batch=on_batch,
             )
-
-    def _promoted(self) -> tuple[Promoted, ...]:
-        with translate_errors("read promoted fields"):
-            return self.promoted_fields.current()
 
     def unknown_fields(self, merchant_id: str) -> list[Sighting]:
         """The record members the merchant's pages carried that recordsync does not know."""
