@@ -29,20 +29,16 @@ from typing import Any, Final
 
 import structlog
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.pool import NullPool
 
 from recordsync.core.database_url import SUPPORTED_BACKENDS, check_driver
 from recordsync.core.errors import (
     ConfigurationError,
-    PermissionDeniedError,
-    WarehouseUnavailableError,
 )
 from recordsync.core.models import Game, Record, RejectedItem
 from recordsync.core.retention import PrunedBatch, RevisionKey
 from recordsync.core.round_events import RoundEvent, RoundEventReceipt
 from recordsync.core.state import (
-    REBUILD_JOB,
     EndpointAvailability,
     SyncState,
     TailPage,
@@ -51,18 +47,14 @@ from recordsync.core.state import (
     WindowProgress,
 )
 from recordsync.warehouse import (
-    availability,
-    catalogue,
-    drift_checks,
     reads,
     revision_retention,
     round_events,
-    sync_state,
     timeouts,
 )
-from recordsync.warehouse.bi import indexes as bi_indexes
-from recordsync.warehouse.bi import summaries
 from recordsync.warehouse.bi.rollups import SummaryStore
+from recordsync.warehouse.bi.store import BIStore
+from recordsync.warehouse.catalogue import GameStore
 from recordsync.warehouse.connection import (
     WRITE_OPTION,
     create_warehouse_engine,
@@ -83,7 +75,10 @@ from recordsync.warehouse.migrate import upgrade as upgrade_schema
 from recordsync.warehouse.pages.conflicts import retry_lost_conflicts
 from recordsync.warehouse.pages.store import PageStore
 from recordsync.warehouse.pool import CheckoutTimedPool, PoolDemand
+from recordsync.warehouse.record_store import RecordStore
 from recordsync.warehouse.requests.store import RequestStore
+from recordsync.warehouse.round_events import RoundEventStore
+from recordsync.warehouse.state_store import StateStore
 from recordsync.warehouse.state_transfer import StateTransfer
 from recordsync.warehouse.values import (
     Availability,
@@ -149,6 +144,16 @@ class Warehouse:
             keep_revisions=keep_revisions,
             sleep=sleep,
             rng=self._rng,
+        )
+        self.bi = BIStore(engine, schema_engine=self._schema_engine, sleep=sleep)
+        self.state = StateStore(engine, clock=clock, defer_bi_indexes=self.bi.defer_bi_indexes)
+        self.games = GameStore(engine, clock=clock)
+        self.events = RoundEventStore(engine, clock=clock)
+        self.records = RecordStore(engine)
+        # The rollups behind the daily summary views: folding and building (``bi.rollups``).
+        self.summaries = SummaryStore(
+            engine,
+            retry=lambda work: retry_lost_conflicts(work, sleep=self._sleep, rng=self._rng),
         )
 
     @classmethod
@@ -269,13 +274,10 @@ class Warehouse:
     # -- state (sync_state) ------------------------------------------------------------------
 
     def load_state(self, merchant_id: str) -> SyncState | None:
-        with translate_errors("load state"), self._engine.begin() as conn:
-            return sync_state.load_state(conn, merchant_id)
+        return self.state.load_state(merchant_id)
 
     def load_windows(self, merchant_id: str, job: str) -> list[WindowProgress]:
-        """The job's windows ordered by start."""
-        with translate_errors("load windows"), self._engine.begin() as conn:
-            return sync_state.load_windows(conn, merchant_id, job)
+        return self.state.load_windows(merchant_id, job)
 
     def start_rebuild(
         self,
@@ -289,30 +291,16 @@ class Warehouse:
         defer_bi_indexes: bool = False,
         epoch: int | None = None,
     ) -> SyncState:
-        """Anchor a (re)build: new tail cursor and a fresh set of rebuild windows, atomically.
-
-        Spec, Records endpoints, "Rebuild without gaps": the anchor cursor is saved before the
-        history is read.  Stored rows are kept: the rebuild's snapshot and tail overwrite them
-        only with higher revisions.  ``last_sequence`` and ``last_projection_as_of`` are
-        cleared because they described the old change cursor.  ``defer_bi_indexes``: leave
-        the BI indexes out if ``records`` is empty (the sync decides, ``sync.indexes``).
-        """
-        sync_state.check_windows(windows)
-        now = self._clock()
-        with self._write("start rebuild", merchant_id, epoch) as conn:
-            state = sync_state.start_rebuild(
-                conn,
-                merchant_id,
-                change_cursor=change_cursor,
-                anchor_at=anchor_at,
-                history_from=history_from,
-                snapshot_to=snapshot_to,
-                windows=windows,
-                now=now,
-            )
-        if windows and defer_bi_indexes:
-            self._defer_bi_indexes(merchant_id, REBUILD_JOB)
-        return state
+        return self.state.start_rebuild(
+            merchant_id,
+            change_cursor=change_cursor,
+            anchor_at=anchor_at,
+            history_from=history_from,
+            snapshot_to=snapshot_to,
+            windows=windows,
+            defer_bi_indexes=defer_bi_indexes,
+            epoch=epoch,
+        )
 
     def ensure_job(
         self,
@@ -323,33 +311,14 @@ class Warehouse:
         defer_bi_indexes: bool = False,
         epoch: int | None = None,
     ) -> list[WindowProgress]:
-        """Register a one-shot backfill's windows once; later calls return its progress.
-
-        Never touches ``sync_state``: a backfill runs beside the tail, not instead of it.  A
-        new job into an empty ``records`` with ``defer_bi_indexes`` leaves the BI indexes out
-        until it ends (as does ``start_rebuild``; ``build_bi_indexes`` says why).
-        """
-        if job == REBUILD_JOB:
-            raise ValueError("the rebuild job's windows are set by start_rebuild()")
-        sync_state.check_windows(windows)
-        with self._write("ensure job", merchant_id, epoch) as conn:
-            progress, created = sync_state.ensure_job(
-                conn, merchant_id, job, windows, now=self._clock()
-            )
-        if created and defer_bi_indexes:
-            self._defer_bi_indexes(merchant_id, job)
-        return progress
+        return self.state.ensure_job(
+            merchant_id, job, windows, defer_bi_indexes=defer_bi_indexes, epoch=epoch
+        )
 
     def restart_window(
         self, merchant_id: str, job: str, window: Window, *, epoch: int | None = None
     ) -> None:
-        """Forget a window's cursor after 410 CURSOR_EXPIRED, so its chain starts over.
-
-        Its record count restarts too: the new chain reads the window from its beginning.
-        Rows already stored stay; the new chain rewrites them only with higher revisions.
-        """
-        with self._write("restart window", merchant_id, epoch) as conn:
-            sync_state.restart_window(conn, merchant_id, job, window, now=self._clock())
+        self.state.restart_window(merchant_id, job, window, epoch=epoch)
 
     def split_window(
         self,
@@ -360,10 +329,7 @@ class Warehouse:
         *,
         epoch: int | None = None,
     ) -> None:
-        """End a window where ``pieces`` begin and add them, in one transaction: its chain
-        read everything before the first piece, each piece gets a chain of its own."""
-        with self._write("split window", merchant_id, epoch) as conn:
-            sync_state.split_window(conn, merchant_id, job, window, pieces, now=self._clock())
+        self.state.split_window(merchant_id, job, window, pieces, epoch=epoch)
 
     def carry_window(
         self,
@@ -375,18 +341,7 @@ class Warehouse:
         *,
         epoch: int | None = None,
     ) -> None:
-        """End a window where ``joined`` begins and put ``joined`` in place of the unread
-        window after it, in one transaction: one chain reads the rest of both."""
-        with self._write("carry window", merchant_id, epoch) as conn:
-            sync_state.carry_window(
-                conn,
-                merchant_id,
-                job,
-                window,
-                following=following,
-                joined=joined,
-                now=self._clock(),
-            )
+        self.state.carry_window(merchant_id, job, window, following, joined, epoch=epoch)
 
     # -- pages (pages.store) ---------------------------------------------------------------
 
@@ -435,69 +390,10 @@ class Warehouse:
     # -- the BI indexes (bi_indexes) -----------------------------------------------------------
 
     def build_bi_indexes(self, merchant_id: str | None = None) -> list[str]:
-        """Build the BI indexes of ``records`` that are missing; the names built.
-
-        A new snapshot job into an empty ``records`` drops them (``start_rebuild``,
-        ``ensure_job``): a bulk load without them writes about half as much per record
-        (bench/README.md, 7).  They are derived data that nothing the sync's correctness rests
-        on reads, so building them late only makes reads slower meanwhile.  Idempotent, and
-        online where the database can (``bi.indexes``); ``merchant_id`` only names, in the
-        log, whose job end or start asked.  A failure other than an outage (an account that
-        may not change the schema) is logged and leaves them missing: ``recordsync migrate``
-        builds them too.
-        """
-        started = time.perf_counter()
-        try:
-            with translate_errors("build BI indexes"):
-                built = bi_indexes.build(self._schema_engine(), sleep=self._sleep)
-        except (DBAPIError, PermissionDeniedError) as error:
-            _log.error(
-                "bi_indexes_build_failed",
-                merchant_id=merchant_id,
-                error=str(getattr(error, "orig", error)),
-                action="reports and dashboards run without them: run `recordsync migrate` "
-                "with an account that may change the schema",
-            )
-            return []
-        if built:
-            _log.info(
-                "bi_indexes_built",
-                merchant_id=merchant_id,
-                indexes=built,
-                seconds=round(time.perf_counter() - started, 3),
-            )
-        return built
+        return self.bi.build_bi_indexes(merchant_id)
 
     def missing_bi_indexes(self, merchant_id: str | None = None) -> list[str]:
-        """The BI indexes of ``records`` to build (absent, or left invalid by a dead build),
-        and the retired ones to drop (an older replica built them again); the same for every
-        merchant (``merchant_id`` is the sync's port's shape)."""
-        with translate_errors("read BI indexes"), self._engine.connect() as conn:
-            return [*bi_indexes.missing(conn), *bi_indexes.retired(conn)]
-
-    def _defer_bi_indexes(self, merchant_id: str, job: str) -> None:
-        """A new job starts: leave the BI indexes out if ``records`` is empty (a first bulk
-        load).  Not deferring is always safe, so a failure here only says so."""
-        try:
-            with translate_errors("defer BI indexes"):
-                dropped = bi_indexes.defer(self._schema_engine())
-        except (DBAPIError, PermissionDeniedError, WarehouseUnavailableError) as error:
-            _log.warning(
-                "bi_indexes_not_deferred",
-                merchant_id=merchant_id,
-                job=job,
-                error=str(error),
-                action="the load keeps them up to date as it goes",
-            )
-            return
-        if dropped:
-            _log.info(
-                "bi_indexes_deferred",
-                merchant_id=merchant_id,
-                job=job,
-                indexes=dropped,
-                until="the job's last window is done",
-            )
+        return self.bi.missing_bi_indexes(merchant_id)
 
     # -- the game catalogue (catalogue) ---------------------------------------------------------
 
@@ -509,29 +405,18 @@ class Warehouse:
         kept_ids: Collection[str] = (),
         epoch: int | None = None,
     ) -> CatalogueResult:
-        """Store one whole catalogue pass in one transaction (``catalogue`` says how)."""
-        now = self._clock()
-        with self._write("commit catalogue", merchant_id, epoch) as conn:
-            return catalogue.commit_pass(conn, merchant_id, games, kept_ids=kept_ids, now=now)
+        return self.games.commit_catalogue(merchant_id, games, kept_ids=kept_ids, epoch=epoch)
 
     def record_availability(
         self, merchant_id: str, seen: EndpointAvailability, *, epoch: int | None = None
     ) -> None:
-        """Store whether the platform serves ``seen.endpoint`` to the merchant (``availability``
-        says how ``since`` moves)."""
-        now = self._clock()
-        with self._write("record endpoint availability", merchant_id, epoch) as conn:
-            availability.record(conn, merchant_id, seen, now=now)
+        self.games.record_availability(merchant_id, seen, epoch=epoch)
 
     def availability(self, merchant_id: str) -> list[Availability]:
-        """The optional endpoints recorded for the merchant (``recordsync status``)."""
-        with translate_errors("read endpoint availability"), self._engine.begin() as conn:
-            return availability.read(conn, merchant_id)
+        return self.games.availability(merchant_id)
 
     def game_names(self, merchant_id: str) -> dict[str, GameName]:
-        """game_id -> its name and provider from the catalogue (every game ever listed)."""
-        with translate_errors("read game names"), self._engine.begin() as conn:
-            return catalogue.game_names(conn, merchant_id)
+        return self.games.game_names(merchant_id)
 
     @contextmanager
     def _write(self, action: str, merchant_id: str, epoch: int | None) -> Iterator[Connection]:
@@ -544,65 +429,37 @@ class Warehouse:
     # -- reading (reads) ---------------------------------------------------------------------
 
     def quarantined(self, merchant_id: str, limit: int = 20) -> list[QuarantinedRecord]:
-        """The newest quarantined items first."""
-        with translate_errors("read quarantine"), self._engine.begin() as conn:
-            return reads.quarantined(conn, merchant_id, limit)
+        return self.records.quarantined(merchant_id, limit)
 
     def status(
         self, merchant_id: str, *, count_cap: int = reads.STATUS_COUNT_CAP
     ) -> WarehouseStatus:
-        """Where the merchant's sync stands; its rows counted exactly up to ``count_cap``."""
-        with translate_errors("read status"), self._engine.begin() as conn:
-            return reads.status(conn, merchant_id, count_cap=count_cap)
+        return self.records.status(merchant_id, count_cap=count_cap)
 
     def stored_revisions(self, merchant_id: str, record_ids: Collection[str]) -> dict[str, int]:
-        """record_id -> revision held in ``records``, for the ids that exist (the drift check
-        compares them with the platform's)."""
-        with translate_errors("read stored revisions"), self._engine.begin() as conn:
-            return reads.stored_revisions(conn, merchant_id, record_ids)
+        return self.records.stored_revisions(merchant_id, record_ids)
 
     def stored_records(self, merchant_id: str, record_ids: Collection[str]) -> dict[str, Record]:
-        """record_id -> the stored row as a ``Record``, for the ids that exist (``verify``
-        compares them with the platform's field by field)."""
-        with translate_errors("read stored records"), self._engine.begin() as conn:
-            return reads.stored_records(conn, merchant_id, record_ids)
+        return self.records.stored_records(merchant_id, record_ids)
 
     def count_created(self, merchant_id: str, start: datetime, end: datetime) -> int:
-        """How many stored rows were created in ``[start, end)``, counted by the database."""
-        with translate_errors("count records"), self._engine.begin() as conn:
-            return reads.count_created(conn, merchant_id, start, end)
+        return self.records.count_created(merchant_id, start, end)
 
     def record_ids_created(self, merchant_id: str, start: datetime, end: datetime) -> list[str]:
-        """The ids of the stored rows created in ``[start, end)`` (``verify`` looks for rows
-        the platform does not list)."""
-        with translate_errors("read record ids"), self._engine.begin() as conn:
-            return reads.record_ids_created(conn, merchant_id, start, end)
+        return self.records.record_ids_created(merchant_id, start, end)
 
     # -- the BI views (docs/bi.md; summaries) ---------------------------------------------------
 
     def newest_record_day(self, merchant_id: str) -> date | None:
-        """The UTC day of the merchant's newest record (by created_at); None when there is none.
-
-        Reports count their days back from here, not from the local clock: a warehouse
-        restored from a backup, or a sync that stopped, still reports its latest data.
-        """
-        with translate_errors("read newest day"), self._engine.begin() as conn:
-            return summaries.newest_record_day(conn, merchant_id)
+        return self.bi.newest_record_day(merchant_id)
 
     def daily_summaries(
         self, merchant_id: str, *, per: str, first_day: date, last_day: date
     ) -> list[DailySummary]:
-        """``daily_game_summary`` (per="game") or ``daily_player_summary`` (per="player")
-        rows for the UTC days ``first_day`` to ``last_day`` inclusive."""
-        with translate_errors("read daily summaries"), self._engine.begin() as conn:
-            return summaries.daily_summaries(
-                conn, merchant_id, per=per, first_day=first_day, last_day=last_day
-            )
+        return self.bi.daily_summaries(merchant_id, per=per, first_day=first_day, last_day=last_day)
 
     def note_drift_check(self, merchant_id: str, *, deferred: bool, epoch: int | None) -> None:
-        """The merchant's drift check ran, or began to wait (``drift_checks``)."""
-        with self._write("note drift check", merchant_id, epoch) as conn:
-            drift_checks.note(conn, merchant_id, deferred=deferred)
+        self.state.note_drift_check(merchant_id, deferred=deferred, epoch=epoch)
 
     def prune_revisions(
         self,
@@ -613,25 +470,12 @@ class Warehouse:
         epoch: int | None,
         limit: int = revision_retention.BATCH,
     ) -> PrunedBatch:
-        """One batch of a sweep of the merchant's ``record_revisions`` (``revision_retention``):
-        the next ``limit`` keys after ``after`` read without a lock, then the expired ones
-        among them deleted by key in a short transaction of their own, fenced by ``epoch``."""
-        with translate_errors("read revisions"), self._engine.begin() as conn:
-            scanned = revision_retention.scan(conn, merchant_id, after, limit)
-            current = revision_retention.current_revisions(conn, merchant_id, scanned)
-            cutoff = revision_retention.cutoff(conn, retention)
-        keys = revision_retention.expired(scanned, current, cutoff)
-        deleted = 0
-        if keys:
-            with self._write("prune revisions", merchant_id, epoch) as conn:
-                deleted = revision_retention.delete_keys(conn, merchant_id, keys)
-        last = scanned[-1].key if len(scanned) == limit else None
-        return PrunedBatch(last=last, scanned=len(scanned), deleted=deleted)
+        return self.records.prune_revisions(
+            merchant_id, after, retention=retention, epoch=epoch, limit=limit
+        )
 
     def drift_check_run(self, merchant_id: str) -> DriftCheckRun | None:
-        """When the merchant's drift check last ran and since when it waits; None: never."""
-        with translate_errors("read drift checks"), self._engine.begin() as conn:
-            return drift_checks.last_run(conn, merchant_id)
+        return self.state.drift_check_run(merchant_id)
 
     def fields(self) -> FieldsView:
         """The promoted fields and the unknown ones (``recordsync fields list``)."""
@@ -670,9 +514,7 @@ class Warehouse:
             return read_sightings(conn, merchant_id)
 
     def freshness(self, merchant_id: str) -> Freshness | None:
-        """The merchant's row of ``sync_freshness``; None before the first (re)build."""
-        with translate_errors("read freshness"), self._engine.begin() as conn:
-            return summaries.freshness(conn, merchant_id)
+        return self.bi.freshness(merchant_id)
 
     # -- the fleet (lease, requests) -------------------------------------------------
 
@@ -712,12 +554,25 @@ class Warehouse:
 
     def fenced(self, merchant_id: str, epoch: int) -> MerchantStore:
         """The sync's store for ``merchant_id`` held at ``epoch``: every write is fenced."""
-        return MerchantStore(self, merchant_id, epoch)
+        return self._merchant_store(merchant_id, epoch)
 
     def for_merchant(self, merchant_id: str) -> MerchantStore:
         """The sync's store for ``merchant_id``, unfenced: for a sync that holds no lease (the
         demo, a test); a holder's sync writes through ``fenced``."""
-        return MerchantStore(self, merchant_id, None)
+        return self._merchant_store(merchant_id, None)
+
+    def _merchant_store(self, merchant_id: str, epoch: int | None) -> MerchantStore:
+        return MerchantStore(
+            merchant_id,
+            epoch,
+            state=self.state,
+            pages=self.pages,
+            records=self.records,
+            bi=self.bi,
+            summaries=self.summaries,
+            games=self.games,
+            events=self.events,
+        )
 
     def lease_epoch(self, merchant_id: str) -> int | None:
         """The merchant's current lease epoch; None when no replica ever held it."""
@@ -735,14 +590,6 @@ class Warehouse:
         return StateTransfer(self._engine)
 
     @property
-    def summaries(self) -> SummaryStore:
-        """The rollups behind the daily summary views: folding and building (``bi.rollups``)."""
-        return SummaryStore(
-            self._engine,
-            retry=lambda work: retry_lost_conflicts(work, sleep=self._sleep, rng=self._rng),
-        )
-
-    @property
     def requests(self) -> RequestStore:
         """The work commands hand to a merchant's holder (``requests.book``)."""
         return RequestStore(self._engine)
@@ -750,30 +597,10 @@ class Warehouse:
     # -- round-end notifications (round_events) -----------------------------------------------
 
     def record_round_event(self, event: RoundEvent, *, received_by: str) -> RoundEventReceipt:
-        """Store a verified notification once per merchant; a repeated ``event_id`` of the
-        merchant gets the first one's receipt and changes nothing.  ``received_at`` is this
-        warehouse's clock."""
-        try:
-            with translate_errors("record round event"), self._writer.begin() as conn:
-                return round_events.record(
-                    conn, event, received_at=self._clock(), received_by=received_by
-                )
-        except IntegrityError:
-            # Another replica stored the same event a moment ago: answer with its receipt.
-            with translate_errors("record round event"), self._engine.begin() as conn:
-                known = round_events.find(conn, event.merchant_id, event.event_id)
-            if known is None:
-                raise
-            return known
+        return self.events.record_round_event(event, received_by=received_by)
 
     def rounds_announced_missing(self, merchant_id: str, grace_seconds: float) -> list[str]:
-        """Round ids announced more than ``grace_seconds`` ago (by this warehouse's clock)
-        that ``records`` still lacks; rounds found meanwhile are marked and not asked again."""
-        now = self._clock()
-        with translate_errors("cross-check round events"), self._writer.begin() as conn:
-            return round_events.missing_rounds(
-                conn, merchant_id, cutoff=now - timedelta(seconds=grace_seconds), now=now
-            )
+        return self.events.rounds_announced_missing(merchant_id, grace_seconds)
 
     def round_event_feed(
         self,
@@ -782,16 +609,9 @@ class Warehouse:
         poll_interval: float = 0.5,
         sleep: Callable[[float], None] = time.sleep,
     ) -> round_events.RoundEventFeed:
-        """What tells ``replica_id`` of the notifications other replicas accepted: a LISTEN
-        on PostgreSQL (its own connection), a poll of ``round_events`` elsewhere."""
-        if self._engine.dialect.name == "postgresql":
-            return round_events.PostgresFeed(self._engine.url, replica_id)
-        return round_events.PollFeed(self._engine, replica_id, interval=poll_interval, sleep=sleep)
+        return self.events.round_event_feed(replica_id, poll_interval=poll_interval, sleep=sleep)
 
     # -- for the demo's comparison (and the tests') -------------------------------------------
 
     def fetch_records(self, merchant_id: str) -> dict[str, dict[str, Any]]:
-        """Every stored row of the merchant by record_id (the demo compares it with the
-        simulator's truth)."""
-        with translate_errors("fetch records"), self._engine.begin() as conn:
-            return reads.fetch_records(conn, merchant_id)
+        return self.records.fetch_records(merchant_id)
