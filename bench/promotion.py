@@ -24,7 +24,7 @@ from sqlalchemy import text
 from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.extra_fields import members
 from recordsync.core.models import Record, RecordChange
-from recordsync.core.state import REBUILD_JOB, TailPage, Window
+from recordsync.core.state import REBUILD_JOB, TailPage, Window, WindowPage
 from recordsync.warehouse import Warehouse
 
 MERCHANT = "bench-promotion"
@@ -85,16 +85,20 @@ def main() -> int:
         started = time.perf_counter()
         for first in range(0, args.rows, PAGE):
             batch = [_record(n, 1) for n in range(first, min(first + PAGE, args.rows))]
-            store.commit_window_page(
+            store.pages.commit_window_pages(
                 MERCHANT,
-                REBUILD_JOB,
-                window,
-                records=batch,
-                rejected=[],
-                next_cursor=f"c{first}",
-                cursor_issued_at=T0,
-                done=False,
-                position=str(first),
+                [
+                    WindowPage(
+                        REBUILD_JOB,
+                        window,
+                        records=batch,
+                        rejected=[],
+                        next_cursor=f"c{first}",
+                        cursor_issued_at=T0,
+                        done=False,
+                        position=str(first),
+                    )
+                ],
             )
         print(f"loaded {args.rows:,} records in {time.perf_counter() - started:.1f} s")
         stop = threading.Event()

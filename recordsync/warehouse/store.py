@@ -35,7 +35,7 @@ from recordsync.core.database_url import SUPPORTED_BACKENDS, check_driver
 from recordsync.core.errors import (
     ConfigurationError,
 )
-from recordsync.core.models import Game, Record, RejectedItem
+from recordsync.core.models import Game, Record
 from recordsync.core.retention import PrunedBatch, RevisionKey
 from recordsync.core.round_events import RoundEvent, RoundEventReceipt
 from recordsync.core.state import (
@@ -344,26 +344,6 @@ class Warehouse:
         self.state.carry_window(merchant_id, job, window, following, joined, epoch=epoch)
 
     # -- pages (pages.store) ---------------------------------------------------------------
-
-    def commit_window_page(
-        self,
-        merchant_id: str,
-        job: str,
-        window: Window,
-        *,
-        records: Sequence[Record],
-        rejected: Sequence[RejectedItem],
-        next_cursor: str | None,
-        cursor_issued_at: datetime | None,
-        done: bool,
-        position: str,
-        epoch: int | None = None,
-    ) -> WriteResult:
-        """Store one snapshot page and move its window's cursor, in one transaction."""
-        page = WindowPage(
-            job, window, records, rejected, next_cursor, cursor_issued_at, done, position
-        )
-        return self.pages.commit_window_pages(merchant_id, [page], epoch=epoch)[0]
 
     def commit_window_pages(
         self, merchant_id: str, pages: Sequence[WindowPage], epoch: int | None = None

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from msgspec.structs import replace
 from sqlalchemy import text
+from support.pages import commit_window_page
 from support.summarycheck import summary_differences
 from support.warehouse_samples import make_record
 
@@ -85,7 +86,8 @@ def _start(warehouse: Warehouse, merchant: str) -> None:
 def _apply(warehouse: Warehouse, merchant: str, step: tuple, number: int) -> None:
     kind, value = step
     if kind == "snapshot":
-        warehouse.commit_window_page(
+        commit_window_page(
+            warehouse,
             merchant,
             REBUILD_JOB,
             SPAN,

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from support.pages import commit_window_page
 from support.warehouse_samples import make_record
 
 from recordsync import cli
@@ -118,7 +119,8 @@ def filled(tmp_path):
                 snapshot_to=window.end,
                 windows=[window],
             )
-            store.commit_window_page(
+            commit_window_page(
+                store,
                 merchant_id,
                 REBUILD_JOB,
                 window,

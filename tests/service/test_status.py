@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import pytest
 from sqlalchemy import select
+from support.pages import commit_window_page
 from support.synccheck import environment_for, start_daemon
 from support.warehouse_samples import make_record
 
@@ -47,7 +48,8 @@ def config(tmp_path):
             snapshot_to=T0,
             windows=windows,
         )
-        store.commit_window_page(
+        commit_window_page(
+            store,
             MERCHANT,
             REBUILD_JOB,
             windows[0],
@@ -335,7 +337,8 @@ def test_status_lists_the_unknown_record_fields_with_first_and_last_sighting(
     url = f"sqlite:///{tmp_path / 'status.db'}"
     store = Warehouse.connect(url)
     try:
-        store.commit_window_page(
+        commit_window_page(
+            store,
             MERCHANT,
             REBUILD_JOB,
             Window(T0 - timedelta(days=1), T0),
@@ -346,7 +349,8 @@ def test_status_lists_the_unknown_record_fields_with_first_and_last_sighting(
             done=False,
             position="first",
         )
-        store.commit_window_page(
+        commit_window_page(
+            store,
             MERCHANT,
             REBUILD_JOB,
             Window(T0 - timedelta(days=1), T0),

@@ -32,6 +32,7 @@ from recordsync.platform.parsing import parse_change, parse_game, parse_record
 from recordsync.sim import Simulator
 from recordsync.sim.config import SimConfig
 from recordsync.warehouse import Warehouse
+from support.pages import commit_window_page
 
 # The tail's last projection_as_of, two minutes before the test run: sync_freshness then
 # reports about 120 s of staleness by the database's clock.
@@ -194,7 +195,8 @@ def load(warehouse: Warehouse, data: Dataset, *, projection_as_of: datetime) -> 
         pages = list(_pages(records))
         for number, page in enumerate(pages):
             done = number == len(pages) - 1
-            warehouse.commit_window_page(
+            commit_window_page(
+                warehouse,
                 merchant,
                 REBUILD_JOB,
                 span,

@@ -12,6 +12,7 @@ from msgspec.structs import replace
 from recordsync.core.models import Record, RecordChange
 from recordsync.core.state import REBUILD_JOB, TailPage, Window
 from recordsync.warehouse import Warehouse
+from support.pages import commit_window_page
 
 MERCHANT = "merchant-1"
 T0 = datetime(2024, 3, 1, tzinfo=UTC)
@@ -100,7 +101,8 @@ def start_rebuild_of_window(
 
 def snapshot_page(store: Warehouse, *records: Record) -> None:
     """``records`` committed as a page of the rebuild's one window (WINDOW)."""
-    store.commit_window_page(
+    commit_window_page(
+        store,
         MERCHANT,
         REBUILD_JOB,
         WINDOW,

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import pytest
 from sqlalchemy import create_engine, event, text
 from support.dbfixtures import SERVER_PARAMS, server_url
+from support.pages import commit_window_page
 from support.warehouse_reads import fetch_revisions
 from support.warehouse_samples import MERCHANT, T0, make_record, windows
 
@@ -64,7 +65,8 @@ def snapshotting(warehouse: Warehouse) -> Iterator[Warehouse]:
 
 def commit_window(store: Warehouse, index: int = 0, *, done: bool = False):
     plan = windows(2)
-    return store.commit_window_page(
+    return commit_window_page(
+        store,
         MERCHANT,
         REBUILD_JOB,
         plan[index],

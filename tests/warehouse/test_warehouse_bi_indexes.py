@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 from support.dbfixtures import SERVER_PARAMS
+from support.pages import commit_window_page
 from support.warehouse_samples import (
     MERCHANT,
     T0,
@@ -42,7 +43,8 @@ def store_one(warehouse: Warehouse, *rows: Record) -> None:
     """A row (or ``rows``) in ``records`` under a rebuild of its own, which, started on an
     empty table, left the BI indexes out."""
     start_rebuild_of_window(warehouse, defer_bi_indexes=True)
-    warehouse.commit_window_page(
+    commit_window_page(
+        warehouse,
         MERCHANT,
         REBUILD_JOB,
         WINDOW,
@@ -327,7 +329,8 @@ def test_a_mariadb_build_behind_an_open_transaction_gives_up_and_never_stalls_th
         for number in range(1, 16):  # pages keep committing while the build waits
             time.sleep(0.1)
             began = time.monotonic()
-            warehouse.commit_window_page(
+            commit_window_page(
+                warehouse,
                 MERCHANT,
                 REBUILD_JOB,
                 WINDOW,

@@ -13,6 +13,7 @@ from msgspec.structs import replace
 from sqlalchemy import Connection, text
 from structlog.testing import capture_logs
 from support.dbfixtures import SERVER_PARAMS
+from support.pages import commit_window_page
 from support.warehouse_samples import MERCHANT, T0, WINDOW, make_record
 
 from recordsync.core.errors import LeaseSupersededError
@@ -45,7 +46,7 @@ def test_overlapping_pages_from_several_threads_keep_the_highest_revisions(
     warehouse.ensure_job(MERCHANT, JOB, [*windows, WINDOW])
     base = {record_id: make_record(record_id) for record_id in IDS}
     stored_first = [base[record_id] for record_id in IDS[::3]]
-    warehouse.commit_window_page(
+    commit_window_page(warehouse,
         MERCHANT, JOB, WINDOW, records=stored_first, rejected=[], next_cursor=None,
         cursor_issued_at=T0, done=True, position="0",
     )  # fmt: skip
@@ -68,7 +69,8 @@ def test_overlapping_pages_from_several_threads_keep_the_highest_revisions(
                         highest[record.record_id] = max(
                             highest.get(record.record_id, 0), record.revision
                         )
-                warehouse.commit_window_page(
+                commit_window_page(
+                    warehouse,
                     MERCHANT,
                     JOB,
                     windows[number],
@@ -127,7 +129,7 @@ def _deadlocked_page(
     has changed far more rows).  What the page's commit raised (None: it committed) and the
     attempts logged as retried."""
     warehouse.ensure_job(MERCHANT, JOB, [WINDOW_1])
-    warehouse.commit_window_page(
+    commit_window_page(warehouse,
         MERCHANT, JOB, WINDOW_1, records=SEED, rejected=[], next_cursor="c-0",
         cursor_issued_at=T0, done=False, position="0",
     )  # fmt: skip
@@ -135,7 +137,7 @@ def _deadlocked_page(
 
     def commit_page() -> None:
         try:
-            warehouse.commit_window_page(
+            commit_window_page(warehouse,
                 MERCHANT, JOB, WINDOW_1, records=PAGE, rejected=[], next_cursor="c-1",
                 cursor_issued_at=T0, done=False, position="1", epoch=epoch,
             )  # fmt: skip

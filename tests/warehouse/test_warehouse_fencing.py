@@ -15,6 +15,7 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import event
+from support import pages
 from support.warehouse_reads import fetch_revisions
 from support.warehouse_samples import (
     MERCHANT,
@@ -163,7 +164,8 @@ def superseded(warehouse: Warehouse):
     try:
         old = first.try_hold(MERCHANT)
         assert old is not None
-        warehouse.commit_window_page(
+        pages.commit_window_page(
+            warehouse,
             MERCHANT,
             REBUILD_JOB,
             WINDOW,

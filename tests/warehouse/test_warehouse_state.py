@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import orjson
 import pytest
+from support.pages import commit_window_page
 from support.warehouse_samples import DAY, MERCHANT, T0, make_record, windows
 
 from recordsync.core.state import REBUILD_JOB, Phase, TailPage, Window, backfill_job
@@ -35,7 +36,7 @@ def window_page(store: Warehouse, window: Window, *, job: str = REBUILD_JOB, don
         "cursor_issued_at": T0,
         "position": "first",
     }
-    return store.commit_window_page(MERCHANT, job, window, done=done, **(arguments | kw))
+    return commit_window_page(store, MERCHANT, job, window, done=done, **(arguments | kw))
 
 
 def tail_page(store: Warehouse, **kw):

@@ -7,6 +7,7 @@ from decimal import Decimal
 import pytest
 from alembic import command
 from sqlalchemy import insert
+from support.pages import commit_window_page
 from support.warehouse_samples import MERCHANT, T0, WINDOW, make_record, stored_view
 
 from recordsync.core.state import REBUILD_JOB
@@ -39,7 +40,8 @@ def test_money_units_are_the_amount_times_ten_thousand_or_none_beyond_bigint(amo
 
 
 def write(store: Warehouse, *batch) -> None:
-    store.commit_window_page(
+    commit_window_page(
+        store,
         MERCHANT,
         REBUILD_JOB,
         WINDOW,

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
+from support.pages import commit_window_page
 from support.warehouse_samples import (
     MERCHANT,
     T0,
@@ -27,7 +28,8 @@ from recordsync.warehouse.pages.upsert import all_fit, collapse, fits, split_uns
 
 
 def write(store: Warehouse, *records: Record) -> WriteResult:
-    return store.commit_window_page(
+    return commit_window_page(
+        store,
         MERCHANT,
         REBUILD_JOB,
         WINDOW,
