@@ -65,7 +65,7 @@ def main() -> int:
         store = Warehouse.connect(f"sqlite:///{Path(folder) / 'cost.db'}")
         store.migrate()
         window = Window(T0 - timedelta(days=1), T0)
-        store.start_rebuild(
+        store.state.start_rebuild(
             "m",
             change_cursor="c0",
             anchor_at=T0,

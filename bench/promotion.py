@@ -74,7 +74,7 @@ def main() -> int:
         store = Warehouse.connect(_url(args.backend, Path(folder)), keep_revisions=True)
         store.migrate()
         window = Window(T0 - timedelta(days=1), T0)
-        store.start_rebuild(
+        store.state.start_rebuild(
             MERCHANT,
             change_cursor="c0",
             anchor_at=T0,
@@ -117,7 +117,7 @@ def main() -> int:
                     sequence, n = sequence + 1, (n + 7919) % args.rows
                 began = time.perf_counter()
                 try:
-                    store.commit_tail_page(
+                    store.pages.commit_tail_page(
                         MERCHANT,
                         TailPage(
                             records=[c.record for c in changes],
@@ -137,7 +137,7 @@ def main() -> int:
         writer = threading.Thread(target=live)
         writer.start()
         began = time.perf_counter()
-        result = store.promote_field("tax", "decimal")
+        result = store.fields.promote_field("tax", "decimal")
         took = time.perf_counter() - began
         time.sleep(store.promoted_fields.ttl + 0.5)
         stop.set()

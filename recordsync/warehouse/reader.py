@@ -79,7 +79,7 @@ class WarehouseReader:
         return self._warehouse.state.drift_check_run(merchant_id)
 
     def unknown_fields(self, merchant_id: str) -> list[Sighting]:
-        return self._warehouse.unknown_fields(merchant_id)
+        return self._warehouse.fields.unknown_fields(merchant_id)
 
     def availability(self, merchant_id: str) -> list[Availability]:
         return self._warehouse.games.availability(merchant_id)

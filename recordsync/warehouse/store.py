@@ -1,17 +1,18 @@
-"""The warehouse's one entry point: it owns the engine, the transactions and the error mapping.
+"""The warehouse's root: it connects, migrates, pings and closes, and hands out a store per
+concept, all over its one engine.
 
-Each read or write runs in ONE transaction, opened here and handed to the module that does
-the work: ``sync_state`` (where the sync stands), ``pages.commits`` (a page's rows with its
-cursor; it says why they must commit together), ``reads`` and ``summaries`` (what was
-stored); ``lease`` the protocol by which processes share the merchants (its session's locks
-live on a connection of their own).
-Any "server gone" error is raised as ``WarehouseUnavailableError`` (see ``connection``) after
-the transaction has rolled back; the caller waits and tries again with the same page.
-
-Fenced writes.  Every write the sync makes takes an optional lease ``epoch`` (given by
-``FleetSession.try_hold``; ``fenced`` passes it for the sync).  With one, the FIRST statement
-of the write's transaction checks it against the merchant's (``lease.epochs.check_epoch``), and a
-superseded holder's write raises ``LeaseSupersededError`` with nothing of it stored.
+Each store runs every read or write in ONE transaction of its own and raises any "server
+gone" error as ``WarehouseUnavailableError`` (see ``connection``) after the transaction has
+rolled back; the caller waits and tries again.  The stores: ``state`` (where each merchant's
+sync stands, ``state_store``), ``pages`` (a page's rows with the cursor that covers them,
+``pages.store``), ``records`` (what was stored, ``record_store``), ``bi`` and ``summaries``
+(the BI indexes and views, the rollups behind them, ``bi``), ``fields`` (the record members
+the platform added, ``fields``), ``games`` (the catalogue,
+``catalogue``), ``events`` (round-end notifications, ``round_events``), ``requests``,
+``controls`` and ``state_transfer``.  A merchant's store as its sync sees it
+(``merchant_store``) is built over them, bound to the merchant and fenced by its holder's
+epoch (``fencing``); ``lease`` is the protocol by which processes share the merchants (its
+session's locks live on a connection of their own).
 
 The warehouse never calls the platform and never decides what to read next: it stores what
 the sync hands it and answers what was stored.
@@ -21,37 +22,18 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
-from datetime import UTC, date, datetime, timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
 import structlog
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 from sqlalchemy.pool import NullPool
 
 from recordsync.core.database_url import SUPPORTED_BACKENDS, check_driver
-from recordsync.core.errors import (
-    ConfigurationError,
-)
-from recordsync.core.models import Game, Record
-from recordsync.core.retention import PrunedBatch, RevisionKey
-from recordsync.core.round_events import RoundEvent, RoundEventReceipt
-from recordsync.core.state import (
-    EndpointAvailability,
-    SyncState,
-    TailPage,
-    Window,
-    WindowPage,
-    WindowProgress,
-)
-from recordsync.warehouse import (
-    reads,
-    revision_retention,
-    round_events,
-    timeouts,
-)
+from recordsync.core.errors import ConfigurationError
+from recordsync.warehouse import timeouts
 from recordsync.warehouse.bi.rollups import SummaryStore
 from recordsync.warehouse.bi.store import BIStore
 from recordsync.warehouse.catalogue import GameStore
@@ -63,10 +45,8 @@ from recordsync.warehouse.connection import (
     warehouse_url,
 )
 from recordsync.warehouse.controls import ControlStore
-from recordsync.warehouse.fields import promotion
 from recordsync.warehouse.fields.promoted import PromotedCache
-from recordsync.warehouse.fields.promotion import FieldsView, PromotionPlan, PromotionResult
-from recordsync.warehouse.fields.sightings import Sighting, read_sightings
+from recordsync.warehouse.fields.store import FieldStore
 from recordsync.warehouse.lease import FleetSession, epochs, support
 from recordsync.warehouse.lease.backends import merchant_locks
 from recordsync.warehouse.merchant_store import MerchantStore
@@ -80,17 +60,6 @@ from recordsync.warehouse.requests.store import RequestStore
 from recordsync.warehouse.round_events import RoundEventStore
 from recordsync.warehouse.state_store import StateStore
 from recordsync.warehouse.state_transfer import StateTransfer
-from recordsync.warehouse.values import (
-    Availability,
-    CatalogueResult,
-    DailySummary,
-    DriftCheckRun,
-    Freshness,
-    GameName,
-    QuarantinedRecord,
-    WarehouseStatus,
-    WriteResult,
-)
 
 _log = structlog.get_logger(__name__)
 
@@ -104,14 +73,14 @@ PROMOTED_TTL: Final = 2.0
 
 
 class Warehouse:
-    """The sync's storage; see the module docstring for the transaction rules.
+    """The sync's storage, as stores per concept over one engine (module docstring).
 
     ``engine`` is injected; ``Warehouse.connect(url)`` builds one with the session settings
-    each backend needs.  ``clock`` stamps ``synced_at``, ``updated_at`` and ``quarantined_at``
-    only: bookkeeping, never a sync boundary.  ``keep_revisions=False`` switches the revision
-    history off: nothing is written to ``record_revisions`` and the write path does no extra
-    work at all.  ``sleep`` is the pause before a page transaction that lost a lock
-    conflict runs again (``conflicts``).
+    each backend needs.  ``clock`` (the stores') stamps ``synced_at``, ``updated_at`` and
+    ``quarantined_at`` only: bookkeeping, never a sync boundary.  ``keep_revisions=False``
+    switches the revision history off: nothing is written to ``record_revisions`` and the
+    write path does no extra work at all.  ``sleep`` is the pause before a page transaction
+    that lost a lock conflict runs again (``conflicts``).
     """
 
     def __init__(
@@ -150,6 +119,9 @@ class Warehouse:
         self.games = GameStore(engine, clock=clock)
         self.events = RoundEventStore(engine, clock=clock)
         self.records = RecordStore(engine)
+        self.fields = FieldStore(
+            engine, schema_engine=self._schema_engine, promoted=self.promoted_fields, sleep=sleep
+        )
         # The rollups behind the daily summary views: folding and building (``bi.rollups``).
         self.summaries = SummaryStore(
             engine,
@@ -223,15 +195,6 @@ class Warehouse:
     def engine(self) -> Engine:
         return self._engine
 
-    @property
-    def keep_revisions(self) -> bool:
-        return self.pages.keep_revisions
-
-    @property
-    def concurrent_writes(self) -> bool:
-        """Whether page commits may run side by side (``PageStore.concurrent_writes``)."""
-        return self.pages.concurrent_writes
-
     def migrate(self) -> None:
         """Apply every pending Alembic revision (idempotent)."""
         with translate_errors("migrate"):
@@ -270,231 +233,6 @@ class Warehouse:
                     self._engine.url, limits=timeouts.DDL, poolclass=NullPool
                 ).execution_options(**{WRITE_OPTION: True})
         return self._ddl
-
-    # -- state (sync_state) ------------------------------------------------------------------
-
-    def load_state(self, merchant_id: str) -> SyncState | None:
-        return self.state.load_state(merchant_id)
-
-    def load_windows(self, merchant_id: str, job: str) -> list[WindowProgress]:
-        return self.state.load_windows(merchant_id, job)
-
-    def start_rebuild(
-        self,
-        merchant_id: str,
-        *,
-        change_cursor: str,
-        anchor_at: datetime,
-        history_from: datetime,
-        snapshot_to: datetime,
-        windows: Sequence[Window],
-        defer_bi_indexes: bool = False,
-        epoch: int | None = None,
-    ) -> SyncState:
-        return self.state.start_rebuild(
-            merchant_id,
-            change_cursor=change_cursor,
-            anchor_at=anchor_at,
-            history_from=history_from,
-            snapshot_to=snapshot_to,
-            windows=windows,
-            defer_bi_indexes=defer_bi_indexes,
-            epoch=epoch,
-        )
-
-    def ensure_job(
-        self,
-        merchant_id: str,
-        job: str,
-        windows: Sequence[Window],
-        *,
-        defer_bi_indexes: bool = False,
-        epoch: int | None = None,
-    ) -> list[WindowProgress]:
-        return self.state.ensure_job(
-            merchant_id, job, windows, defer_bi_indexes=defer_bi_indexes, epoch=epoch
-        )
-
-    def restart_window(
-        self, merchant_id: str, job: str, window: Window, *, epoch: int | None = None
-    ) -> None:
-        self.state.restart_window(merchant_id, job, window, epoch=epoch)
-
-    def split_window(
-        self,
-        merchant_id: str,
-        job: str,
-        window: Window,
-        pieces: Sequence[Window],
-        *,
-        epoch: int | None = None,
-    ) -> None:
-        self.state.split_window(merchant_id, job, window, pieces, epoch=epoch)
-
-    def carry_window(
-        self,
-        merchant_id: str,
-        job: str,
-        window: Window,
-        following: Window,
-        joined: Window,
-        *,
-        epoch: int | None = None,
-    ) -> None:
-        self.state.carry_window(merchant_id, job, window, following, joined, epoch=epoch)
-
-    # -- pages (pages.store) ---------------------------------------------------------------
-
-    def commit_window_pages(
-        self, merchant_id: str, pages: Sequence[WindowPage], epoch: int | None = None
-    ) -> list[WriteResult]:
-        return self.pages.commit_window_pages(merchant_id, pages, epoch=epoch)
-
-    def commit_tail_page(
-        self, merchant_id: str, page: TailPage, *, epoch: int | None = None
-    ) -> WriteResult:
-        return self.pages.commit_tail_page(merchant_id, page, epoch=epoch)
-
-    def repair_records(
-        self,
-        merchant_id: str,
-        *,
-        newer: Sequence[Record],
-        same_revision: Sequence[Record],
-        epoch: int | None = None,
-    ) -> None:
-        self.pages.repair_records(
-            merchant_id, newer=newer, same_revision=same_revision, epoch=epoch
-        )
-
-    # -- the BI indexes (bi_indexes) -----------------------------------------------------------
-
-    def build_bi_indexes(self, merchant_id: str | None = None) -> list[str]:
-        return self.bi.build_bi_indexes(merchant_id)
-
-    def missing_bi_indexes(self, merchant_id: str | None = None) -> list[str]:
-        return self.bi.missing_bi_indexes(merchant_id)
-
-    # -- the game catalogue (catalogue) ---------------------------------------------------------
-
-    def commit_catalogue(
-        self,
-        merchant_id: str,
-        games: Sequence[Game],
-        *,
-        kept_ids: Collection[str] = (),
-        epoch: int | None = None,
-    ) -> CatalogueResult:
-        return self.games.commit_catalogue(merchant_id, games, kept_ids=kept_ids, epoch=epoch)
-
-    def record_availability(
-        self, merchant_id: str, seen: EndpointAvailability, *, epoch: int | None = None
-    ) -> None:
-        self.games.record_availability(merchant_id, seen, epoch=epoch)
-
-    def availability(self, merchant_id: str) -> list[Availability]:
-        return self.games.availability(merchant_id)
-
-    def game_names(self, merchant_id: str) -> dict[str, GameName]:
-        return self.games.game_names(merchant_id)
-
-    @contextmanager
-    def _write(self, action: str, merchant_id: str, epoch: int | None) -> Iterator[Connection]:
-        """One write transaction; with an ``epoch``, fenced by its first statement."""
-        with translate_errors(action), self._writer.begin() as conn:
-            if epoch is not None:
-                epochs.check_epoch(conn, merchant_id, epoch, action=action)
-            yield conn
-
-    # -- reading (reads) ---------------------------------------------------------------------
-
-    def quarantined(self, merchant_id: str, limit: int = 20) -> list[QuarantinedRecord]:
-        return self.records.quarantined(merchant_id, limit)
-
-    def status(
-        self, merchant_id: str, *, count_cap: int = reads.STATUS_COUNT_CAP
-    ) -> WarehouseStatus:
-        return self.records.status(merchant_id, count_cap=count_cap)
-
-    def stored_revisions(self, merchant_id: str, record_ids: Collection[str]) -> dict[str, int]:
-        return self.records.stored_revisions(merchant_id, record_ids)
-
-    def stored_records(self, merchant_id: str, record_ids: Collection[str]) -> dict[str, Record]:
-        return self.records.stored_records(merchant_id, record_ids)
-
-    def count_created(self, merchant_id: str, start: datetime, end: datetime) -> int:
-        return self.records.count_created(merchant_id, start, end)
-
-    def record_ids_created(self, merchant_id: str, start: datetime, end: datetime) -> list[str]:
-        return self.records.record_ids_created(merchant_id, start, end)
-
-    # -- the BI views (docs/bi.md; summaries) ---------------------------------------------------
-
-    def newest_record_day(self, merchant_id: str) -> date | None:
-        return self.bi.newest_record_day(merchant_id)
-
-    def daily_summaries(
-        self, merchant_id: str, *, per: str, first_day: date, last_day: date
-    ) -> list[DailySummary]:
-        return self.bi.daily_summaries(merchant_id, per=per, first_day=first_day, last_day=last_day)
-
-    def note_drift_check(self, merchant_id: str, *, deferred: bool, epoch: int | None) -> None:
-        self.state.note_drift_check(merchant_id, deferred=deferred, epoch=epoch)
-
-    def prune_revisions(
-        self,
-        merchant_id: str,
-        after: RevisionKey | None,
-        *,
-        retention: timedelta,
-        epoch: int | None,
-        limit: int = revision_retention.BATCH,
-    ) -> PrunedBatch:
-        return self.records.prune_revisions(
-            merchant_id, after, retention=retention, epoch=epoch, limit=limit
-        )
-
-    def drift_check_run(self, merchant_id: str) -> DriftCheckRun | None:
-        return self.state.drift_check_run(merchant_id)
-
-    def fields(self) -> FieldsView:
-        """The promoted fields and the unknown ones (``recordsync fields list``)."""
-        with translate_errors("read fields"):
-            return promotion.list_fields(self._engine)
-
-    def promotion_plan(self, field: str, kind: str) -> PromotionPlan:
-        """What promoting ``field`` would do: the rows carrying it now."""
-        with translate_errors("read promotion"):
-            return promotion.plan(self._engine, field, kind)
-
-    def promote_field(
-        self,
-        field: str,
-        kind: str,
-        *,
-        batch: int = promotion.BATCH,
-        on_batch: Callable[[int, int], None] | None = None,
-    ) -> PromotionResult:
-        """Promote ``field`` to a column of type ``kind`` (``fields.promotion``), waiting for
-        every writer to see it first (twice its view's age and a page's transaction)."""
-        with translate_errors("promote field"):
-            return promotion.promote(
-                self._schema_engine(),
-                field,
-                kind,
-                settle=2 * self.promoted_fields.ttl + 1.0,
-                sleep=self._sleep,
-                batch=batch,
-                on_batch=on_batch,
-            )
-
-    def unknown_fields(self, merchant_id: str) -> list[Sighting]:
-        """The record members the merchant's pages carried that recordsync does not know."""
-        with translate_errors("read unknown fields"), self._engine.begin() as conn:
-            return read_sightings(conn, merchant_id)
-
-    def freshness(self, merchant_id: str) -> Freshness | None:
-        return self.bi.freshness(merchant_id)
 
     # -- the fleet (lease, requests) -------------------------------------------------
 
@@ -573,25 +311,3 @@ class Warehouse:
     def requests(self) -> RequestStore:
         """The work commands hand to a merchant's holder (``requests.book``)."""
         return RequestStore(self._engine)
-
-    # -- round-end notifications (round_events) -----------------------------------------------
-
-    def record_round_event(self, event: RoundEvent, *, received_by: str) -> RoundEventReceipt:
-        return self.events.record_round_event(event, received_by=received_by)
-
-    def rounds_announced_missing(self, merchant_id: str, grace_seconds: float) -> list[str]:
-        return self.events.rounds_announced_missing(merchant_id, grace_seconds)
-
-    def round_event_feed(
-        self,
-        replica_id: str,
-        *,
-        poll_interval: float = 0.5,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> round_events.RoundEventFeed:
-        return self.events.round_event_feed(replica_id, poll_interval=poll_interval, sleep=sleep)
-
-    # -- for the demo's comparison (and the tests') -------------------------------------------
-
-    def fetch_records(self, merchant_id: str) -> dict[str, dict[str, Any]]:
-        return self.records.fetch_records(merchant_id)

@@ -67,8 +67,8 @@ def test_backfill_syncs_the_merchant_named_with_its_secret_file(sim, tmp_path, c
     assert cli.main(["backfill", "--merchant", "brand-b", "--config", config, *window]) == 0
     store = Warehouse.connect(url)
     try:
-        synced = store.fetch_records("brand-b")
-        assert store.fetch_records("brand-a") == {}
+        synced = store.records.fetch_records("brand-b")
+        assert store.records.fetch_records("brand-a") == {}
     finally:
         store.close()
     expected = {
@@ -111,7 +111,7 @@ def filled(tmp_path):
     try:
         store.migrate()
         for merchant_id in ("brand-a", "brand-b"):
-            store.start_rebuild(
+            store.state.start_rebuild(
                 merchant_id,
                 change_cursor="c",
                 anchor_at=T0,

@@ -46,7 +46,7 @@ def fill(url):
     try:
         store.migrate()
         window = Window(T0 - timedelta(days=1), T0)
-        store.start_rebuild(
+        store.state.start_rebuild(
             MERCHANT,
             change_cursor="c",
             anchor_at=T0,

@@ -40,7 +40,7 @@ def config(tmp_path):
             Window(T0 - timedelta(days=2), T0 - timedelta(days=1)),
             Window(T0 - timedelta(days=1), T0),
         ]
-        store.start_rebuild(
+        store.state.start_rebuild(
             MERCHANT,
             change_cursor="c0",
             anchor_at=T0,
@@ -288,10 +288,10 @@ def test_status_says_why_a_drift_check_is_overdue(config, capsys):
     url = config.read_text().split('database_url = "')[1].split('"')[0]
     store = Warehouse.connect(url)
     try:
-        store.note_drift_check(MERCHANT, deferred=False, epoch=None)
-        store.note_drift_check(MERCHANT, deferred=True, epoch=None)
+        store.state.note_drift_check(MERCHANT, deferred=False, epoch=None)
+        store.state.note_drift_check(MERCHANT, deferred=True, epoch=None)
         with store.engine.begin() as conn:  # as if it ran 3 h ago, deferred since 2 h ago
-            run = store.drift_check_run(MERCHANT)
+            run = store.state.drift_check_run(MERCHANT)
             assert run is not None
             conn.execute(
                 schema.drift_checks.update().values(
@@ -312,7 +312,7 @@ def test_status_says_why_a_drift_check_is_overdue(config, capsys):
 
     store = Warehouse.connect(url)
     try:
-        store.note_drift_check(MERCHANT, deferred=False, epoch=None)
+        store.state.note_drift_check(MERCHANT, deferred=False, epoch=None)
     finally:
         store.close()
     assert cli.main(["--config", str(config), "status"]) == 0

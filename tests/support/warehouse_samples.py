@@ -87,7 +87,7 @@ def start_rebuild_of_window(
 ) -> Warehouse:
     """``store`` with a rebuild of ``MERCHANT`` anchored at ``T0`` over ``plan`` (the one
     ``WINDOW`` unless told)."""
-    store.start_rebuild(
+    store.state.start_rebuild(
         MERCHANT,
         change_cursor="change-cursor-0",
         anchor_at=T0,
@@ -117,7 +117,7 @@ def snapshot_page(store: Warehouse, *records: Record) -> None:
 
 def tail_page(store: Warehouse, *changes: RecordChange, with_changes: bool = True) -> None:
     """``changes`` committed as a tail page (their records, and their history unless not)."""
-    store.commit_tail_page(
+    store.pages.commit_tail_page(
         MERCHANT,
         TailPage(
             records=[item.record for item in changes],

@@ -52,7 +52,7 @@ def fail(_cursor: object) -> None:
 @pytest.fixture
 def snapshotting(warehouse: Warehouse) -> Iterator[Warehouse]:
     plan = windows(2)
-    warehouse.start_rebuild(
+    warehouse.state.start_rebuild(
         MERCHANT,
         change_cursor="tail-0",
         anchor_at=T0,
@@ -80,7 +80,7 @@ def commit_window(store: Warehouse, index: int = 0, *, done: bool = False):
 
 
 def commit_tail(store: Warehouse):
-    return store.commit_tail_page(
+    return store.pages.commit_tail_page(
         MERCHANT,
         TailPage(
             records=[make_record("a", 4)],
@@ -96,10 +96,10 @@ def commit_tail(store: Warehouse):
 def snapshot(store: Warehouse):
     """Everything a commit may touch, to compare before and after a failed one."""
     return (
-        store.fetch_records(MERCHANT),
+        store.records.fetch_records(MERCHANT),
         fetch_revisions(store, MERCHANT),
-        store.load_state(MERCHANT),
-        store.load_windows(MERCHANT, REBUILD_JOB),
+        store.state.load_state(MERCHANT),
+        store.state.load_windows(MERCHANT, REBUILD_JOB),
     )
 
 
@@ -131,7 +131,7 @@ def test_a_failure_mid_commit_leaves_neither_rows_nor_cursor(
         commit(snapshotting)
     assert snapshot(snapshotting) == before
     commit(snapshotting)  # the same page again, now that the failure is gone
-    assert set(snapshotting.fetch_records(MERCHANT)) == {"a", "b"} or commit is commit_tail
+    assert set(snapshotting.records.fetch_records(MERCHANT)) == {"a", "b"} or commit is commit_tail
 
 
 def test_a_failure_while_finishing_the_rebuild_keeps_the_last_window_open(snapshotting):
@@ -143,9 +143,9 @@ def test_a_failure_while_finishing_the_rebuild_keeps_the_last_window_open(snapsh
     ):
         commit_window(snapshotting, 0, done=True)
     assert snapshot(snapshotting) == before
-    assert snapshotting.load_state(MERCHANT).phase is Phase.SNAPSHOT
+    assert snapshotting.state.load_state(MERCHANT).phase is Phase.SNAPSHOT
     commit_window(snapshotting, 0, done=True)
-    assert snapshotting.load_state(MERCHANT).phase is Phase.TAILING
+    assert snapshotting.state.load_state(MERCHANT).phase is Phase.TAILING
 
 
 def kill_session(store: Warehouse) -> Callable[[object], None]:
@@ -208,7 +208,7 @@ def test_an_unreachable_warehouse_is_reported_as_unavailable(url):
         with pytest.raises(WarehouseUnavailableError, match="ping"):
             store.ping()
         with pytest.raises(WarehouseUnavailableError, match="load state"):
-            store.load_state(MERCHANT)
+            store.state.load_state(MERCHANT)
     finally:
         store.close()
         store.close()

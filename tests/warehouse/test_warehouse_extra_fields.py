@@ -130,7 +130,7 @@ def test_a_known_field_whose_type_changed_is_quarantined_naming_it_with_the_raw_
         done=False,
         position="start",
     )
-    kept = {row.record_id: row for row in rebuilding.quarantined(MERCHANT, limit=10)}
+    kept = {row.record_id: row for row in rebuilding.records.quarantined(MERCHANT, limit=10)}
     assert kept["m"].reason.startswith("bet_amount:")
     assert '"bet_amount":10.000' in kept["m"].raw_json
     assert kept["r"].reason.startswith("revision:")

@@ -40,10 +40,10 @@ def test_stored_revisions_answers_for_existing_ids_only_across_chunks(rebuilding
 
     event.listen(rebuilding.engine, "before_cursor_execute", count)
     try:
-        found = rebuilding.stored_revisions(MERCHANT, asked)
+        found = rebuilding.records.stored_revisions(MERCHANT, asked)
     finally:
         event.remove(rebuilding.engine, "before_cursor_execute", count)
     assert found == {record.record_id: record.revision for record in stored}
     assert len(queries) == math.ceil(len(asked) / IN_LIST_CHUNK) > 1
-    assert rebuilding.stored_revisions("merchant-2", asked) == {}
-    assert rebuilding.stored_revisions(MERCHANT, []) == {}
+    assert rebuilding.records.stored_revisions("merchant-2", asked) == {}
+    assert rebuilding.records.stored_revisions(MERCHANT, []) == {}

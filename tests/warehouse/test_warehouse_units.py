@@ -70,7 +70,7 @@ def test_the_upsert_stores_the_units_of_every_amount(rebuilding):
         for i, (amount, _) in enumerate(UNITS)
     }
     write(rebuilding, *batch.values())
-    rows = rebuilding.fetch_records(MERCHANT)
+    rows = rebuilding.records.fetch_records(MERCHANT)
     for record_id, (_, units) in zip(batch, UNITS, strict=True):
         assert units_of(rows[record_id]) == (units,) * 4
 
@@ -79,7 +79,7 @@ def test_a_higher_revision_replaces_the_units_and_a_lower_one_does_not(rebuildin
     write(rebuilding, make_record(revision=1, payout_amount=Decimal("1.5")))
     write(rebuilding, make_record(revision=3, payout_amount=Decimal("7.0001")))
     write(rebuilding, make_record(revision=2, payout_amount=Decimal(99)))
-    assert rebuilding.fetch_records(MERCHANT)["rec-1"]["payout_units"] == 70001
+    assert rebuilding.records.fetch_records(MERCHANT)["rec-1"]["payout_units"] == 70001
 
 
 def test_upgrading_a_0001_warehouse_back_fills_the_units_exactly(warehouse_url):
@@ -111,7 +111,7 @@ def test_upgrading_a_0001_warehouse_back_fills_the_units_exactly(warehouse_url):
                 ],
             )
         store.migrate()
-        rows = store.fetch_records(MERCHANT)
+        rows = store.records.fetch_records(MERCHANT)
     finally:
         store.close()
     for record, (_, units) in zip(old, UNITS, strict=True):
