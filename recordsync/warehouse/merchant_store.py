@@ -8,6 +8,9 @@ never imports the sync), each write passing ``epoch`` so that it is refused with
 ``Warehouse.for_merchant(merchant_id)`` gives the same calls unfenced, for the demo and the
 tests that sync without a lease.  The merchant is named here once, so no call of the sync
 names it again, and none can name another.
+
+It stands on the warehouse's stores of each concept, handed in by the root that builds it,
+and never imports that root (a contract in ``pyproject.toml`` keeps it so).
 """
 
 from __future__ import annotations
