@@ -224,8 +224,8 @@ def test_sqlite_readers_are_not_blocked_by_an_open_write(tmp_path):
         writer = daemon.engine.execution_options(**{WRITE_OPTION: True})
         with writer.begin() as conn:  # holds the write lock until the block ends
             conn.execute(text("DELETE FROM records"))
-            assert reader.status(MERCHANT).records == 0
-            assert reader.load_state(MERCHANT) is None
+            assert reader.records.status(MERCHANT).records == 0
+            assert reader.state.load_state(MERCHANT) is None
     finally:
         daemon.close()
         reader.close()
