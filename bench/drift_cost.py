@@ -17,7 +17,7 @@ from pathlib import Path
 
 import orjson
 
-from recordsync.core.state import REBUILD_JOB, Window
+from recordsync.core.state import REBUILD_JOB, Window, WindowPage
 from recordsync.platform.parsing import usual_records_page
 from recordsync.warehouse import Warehouse
 
@@ -65,7 +65,7 @@ def main() -> int:
         store = Warehouse.connect(f"sqlite:///{Path(folder) / 'cost.db'}")
         store.migrate()
         window = Window(T0 - timedelta(days=1), T0)
-        store.start_rebuild(
+        store.state.start_rebuild(
             "m",
             change_cursor="c0",
             anchor_at=T0,
@@ -84,16 +84,20 @@ def main() -> int:
                 page = usual_records_page(body)
                 parsed = time.perf_counter()
                 assert page is not None
-                store.commit_window_page(
+                store.pages.commit_window_pages(
                     "m",
-                    REBUILD_JOB,
-                    window,
-                    records=page.records,
-                    rejected=[],
-                    next_cursor=f"c{offset}",
-                    cursor_issued_at=T0,
-                    done=False,
-                    position="p",
+                    [
+                        WindowPage(
+                            REBUILD_JOB,
+                            window,
+                            records=page.records,
+                            rejected=[],
+                            next_cursor=f"c{offset}",
+                            cursor_issued_at=T0,
+                            done=False,
+                            position="p",
+                        )
+                    ],
                 )
                 ended = time.perf_counter()
                 best[drift] = min(best[drift], ended - began)

@@ -112,7 +112,7 @@ class Forward:
 
     def store(self, event: RoundEvent) -> RoundEventReceipt:
         assert self.app is not None
-        return self.app.warehouse.record_round_event(event, received_by="bench")
+        return self.app.warehouse.events.record_round_event(event, received_by="bench")
 
     def wake(self, _event: RoundEvent) -> None:
         assert self.app is not None
@@ -265,7 +265,7 @@ def _events_main(args: Any, report: harness.Report) -> int:
 def _wait_for_tailing(app: MerchantCommand) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        state = app.warehouse.load_state(app.merchant.merchant_id)
+        state = app.warehouse.state.load_state(app.merchant.merchant_id)
         if state is not None and state.phase is Phase.TAILING:
             break
         time.sleep(0.1)

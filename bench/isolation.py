@@ -792,7 +792,7 @@ def _periodic_run(sim: Simulator, url: str, intervals: dict[str, float], window:
         return metrics.registry.get_sample_value(name, {MERCHANT_LABEL: merchant}) or 0.0
 
     def tailing() -> bool:
-        states = [warehouse.load_state(merchant) for merchant in merchants]
+        states = [warehouse.state.load_state(merchant) for merchant in merchants]
         return all(state is not None and state.phase is Phase.TAILING for state in states)
 
     try:

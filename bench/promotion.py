@@ -24,7 +24,7 @@ from sqlalchemy import text
 from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.extra_fields import members
 from recordsync.core.models import Record, RecordChange
-from recordsync.core.state import REBUILD_JOB, TailPage, Window
+from recordsync.core.state import REBUILD_JOB, TailPage, Window, WindowPage
 from recordsync.warehouse import Warehouse
 
 MERCHANT = "bench-promotion"
@@ -74,7 +74,7 @@ def main() -> int:
         store = Warehouse.connect(_url(args.backend, Path(folder)), keep_revisions=True)
         store.migrate()
         window = Window(T0 - timedelta(days=1), T0)
-        store.start_rebuild(
+        store.state.start_rebuild(
             MERCHANT,
             change_cursor="c0",
             anchor_at=T0,
@@ -85,16 +85,20 @@ def main() -> int:
         started = time.perf_counter()
         for first in range(0, args.rows, PAGE):
             batch = [_record(n, 1) for n in range(first, min(first + PAGE, args.rows))]
-            store.commit_window_page(
+            store.pages.commit_window_pages(
                 MERCHANT,
-                REBUILD_JOB,
-                window,
-                records=batch,
-                rejected=[],
-                next_cursor=f"c{first}",
-                cursor_issued_at=T0,
-                done=False,
-                position=str(first),
+                [
+                    WindowPage(
+                        REBUILD_JOB,
+                        window,
+                        records=batch,
+                        rejected=[],
+                        next_cursor=f"c{first}",
+                        cursor_issued_at=T0,
+                        done=False,
+                        position=str(first),
+                    )
+                ],
             )
         print(f"loaded {args.rows:,} records in {time.perf_counter() - started:.1f} s")
         stop = threading.Event()
@@ -113,7 +117,7 @@ def main() -> int:
                     sequence, n = sequence + 1, (n + 7919) % args.rows
                 began = time.perf_counter()
                 try:
-                    store.commit_tail_page(
+                    store.pages.commit_tail_page(
                         MERCHANT,
                         TailPage(
                             records=[c.record for c in changes],
@@ -133,7 +137,7 @@ def main() -> int:
         writer = threading.Thread(target=live)
         writer.start()
         began = time.perf_counter()
-        result = store.promote_field("tax", "decimal")
+        result = store.fields.promote_field("tax", "decimal")
         took = time.perf_counter() - began
         time.sleep(store.promoted_fields.ttl + 0.5)
         stop.set()

@@ -212,7 +212,7 @@ def build(url: str, backend: str, rows: int, end: datetime, config: Path) -> flo
         engine.dispose()
     anchor = Warehouse.connect(url)
     try:
-        anchor.start_rebuild(
+        anchor.state.start_rebuild(
             MERCHANT,
             change_cursor="scale-cursor",
             anchor_at=end,

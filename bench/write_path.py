@@ -4,7 +4,7 @@ Pages of 1000 records are rendered by an in-process simulator and parsed once, u
 each variant commits them page by page into a fresh database and the cost per record is
 printed.  No HTTP, no simulator CPU: only what one page's transaction costs.
 
-- ``current``: one page per transaction through ``Warehouse.commit_window_pages``, as the sync
+- ``current``: one page per transaction through ``PageStore.commit_window_pages``, as the sync
   commits a page that finds the writer free;
 - ``4`` and ``8 pages per transaction``: as the sync's group commits write pages that waited
   for a one-at-a-time writer (SQLite, MariaDB; ``sync/group_commit.py``);
@@ -104,7 +104,7 @@ def through_warehouse(
     the rate limit bounds and any load into a non-empty warehouse do."""
     warehouse.migrate()
     window = Window(datetime(2000, 1, 1, tzinfo=UTC), datetime(2000, 1, 2, tzinfo=UTC))
-    warehouse.ensure_job(MERCHANT, JOB, [window], defer_bi_indexes=not indexes)
+    warehouse.state.ensure_job(MERCHANT, JOB, [window], defer_bi_indexes=not indexes)
     staged = [
         WindowPage(
             JOB,
@@ -121,7 +121,7 @@ def through_warehouse(
     cpu = time.process_time()
     started = time.perf_counter()
     for first in range(0, len(staged), group):
-        warehouse.commit_window_pages(MERCHANT, staged[first : first + group])
+        warehouse.pages.commit_window_pages(MERCHANT, staged[first : first + group])
     seconds = time.perf_counter() - started
     LAST_CPU[0] = time.process_time() - cpu
     return seconds

@@ -1,7 +1,7 @@
 """The BI indexes of a bulk load: whether to leave them out, and when to have them built.
 
 The warehouse leaves them out when a new snapshot job starts while ``records`` is empty and the
-sync asks it to (``Warehouse.ensure_job`` and ``start_rebuild``): a first load writes about half
+sync asks it to (``StateStore.ensure_job`` and ``start_rebuild``): a first load writes about half
 as much per record without them, but the build at its end costs time of its own (6 to 9 us per
 record on SQLite, 5 on PostgreSQL, 6 on MariaDB here).  That trade pays only when the writer is
 what bounds the load.  When the platform's rate limit bounds it, the writer idles most of the

@@ -24,15 +24,19 @@ sync boundary.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from datetime import datetime
+from collections.abc import Callable, Collection, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, insert, select, update
+from sqlalchemy import Connection, Engine, and_, delete, insert, select, update
 
 from recordsync.core.models import Game
+from recordsync.core.state import EndpointAvailability
+from recordsync.warehouse import availability
+from recordsync.warehouse.connection import WRITE_OPTION, translate_errors
+from recordsync.warehouse.fencing import fenced_write
 from recordsync.warehouse.schema import CODE_LENGTH, ID_LENGTH, game_localizations, games
-from recordsync.warehouse.values import CatalogueResult, GameName
+from recordsync.warehouse.values import Availability, CatalogueResult, GameName
 
 _COMPARED = (
     "name",
@@ -228,3 +232,51 @@ def game_names(conn: Connection, merchant_id: str) -> dict[str, GameName]:
         )
         for row in rows
     }
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class GameStore:
+    """The game catalogue and which optional endpoints the platform serves each merchant
+    (``availability``), on the warehouse's engine: each call one transaction of its own,
+    every write fenced (``fencing``).  ``clock`` stamps the pass and ``since``."""
+
+    def __init__(self, engine: Engine, *, clock: Callable[[], datetime] = _utc_now) -> None:
+        self._engine = engine
+        self._writer = engine.execution_options(**{WRITE_OPTION: True})
+        self._clock = clock
+
+    def commit_catalogue(
+        self,
+        merchant_id: str,
+        games: Sequence[Game],
+        *,
+        kept_ids: Collection[str] = (),
+        epoch: int | None = None,
+    ) -> CatalogueResult:
+        """Store one whole catalogue pass in one transaction (module docstring)."""
+        now = self._clock()
+        with fenced_write(self._writer, "commit catalogue", merchant_id, epoch) as conn:
+            return commit_pass(conn, merchant_id, games, kept_ids=kept_ids, now=now)
+
+    def game_names(self, merchant_id: str) -> dict[str, GameName]:
+        """game_id -> its name and provider from the catalogue (every game ever listed)."""
+        with translate_errors("read game names"), self._engine.begin() as conn:
+            return game_names(conn, merchant_id)
+
+    def record_availability(
+        self, merchant_id: str, seen: EndpointAvailability, *, epoch: int | None = None
+    ) -> None:
+        """Store whether the platform serves ``seen.endpoint`` to the merchant (``availability``
+        says how ``since`` moves)."""
+        now = self._clock()
+        action = "record endpoint availability"
+        with fenced_write(self._writer, action, merchant_id, epoch) as conn:
+            availability.record(conn, merchant_id, seen, now=now)
+
+    def availability(self, merchant_id: str) -> list[Availability]:
+        """The optional endpoints recorded for the merchant (``recordsync status``)."""
+        with translate_errors("read endpoint availability"), self._engine.begin() as conn:
+            return availability.read(conn, merchant_id)

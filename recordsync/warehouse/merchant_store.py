@@ -8,13 +8,15 @@ never imports the sync), each write passing ``epoch`` so that it is refused with
 ``Warehouse.for_merchant(merchant_id)`` gives the same calls unfenced, for the demo and the
 tests that sync without a lease.  The merchant is named here once, so no call of the sync
 names it again, and none can name another.
+
+It stands on the warehouse's stores of each concept, handed in by the root that builds it,
+and never imports that root (a contract in ``pyproject.toml`` keeps it so).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from recordsync.core.models import Game, Record
 from recordsync.core.retention import PrunedBatch, RevisionKey
@@ -26,21 +28,42 @@ from recordsync.core.state import (
     WindowPage,
     WindowProgress,
 )
-from recordsync.warehouse.bi.rollups import Maintenance
+from recordsync.warehouse.bi.rollups import Maintenance, SummaryStore
+from recordsync.warehouse.bi.store import BIStore
+from recordsync.warehouse.catalogue import GameStore
+from recordsync.warehouse.pages.store import PageStore
+from recordsync.warehouse.record_store import RecordStore
+from recordsync.warehouse.round_events import RoundEventStore
+from recordsync.warehouse.state_store import StateStore
 from recordsync.warehouse.values import CatalogueResult, WriteResult
-
-if TYPE_CHECKING:
-    from recordsync.warehouse.store import Warehouse
 
 
 class MerchantStore:
     """The sync's store for ``merchant_id``, fenced by ``epoch`` when one is given (see the
-    module docstring)."""
+    module docstring), over the warehouse's stores of each concept."""
 
-    def __init__(self, warehouse: Warehouse, merchant_id: str, epoch: int | None) -> None:
-        self._warehouse = warehouse
+    def __init__(
+        self,
+        merchant_id: str,
+        epoch: int | None,
+        *,
+        state: StateStore,
+        pages: PageStore,
+        records: RecordStore,
+        bi: BIStore,
+        summaries: SummaryStore,
+        games: GameStore,
+        events: RoundEventStore,
+    ) -> None:
         self._merchant_id = merchant_id
         self._epoch = epoch
+        self._state = state
+        self._pages = pages
+        self._records = records
+        self._bi = bi
+        self._summaries = summaries
+        self._games = games
+        self._events = events
 
     @property
     def merchant_id(self) -> str:
@@ -52,13 +75,13 @@ class MerchantStore:
 
     @property
     def concurrent_writes(self) -> bool:
-        return self._warehouse.concurrent_writes
+        return self._pages.concurrent_writes
 
     def load_state(self) -> SyncState | None:
-        return self._warehouse.load_state(self._merchant_id)
+        return self._state.load_state(self._merchant_id)
 
     def load_windows(self, job: str) -> list[WindowProgress]:
-        return self._warehouse.load_windows(self._merchant_id, job)
+        return self._state.load_windows(self._merchant_id, job)
 
     def start_rebuild(
         self,
@@ -70,7 +93,7 @@ class MerchantStore:
         windows: Sequence[Window],
         defer_bi_indexes: bool = False,
     ) -> SyncState:
-        return self._warehouse.start_rebuild(
+        return self._state.start_rebuild(
             self._merchant_id,
             change_cursor=change_cursor,
             anchor_at=anchor_at,
@@ -84,77 +107,77 @@ class MerchantStore:
     def ensure_job(
         self, job: str, windows: Sequence[Window], *, defer_bi_indexes: bool = False
     ) -> list[WindowProgress]:
-        return self._warehouse.ensure_job(
+        return self._state.ensure_job(
             self._merchant_id, job, windows, defer_bi_indexes=defer_bi_indexes, epoch=self._epoch
         )
 
     def commit_window_pages(self, pages: Sequence[WindowPage]) -> list[WriteResult]:
-        return self._warehouse.commit_window_pages(self._merchant_id, pages, epoch=self._epoch)
+        return self._pages.commit_window_pages(self._merchant_id, pages, epoch=self._epoch)
 
     def restart_window(self, job: str, window: Window) -> None:
-        self._warehouse.restart_window(self._merchant_id, job, window, epoch=self._epoch)
+        self._state.restart_window(self._merchant_id, job, window, epoch=self._epoch)
 
     def split_window(self, job: str, window: Window, pieces: Sequence[Window]) -> None:
-        self._warehouse.split_window(self._merchant_id, job, window, pieces, epoch=self._epoch)
+        self._state.split_window(self._merchant_id, job, window, pieces, epoch=self._epoch)
 
     def carry_window(self, job: str, window: Window, following: Window, joined: Window) -> None:
-        self._warehouse.carry_window(
+        self._state.carry_window(
             self._merchant_id, job, window, following, joined, epoch=self._epoch
         )
 
     def build_bi_indexes(self) -> list[str]:
         # Not fenced: indexes are nobody's rows, and a build is idempotent wherever it runs.
-        return self._warehouse.build_bi_indexes(self._merchant_id)
+        return self._bi.build_bi_indexes(self._merchant_id)
 
     def missing_bi_indexes(self) -> list[str]:
-        return self._warehouse.missing_bi_indexes(self._merchant_id)
+        return self._bi.missing_bi_indexes(self._merchant_id)
 
     def commit_tail_page(self, page: TailPage) -> WriteResult:
-        return self._warehouse.commit_tail_page(self._merchant_id, page, epoch=self._epoch)
+        return self._pages.commit_tail_page(self._merchant_id, page, epoch=self._epoch)
 
     def stored_revisions(self, record_ids: Collection[str]) -> dict[str, int]:
-        return self._warehouse.stored_revisions(self._merchant_id, record_ids)
+        return self._records.stored_revisions(self._merchant_id, record_ids)
 
     def note_drift_check(self, *, deferred: bool) -> None:
-        self._warehouse.note_drift_check(self._merchant_id, deferred=deferred, epoch=self._epoch)
+        self._state.note_drift_check(self._merchant_id, deferred=deferred, epoch=self._epoch)
 
     def maintain_summaries(self) -> Maintenance:
         # Not fenced: whoever folds or builds, the totals stay exact (``bi.rollups``); the
         # lease only says who does the work.
-        return self._warehouse.summaries.maintain(self._merchant_id)
+        return self._summaries.maintain(self._merchant_id)
 
     def prune_revisions(self, after: RevisionKey | None, retention: timedelta) -> PrunedBatch:
-        return self._warehouse.prune_revisions(
+        return self._records.prune_revisions(
             self._merchant_id, after, retention=retention, epoch=self._epoch
         )
 
     def rounds_announced_missing(self, grace_seconds: float) -> list[str]:
         # Only marks rounds found (found_at): nothing a superseded holder could spoil.
-        return self._warehouse.rounds_announced_missing(self._merchant_id, grace_seconds)
+        return self._events.rounds_announced_missing(self._merchant_id, grace_seconds)
 
     def commit_catalogue(
         self, games: Sequence[Game], *, kept_ids: Collection[str] = ()
     ) -> CatalogueResult:
-        return self._warehouse.commit_catalogue(
+        return self._games.commit_catalogue(
             self._merchant_id, games, kept_ids=kept_ids, epoch=self._epoch
         )
 
     def record_availability(self, seen: EndpointAvailability) -> None:
-        self._warehouse.record_availability(self._merchant_id, seen, epoch=self._epoch)
+        self._games.record_availability(self._merchant_id, seen, epoch=self._epoch)
 
     # -- verify (sync.ports.VerifyStore) ----------------------------------------------------
 
     def count_created(self, start: datetime, end: datetime) -> int:
-        return self._warehouse.count_created(self._merchant_id, start, end)
+        return self._records.count_created(self._merchant_id, start, end)
 
     def record_ids_created(self, start: datetime, end: datetime) -> list[str]:
-        return self._warehouse.record_ids_created(self._merchant_id, start, end)
+        return self._records.record_ids_created(self._merchant_id, start, end)
 
     def stored_records(self, record_ids: Collection[str]) -> dict[str, Record]:
-        return self._warehouse.stored_records(self._merchant_id, record_ids)
+        return self._records.stored_records(self._merchant_id, record_ids)
 
     def repair_records(self, *, newer: Sequence[Record], same_revision: Sequence[Record]) -> None:
-        self._warehouse.repair_records(
+        self._pages.repair_records(
             self._merchant_id, newer=newer, same_revision=same_revision, epoch=self._epoch
         )
 

@@ -61,46 +61,46 @@ class WarehouseReader:
         return self._warehouse.engine
 
     def load_state(self, merchant_id: str) -> SyncState | None:
-        return self._warehouse.load_state(merchant_id)
+        return self._warehouse.state.load_state(merchant_id)
 
     def status(self, merchant_id: str) -> WarehouseStatus:
-        return self._warehouse.status(merchant_id)
+        return self._warehouse.records.status(merchant_id)
 
     def quarantined(self, merchant_id: str, limit: int = 20) -> list[QuarantinedRecord]:
-        return self._warehouse.quarantined(merchant_id, limit=limit)
+        return self._warehouse.records.quarantined(merchant_id, limit=limit)
 
     def lease_epoch(self, merchant_id: str) -> int | None:
         return self._warehouse.lease_epoch(merchant_id)
 
     def freshness(self, merchant_id: str) -> Freshness | None:
-        return self._warehouse.freshness(merchant_id)
+        return self._warehouse.bi.freshness(merchant_id)
 
     def drift_check_run(self, merchant_id: str) -> DriftCheckRun | None:
-        return self._warehouse.drift_check_run(merchant_id)
+        return self._warehouse.state.drift_check_run(merchant_id)
 
     def unknown_fields(self, merchant_id: str) -> list[Sighting]:
-        return self._warehouse.unknown_fields(merchant_id)
+        return self._warehouse.fields.unknown_fields(merchant_id)
 
     def availability(self, merchant_id: str) -> list[Availability]:
-        return self._warehouse.availability(merchant_id)
+        return self._warehouse.games.availability(merchant_id)
 
     def newest_record_day(self, merchant_id: str) -> date | None:
-        return self._warehouse.newest_record_day(merchant_id)
+        return self._warehouse.bi.newest_record_day(merchant_id)
 
     def daily_summaries(
         self, merchant_id: str, *, per: str, first_day: date, last_day: date
     ) -> list[DailySummary]:
-        return self._warehouse.daily_summaries(
+        return self._warehouse.bi.daily_summaries(
             merchant_id, per=per, first_day=first_day, last_day=last_day
         )
 
     def game_names(self, merchant_id: str) -> dict[str, GameName]:
-        return self._warehouse.game_names(merchant_id)
+        return self._warehouse.games.game_names(merchant_id)
 
     def count_created(self, merchant_id: str, start: datetime, end: datetime) -> int:
         """The stored rows created in ``[start, end)`` (a dry run's estimate), counted by the
         database: no id is loaded, whatever the window holds."""
-        return self._warehouse.count_created(merchant_id, start, end)
+        return self._warehouse.records.count_created(merchant_id, start, end)
 
     def paused(self, merchant_ids: Collection[str]) -> dict[str, Pause]:
         return self._warehouse.controls.paused(merchant_ids)

@@ -1,7 +1,7 @@
 """Answering what was stored: status, quarantine, stored revisions, and whole rows for tests.
 
 The BI views are read by ``summaries``.  Every function runs inside the transaction the
-``Warehouse`` opened for it.
+record store (``record_store``) opened for it.
 """
 
 from __future__ import annotations

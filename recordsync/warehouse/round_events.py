@@ -5,8 +5,8 @@ Storing (``record``).  ``event_id`` is unique per merchant (spec: Events, "the m
 de-duplicates by it": each merchant its own ids, so two merchants' ids may collide): a repeat
 (the platform retries with the same id) finds the merchant's first row and returns its
 ``received_at``, changing nothing.  Two replicas storing the same event at once race on the
-unique key; the loser's insert fails and the facade reads the winner's row in a new
-transaction.
+unique key; the loser's insert fails and the store (``RoundEventStore``) reads the winner's
+row in a new transaction.
 
 Telling the merchant's holder.  A notification may reach a replica that does not sync its
 merchant (several replicas behind one ingress).  On PostgreSQL the insert's transaction sends
@@ -19,16 +19,18 @@ what it received itself: it woke its own tail while answering.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
 
 from sqlalchemy import Connection, Engine, func, insert, select, update
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import IntegrityError
 
 from recordsync.core.errors import WarehouseUnavailableError
 from recordsync.core.round_events import ROUND_ENDED, RoundEvent, RoundEventReceipt
-from recordsync.warehouse.connection import translate_errors
+from recordsync.warehouse.connection import WRITE_OPTION, translate_errors
 from recordsync.warehouse.lease.connection import LockConnection
 from recordsync.warehouse.schema import records, round_events
 from recordsync.warehouse.timeouts import LEASE_SECONDS
@@ -243,3 +245,54 @@ class PollFeed:
 
     def close(self) -> None:
         pass
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class RoundEventStore:
+    """The round-end notifications on the warehouse's engine, each call one transaction of
+    its own (module docstring).  ``clock`` is this warehouse's: ``received_at``, and the
+    cross-check's grace, are measured by it."""
+
+    def __init__(self, engine: Engine, *, clock: Callable[[], datetime] = _utc_now) -> None:
+        self._engine = engine
+        self._writer = engine.execution_options(**{WRITE_OPTION: True})
+        self._clock = clock
+
+    def record_round_event(self, event: RoundEvent, *, received_by: str) -> RoundEventReceipt:
+        """Store a verified notification once per merchant; a repeated ``event_id`` of the
+        merchant gets the first one's receipt and changes nothing."""
+        try:
+            with translate_errors("record round event"), self._writer.begin() as conn:
+                return record(conn, event, received_at=self._clock(), received_by=received_by)
+        except IntegrityError:
+            # Another replica stored the same event a moment ago: answer with its receipt.
+            with translate_errors("record round event"), self._engine.begin() as conn:
+                known = find(conn, event.merchant_id, event.event_id)
+            if known is None:
+                raise
+            return known
+
+    def rounds_announced_missing(self, merchant_id: str, grace_seconds: float) -> list[str]:
+        """Round ids announced more than ``grace_seconds`` ago that ``records`` still lacks;
+        rounds found meanwhile are marked and not asked again."""
+        now = self._clock()
+        with translate_errors("cross-check round events"), self._writer.begin() as conn:
+            return missing_rounds(
+                conn, merchant_id, cutoff=now - timedelta(seconds=grace_seconds), now=now
+            )
+
+    def round_event_feed(
+        self,
+        replica_id: str,
+        *,
+        poll_interval: float = 0.5,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> RoundEventFeed:
+        """What tells ``replica_id`` of the notifications other replicas accepted: a LISTEN
+        on PostgreSQL (its own connection), a poll of ``round_events`` elsewhere."""
+        if self._engine.dialect.name == "postgresql":
+            return PostgresFeed(self._engine.url, replica_id)
+        return PollFeed(self._engine, replica_id, interval=poll_interval, sleep=sleep)

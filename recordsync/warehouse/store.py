@@ -1,17 +1,18 @@
-"""The warehouse's one entry point: it owns the engine, the transactions and the error mapping.
+"""The warehouse's root: it connects, migrates, pings and closes, and hands out a store per
+concept, all over its one engine.
 
-Each read or write runs in ONE transaction, opened here and handed to the module that does
-the work: ``sync_state`` (where the sync stands), ``pages.commits`` (a page's rows with its
-cursor; it says why they must commit together), ``reads`` and ``summaries`` (what was
-stored); ``lease`` the protocol by which processes share the merchants (its session's locks
-live on a connection of their own).
-Any "server gone" error is raised as ``WarehouseUnavailableError`` (see ``connection``) after
-the transaction has rolled back; the caller waits and tries again with the same page.
-
-Fenced writes.  Every write the sync makes takes an optional lease ``epoch`` (given by
-``FleetSession.try_hold``; ``fenced`` passes it for the sync).  With one, the FIRST statement
-of the write's transaction checks it against the merchant's (``lease.epochs.check_epoch``), and a
-superseded holder's write raises ``LeaseSupersededError`` with nothing of it stored.
+Each store runs every read or write in ONE transaction of its own and raises any "server
+gone" error as ``WarehouseUnavailableError`` (see ``connection``) after the transaction has
+rolled back; the caller waits and tries again.  The stores: ``state`` (where each merchant's
+sync stands, ``state_store``), ``pages`` (a page's rows with the cursor that covers them,
+``pages.store``), ``records`` (what was stored, ``record_store``), ``bi`` and ``summaries``
+(the BI indexes and views, the rollups behind them, ``bi``), ``fields`` (the record members
+the platform added, ``fields``), ``games`` (the catalogue,
+``catalogue``), ``events`` (round-end notifications, ``round_events``), ``requests``,
+``controls`` and ``state_transfer``.  A merchant's store as its sync sees it
+(``merchant_store``) is built over them, bound to the merchant and fenced by its holder's
+epoch (``fencing``); ``lease`` is the protocol by which processes share the merchants (its
+session's locks live on a connection of their own).
 
 The warehouse never calls the platform and never decides what to read next: it stores what
 the sync hands it and answers what was stored.
@@ -19,51 +20,23 @@ the sync hands it and answers what was stored.
 
 from __future__ import annotations
 
-import functools
 import random
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
-from datetime import UTC, date, datetime, timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import structlog
-from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy import Engine
 from sqlalchemy.pool import NullPool
 
-from recordsync.core.database_url import MYSQL_FAMILY, SUPPORTED_BACKENDS, check_driver
-from recordsync.core.errors import (
-    ConfigurationError,
-    PermissionDeniedError,
-    WarehouseUnavailableError,
-)
-from recordsync.core.models import Game, Record, RejectedItem
-from recordsync.core.retention import PrunedBatch, RevisionKey
-from recordsync.core.round_events import RoundEvent, RoundEventReceipt
-from recordsync.core.state import (
-    REBUILD_JOB,
-    EndpointAvailability,
-    SyncState,
-    TailPage,
-    Window,
-    WindowPage,
-    WindowProgress,
-)
-from recordsync.warehouse import (
-    availability,
-    catalogue,
-    drift_checks,
-    reads,
-    revision_retention,
-    round_events,
-    sync_state,
-    timeouts,
-)
-from recordsync.warehouse.bi import indexes as bi_indexes
-from recordsync.warehouse.bi import summaries
+from recordsync.core.database_url import SUPPORTED_BACKENDS, check_driver
+from recordsync.core.errors import ConfigurationError
+from recordsync.warehouse import timeouts
 from recordsync.warehouse.bi.rollups import SummaryStore
+from recordsync.warehouse.bi.store import BIStore
+from recordsync.warehouse.catalogue import GameStore
 from recordsync.warehouse.connection import (
     WRITE_OPTION,
     create_warehouse_engine,
@@ -72,34 +45,21 @@ from recordsync.warehouse.connection import (
     warehouse_url,
 )
 from recordsync.warehouse.controls import ControlStore
-from recordsync.warehouse.fields import promotion
-from recordsync.warehouse.fields.promoted import Promoted, PromotedCache
-from recordsync.warehouse.fields.promotion import FieldsView, PromotionPlan, PromotionResult
-from recordsync.warehouse.fields.sightings import Sighting, SightingRefresh, read_sightings
+from recordsync.warehouse.fields.promoted import PromotedCache
+from recordsync.warehouse.fields.store import FieldStore
 from recordsync.warehouse.lease import FleetSession, epochs, support
 from recordsync.warehouse.lease.backends import merchant_locks
 from recordsync.warehouse.merchant_store import MerchantStore
 from recordsync.warehouse.migrate import schema_state
 from recordsync.warehouse.migrate import upgrade as upgrade_schema
-from recordsync.warehouse.pages import commits as page_commits
 from recordsync.warehouse.pages.conflicts import retry_lost_conflicts
-from recordsync.warehouse.pages.writer import PageWriter, page_writer_for
+from recordsync.warehouse.pages.store import PageStore
 from recordsync.warehouse.pool import CheckoutTimedPool, PoolDemand
+from recordsync.warehouse.record_store import RecordStore
 from recordsync.warehouse.requests.store import RequestStore
+from recordsync.warehouse.round_events import RoundEventStore
+from recordsync.warehouse.state_store import StateStore
 from recordsync.warehouse.state_transfer import StateTransfer
-from recordsync.warehouse.values import (
-    Availability,
-    CatalogueResult,
-    DailySummary,
-    DriftCheckRun,
-    Freshness,
-    GameName,
-    QuarantinedRecord,
-    WarehouseStatus,
-    WriteResult,
-)
-
-T = TypeVar("T")
 
 _log = structlog.get_logger(__name__)
 
@@ -113,14 +73,14 @@ PROMOTED_TTL: Final = 2.0
 
 
 class Warehouse:
-    """The sync's storage; see the module docstring for the transaction rules.
+    """The sync's storage, as stores per concept over one engine (module docstring).
 
     ``engine`` is injected; ``Warehouse.connect(url)`` builds one with the session settings
-    each backend needs.  ``clock`` stamps ``synced_at``, ``updated_at`` and ``quarantined_at``
-    only: bookkeeping, never a sync boundary.  ``keep_revisions=False`` switches the revision
-    history off: nothing is written to ``record_revisions`` and the write path does no extra
-    work at all.  ``sleep`` is the pause before a page transaction that lost a lock
-    conflict runs again (``conflicts``).
+    each backend needs.  ``clock`` (the stores') stamps ``synced_at``, ``updated_at`` and
+    ``quarantined_at`` only: bookkeeping, never a sync boundary.  ``keep_revisions=False``
+    switches the revision history off: nothing is written to ``record_revisions`` and the
+    write path does no extra work at all.  ``sleep`` is the pause before a page transaction
+    that lost a lock conflict runs again (``conflicts``).
     """
 
     def __init__(
@@ -139,24 +99,34 @@ class Warehouse:
         check_driver(backend, engine.dialect.driver)
         self._engine = engine
         self._writer = engine.execution_options(**{WRITE_OPTION: True})
-        self._page_committer = self._writer
-        if backend in MYSQL_FAMILY:
-            # Pages side by side: READ COMMITTED takes no gap locks but for duplicate checks
-            # (REPEATABLE READ locks the gap before every stored key a page upserts), and a
-            # statement after a lock, such as the count of open windows once the last one
-            # finishes, sees the newest commits, as on PostgreSQL.  The guards need no more:
-            # each compares with the row it has locked.  (Measured: no cost, and with rows
-            # in key order no deadlock under either level; bench/README.md, 7.)
-            self._page_committer = self._writer.execution_options(isolation_level="READ COMMITTED")
         self._clock = clock
         self._sleep = sleep
         self._rng = random.Random()  # noqa: S311 - jitter of a retry, not cryptography
-        self._keep_revisions = keep_revisions
-        self._page_writer: PageWriter | None = None  # compiled at the first write (see there)
         self._ddl: Engine | None = None  # schema changes: built when first needed (``_ddl``)
         # The fields promoted to columns, which every page fills (``fields.promoted``).
         self.promoted_fields = PromotedCache(engine, PROMOTED_TTL)
-        self._sighting_refresh = SightingRefresh()
+        self.pages = PageStore(
+            engine,
+            fence=epochs.check_epoch,
+            promoted=self.promoted_fields,
+            clock=clock,
+            keep_revisions=keep_revisions,
+            sleep=sleep,
+            rng=self._rng,
+        )
+        self.bi = BIStore(engine, schema_engine=self._schema_engine, sleep=sleep)
+        self.state = StateStore(engine, clock=clock, defer_bi_indexes=self.bi.defer_bi_indexes)
+        self.games = GameStore(engine, clock=clock)
+        self.events = RoundEventStore(engine, clock=clock)
+        self.records = RecordStore(engine)
+        self.fields = FieldStore(
+            engine, schema_engine=self._schema_engine, promoted=self.promoted_fields, sleep=sleep
+        )
+        # The rollups behind the daily summary views: folding and building (``bi.rollups``).
+        self.summaries = SummaryStore(
+            engine,
+            retry=lambda work: retry_lost_conflicts(work, sleep=self._sleep, rng=self._rng),
+        )
 
     @classmethod
     def connect(
@@ -225,23 +195,6 @@ class Warehouse:
     def engine(self) -> Engine:
         return self._engine
 
-    @property
-    def keep_revisions(self) -> bool:
-        return self._keep_revisions
-
-    @property
-    def concurrent_writes(self) -> bool:
-        """Whether page commits may run side by side, or should wait for one another.
-
-        PostgreSQL and MariaDB: yes.  The server's work for one page then overlaps the next
-        page's fetch and encoding in our process, which on one page at a time run one after
-        the other (bench/README.md, 2 and 7).  Each page locks its rows in key order; on
-        MariaDB under READ COMMITTED (see ``__init__``), and a page that still loses a
-        deadlock is run again whole (``conflicts``).  SQLite has one writer at a time
-        anyway: waiting in Python is cheaper than in its busy handler.
-        """
-        return self._engine.dialect.name != "sqlite"
-
     def migrate(self) -> None:
         """Apply every pending Alembic revision (idempotent)."""
         with translate_errors("migrate"):
@@ -281,551 +234,6 @@ class Warehouse:
                 ).execution_options(**{WRITE_OPTION: True})
         return self._ddl
 
-    # -- state (sync_state) ------------------------------------------------------------------
-
-    def load_state(self, merchant_id: str) -> SyncState | None:
-        with translate_errors("load state"), self._engine.begin() as conn:
-            return sync_state.load_state(conn, merchant_id)
-
-    def load_windows(self, merchant_id: str, job: str) -> list[WindowProgress]:
-        """The job's windows ordered by start."""
-        with translate_errors("load windows"), self._engine.begin() as conn:
-            return sync_state.load_windows(conn, merchant_id, job)
-
-    def start_rebuild(
-        self,
-        merchant_id: str,
-        *,
-        change_cursor: str,
-        anchor_at: datetime,
-        history_from: datetime,
-        snapshot_to: datetime,
-        windows: Sequence[Window],
-        defer_bi_indexes: bool = False,
-        epoch: int | None = None,
-    ) -> SyncState:
-        """Anchor a (re)build: new tail cursor and a fresh set of rebuild windows, atomically.
-
-        Spec, Records endpoints, "Rebuild without gaps": the anchor cursor is saved before the
-        history is read.  Stored rows are kept: the rebuild's snapshot and tail overwrite them
-        only with higher revisions.  ``last_sequence`` and ``last_projection_as_of`` are
-        cleared because they described the old change cursor.  ``defer_bi_indexes``: leave
-        the BI indexes out if ``records`` is empty (the sync decides, ``sync.indexes``).
-        """
-        sync_state.check_windows(windows)
-        now = self._clock()
-        with self._write("start rebuild", merchant_id, epoch) as conn:
-            state = sync_state.start_rebuild(
-                conn,
-                merchant_id,
-                change_cursor=change_cursor,
-                anchor_at=anchor_at,
-                history_from=history_from,
-                snapshot_to=snapshot_to,
-                windows=windows,
-                now=now,
-            )
-        if windows and defer_bi_indexes:
-            self._defer_bi_indexes(merchant_id, REBUILD_JOB)
-        return state
-
-    def ensure_job(
-        self,
-        merchant_id: str,
-        job: str,
-        windows: Sequence[Window],
-        *,
-        defer_bi_indexes: bool = False,
-        epoch: int | None = None,
-    ) -> list[WindowProgress]:
-        """Register a one-shot backfill's windows once; later calls return its progress.
-
-        Never touches ``sync_state``: a backfill runs beside the tail, not instead of it.  A
-        new job into an empty ``records`` with ``defer_bi_indexes`` leaves the BI indexes out
-        until it ends (as does ``start_rebuild``; ``build_bi_indexes`` says why).
-        """
-        if job == REBUILD_JOB:
-            raise ValueError("the rebuild job's windows are set by start_rebuild()")
-        sync_state.check_windows(windows)
-        with self._write("ensure job", merchant_id, epoch) as conn:
-            progress, created = sync_state.ensure_job(
-                conn, merchant_id, job, windows, now=self._clock()
-            )
-        if created and defer_bi_indexes:
-            self._defer_bi_indexes(merchant_id, job)
-        return progress
-
-    def restart_window(
-        self, merchant_id: str, job: str, window: Window, *, epoch: int | None = None
-    ) -> None:
-        """Forget a window's cursor after 410 CURSOR_EXPIRED, so its chain starts over.
-
-        Its record count restarts too: the new chain reads the window from its beginning.
-        Rows already stored stay; the new chain rewrites them only with higher revisions.
-        """
-        with self._write("restart window", merchant_id, epoch) as conn:
-            sync_state.restart_window(conn, merchant_id, job, window, now=self._clock())
-
-    def split_window(
-        self,
-        merchant_id: str,
-        job: str,
-        window: Window,
-        pieces: Sequence[Window],
-        *,
-        epoch: int | None = None,
-    ) -> None:
-        """End a window where ``pieces`` begin and add them, in one transaction: its chain
-        read everything before the first piece, each piece gets a chain of its own."""
-        with self._write("split window", merchant_id, epoch) as conn:
-            sync_state.split_window(conn, merchant_id, job, window, pieces, now=self._clock())
-
-    def carry_window(
-        self,
-        merchant_id: str,
-        job: str,
-        window: Window,
-        following: Window,
-        joined: Window,
-        *,
-        epoch: int | None = None,
-    ) -> None:
-        """End a window where ``joined`` begins and put ``joined`` in place of the unread
-        window after it, in one transaction: one chain reads the rest of both."""
-        with self._write("carry window", merchant_id, epoch) as conn:
-            sync_state.carry_window(
-                conn,
-                merchant_id,
-                job,
-                window,
-                following=following,
-                joined=joined,
-                now=self._clock(),
-            )
-
-    # -- pages (page_commits) ----------------------------------------------------------------
-
-    def commit_window_page(
-        self,
-        merchant_id: str,
-        job: str,
-        window: Window,
-        *,
-        records: Sequence[Record],
-        rejected: Sequence[RejectedItem],
-        next_cursor: str | None,
-        cursor_issued_at: datetime | None,
-        done: bool,
-        position: str,
-        epoch: int | None = None,
-    ) -> WriteResult:
-        """Store one snapshot page and move its window's cursor, in one transaction.
-
-        When this commit finishes the last rebuild window, the phase becomes TAILING in the
-        same transaction.
-        """
-        page = WindowPage(
-            job, window, records, rejected, next_cursor, cursor_issued_at, done, position
-        )
-        return self.commit_window_pages(merchant_id, [page], epoch=epoch)[0]
-
-    def commit_window_pages(
-        self, merchant_id: str, pages: Sequence[WindowPage], epoch: int | None = None
-    ) -> list[WriteResult]:
-        """Store several snapshot pages, each moving its own window's cursor, in ONE
-        transaction (the sync's group commits, ``sync.group_commit``): every page with the
-        cursor that covers it, as ``commit_window_page`` does for one."""
-        now = self._clock()
-        action = "commit window page" if len(pages) == 1 else "commit window pages"
-        promoted = self._promoted()
-        plans = [
-            page_commits.plan_page(
-                page.records,
-                page.rejected,
-                merchant_id=merchant_id,
-                source=page.job,
-                position=page.position,
-                keep_revisions=self._keep_revisions,
-                now=now,
-                promoted=promoted,
-                refresh=functools.partial(self._sighting_refresh.due, merchant_id),
-            )
-            for page in pages
-        ]
-        # One page's rows go to the server before its fence check (``_commit_page``); pages
-        # grouped in one transaction share its stage, so they go one after the other.
-        ahead = len(pages) == 1
-
-        def send(conn: Connection) -> None:
-            self._writer_for(conn).send(conn, plans[0].staged)
-
-        def commit(conn: Connection) -> list[WriteResult]:
-            writer = self._writer_for(conn)
-            return [
-                page_commits.commit_window_page(
-                    conn,
-                    writer,
-                    merchant_id,
-                    page.job,
-                    page.window,
-                    plan=plan,
-                    next_cursor=page.next_cursor,
-                    cursor_issued_at=page.cursor_issued_at,
-                    done=page.done,
-                    now=now,
-                    sent=ahead,
-                )
-                for page, plan in zip(pages, plans, strict=True)
-            ]
-
-        return self._commit_page(action, merchant_id, epoch, commit, before=send if ahead else None)
-
-    def commit_tail_page(
-        self, merchant_id: str, page: TailPage, *, epoch: int | None = None
-    ) -> WriteResult:
-        """Store one change page and move the change cursor, in one transaction (``TailPage``
-        says what each part is for)."""
-        now = self._clock()
-        plan = page_commits.plan_page(
-            page.records,
-            page.rejected,
-            merchant_id=merchant_id,
-            source=page_commits.TAIL_SOURCE,
-            position=page.position,
-            keep_revisions=self._keep_revisions,
-            now=now,
-            changes=page.changes,
-            promoted=self._promoted(),
-            refresh=functools.partial(self._sighting_refresh.due, merchant_id),
-        )
-
-        def send(conn: Connection) -> None:
-            self._writer_for(conn).send(conn, plan.staged)
-
-        def commit(conn: Connection) -> WriteResult:
-            return page_commits.commit_tail_page(
-                conn, self._writer_for(conn), merchant_id, plan, page, now=now, sent=True
-            )
-
-        return self._commit_page("commit tail page", merchant_id, epoch, commit, before=send)
-
-    def repair_records(
-        self,
-        merchant_id: str,
-        *,
-        newer: Sequence[Record],
-        same_revision: Sequence[Record],
-        epoch: int | None = None,
-    ) -> None:
-        """Write back what the platform returned, in one transaction (``verify --repair``).
-
-        The rows only, never a cursor, under the revision guards (``page_commits.
-        commit_repair`` says which); with ``epoch``, fenced like every page commit.
-        """
-        now = self._clock()
-
-        def commit(conn: Connection) -> None:
-            page_commits.commit_repair(
-                conn,
-                self._writer_for(conn),
-                merchant_id,
-                newer=newer,
-                same_revision=same_revision,
-                keep_revisions=self._keep_revisions,
-                now=now,
-            )
-
-        self._commit_page("repair records", merchant_id, epoch, commit)
-
-    # -- the BI indexes (bi_indexes) -----------------------------------------------------------
-
-    def build_bi_indexes(self, merchant_id: str | None = None) -> list[str]:
-        """Build the BI indexes of ``records`` that are missing; the names built.
-
-        A new snapshot job into an empty ``records`` drops them (``start_rebuild``,
-        ``ensure_job``): a bulk load without them writes about half as much per record
-        (bench/README.md, 7).  They are derived data that nothing the sync's correctness rests
-        on reads, so building them late only makes reads slower meanwhile.  Idempotent, and
-        online where the database can (``bi.indexes``); ``merchant_id`` only names, in the
-        log, whose job end or start asked.  A failure other than an outage (an account that
-        may not change the schema) is logged and leaves them missing: ``recordsync migrate``
-        builds them too.
-        """
-        started = time.perf_counter()
-        try:
-            with translate_errors("build BI indexes"):
-                built = bi_indexes.build(self._schema_engine(), sleep=self._sleep)
-        except (DBAPIError, PermissionDeniedError) as error:
-            _log.error(
-                "bi_indexes_build_failed",
-                merchant_id=merchant_id,
-                error=str(getattr(error, "orig", error)),
-                action="reports and dashboards run without them: run `recordsync migrate` "
-                "with an account that may change the schema",
-            )
-            return []
-        if built:
-            _log.info(
-                "bi_indexes_built",
-                merchant_id=merchant_id,
-                indexes=built,
-                seconds=round(time.perf_counter() - started, 3),
-            )
-        return built
-
-    def missing_bi_indexes(self, merchant_id: str | None = None) -> list[str]:
-        """The BI indexes of ``records`` to build (absent, or left invalid by a dead build),
-        and the retired ones to drop (an older replica built them again); the same for every
-        merchant (``merchant_id`` is the sync's port's shape)."""
-        with translate_errors("read BI indexes"), self._engine.connect() as conn:
-            return [*bi_indexes.missing(conn), *bi_indexes.retired(conn)]
-
-    def _defer_bi_indexes(self, merchant_id: str, job: str) -> None:
-        """A new job starts: leave the BI indexes out if ``records`` is empty (a first bulk
-        load).  Not deferring is always safe, so a failure here only says so."""
-        try:
-            with translate_errors("defer BI indexes"):
-                dropped = bi_indexes.defer(self._schema_engine())
-        except (DBAPIError, PermissionDeniedError, WarehouseUnavailableError) as error:
-            _log.warning(
-                "bi_indexes_not_deferred",
-                merchant_id=merchant_id,
-                job=job,
-                error=str(error),
-                action="the load keeps them up to date as it goes",
-            )
-            return
-        if dropped:
-            _log.info(
-                "bi_indexes_deferred",
-                merchant_id=merchant_id,
-                job=job,
-                indexes=dropped,
-                until="the job's last window is done",
-            )
-
-    # -- the game catalogue (catalogue) ---------------------------------------------------------
-
-    def commit_catalogue(
-        self,
-        merchant_id: str,
-        games: Sequence[Game],
-        *,
-        kept_ids: Collection[str] = (),
-        epoch: int | None = None,
-    ) -> CatalogueResult:
-        """Store one whole catalogue pass in one transaction (``catalogue`` says how)."""
-        now = self._clock()
-        with self._write("commit catalogue", merchant_id, epoch) as conn:
-            return catalogue.commit_pass(conn, merchant_id, games, kept_ids=kept_ids, now=now)
-
-    def record_availability(
-        self, merchant_id: str, seen: EndpointAvailability, *, epoch: int | None = None
-    ) -> None:
-        """Store whether the platform serves ``seen.endpoint`` to the merchant (``availability``
-        says how ``since`` moves)."""
-        now = self._clock()
-        with self._write("record endpoint availability", merchant_id, epoch) as conn:
-            availability.record(conn, merchant_id, seen, now=now)
-
-    def availability(self, merchant_id: str) -> list[Availability]:
-        """The optional endpoints recorded for the merchant (``recordsync status``)."""
-        with translate_errors("read endpoint availability"), self._engine.begin() as conn:
-            return availability.read(conn, merchant_id)
-
-    def game_names(self, merchant_id: str) -> dict[str, GameName]:
-        """game_id -> its name and provider from the catalogue (every game ever listed)."""
-        with translate_errors("read game names"), self._engine.begin() as conn:
-            return catalogue.game_names(conn, merchant_id)
-
-    @contextmanager
-    def _write(self, action: str, merchant_id: str, epoch: int | None) -> Iterator[Connection]:
-        """One write transaction; with an ``epoch``, fenced by its first statement."""
-        with translate_errors(action), self._writer.begin() as conn:
-            if epoch is not None:
-                epochs.check_epoch(conn, merchant_id, epoch, action=action)
-            yield conn
-
-    def _commit_page(
-        self,
-        action: str,
-        merchant_id: str,
-        epoch: int | None,
-        work: Callable[[Connection], T],
-        *,
-        before: Callable[[Connection], None] | None = None,
-    ) -> T:
-        """One page transaction, which may run beside others: fenced like ``_write``, and run
-        again whole when the server rolled it back to break a deadlock (``conflicts``).
-
-        ``before`` sends the page's rows ahead of the fence check: it writes nothing shared
-        (a session's temporary stage), so the check still comes before every shared write,
-        and a client paused in the middle of sending them holds no lock (issue 30:
-        PostgreSQL waits for a COPY's rows for ever, whatever its statement_timeout).
-        """
-
-        def transaction() -> T:
-            with translate_errors(action), self._page_committer.begin() as conn:
-                if before is not None:
-                    before(conn)
-                if epoch is not None:
-                    epochs.check_epoch(conn, merchant_id, epoch, action=action)
-                return work(conn)
-
-        def retried(attempt: int) -> None:
-            _log.info(
-                "page_commit_retried",
-                merchant_id=merchant_id,
-                write=action,
-                attempt=attempt,
-                reason="lock conflict with a page committed beside it; nothing was stored",
-            )
-
-        return retry_lost_conflicts(transaction, sleep=self._sleep, rng=self._rng, on_retry=retried)
-
-    def _writer_for(self, conn: Connection) -> PageWriter:
-        """Compiled against the connected dialect: MariaDB's syntax depends on the server."""
-        if self._page_writer is None:
-            self._page_writer = page_writer_for(conn.dialect)
-        return self._page_writer
-
-    # -- reading (reads) ---------------------------------------------------------------------
-
-    def quarantined(self, merchant_id: str, limit: int = 20) -> list[QuarantinedRecord]:
-        """The newest quarantined items first."""
-        with translate_errors("read quarantine"), self._engine.begin() as conn:
-            return reads.quarantined(conn, merchant_id, limit)
-
-    def status(
-        self, merchant_id: str, *, count_cap: int = reads.STATUS_COUNT_CAP
-    ) -> WarehouseStatus:
-        """Where the merchant's sync stands; its rows counted exactly up to ``count_cap``."""
-        with translate_errors("read status"), self._engine.begin() as conn:
-            return reads.status(conn, merchant_id, count_cap=count_cap)
-
-    def stored_revisions(self, merchant_id: str, record_ids: Collection[str]) -> dict[str, int]:
-        """record_id -> revision held in ``records``, for the ids that exist (the drift check
-        compares them with the platform's)."""
-        with translate_errors("read stored revisions"), self._engine.begin() as conn:
-            return reads.stored_revisions(conn, merchant_id, record_ids)
-
-    def stored_records(self, merchant_id: str, record_ids: Collection[str]) -> dict[str, Record]:
-        """record_id -> the stored row as a ``Record``, for the ids that exist (``verify``
-        compares them with the platform's field by field)."""
-        with translate_errors("read stored records"), self._engine.begin() as conn:
-            return reads.stored_records(conn, merchant_id, record_ids)
-
-    def count_created(self, merchant_id: str, start: datetime, end: datetime) -> int:
-        """How many stored rows were created in ``[start, end)``, counted by the database."""
-        with translate_errors("count records"), self._engine.begin() as conn:
-            return reads.count_created(conn, merchant_id, start, end)
-
-    def record_ids_created(self, merchant_id: str, start: datetime, end: datetime) -> list[str]:
-        """The ids of the stored rows created in ``[start, end)`` (``verify`` looks for rows
-        the platform does not list)."""
-        with translate_errors("read record ids"), self._engine.begin() as conn:
-            return reads.record_ids_created(conn, merchant_id, start, end)
-
-    # -- the BI views (docs/bi.md; summaries) ---------------------------------------------------
-
-    def newest_record_day(self, merchant_id: str) -> date | None:
-        """The UTC day of the merchant's newest record (by created_at); None when there is none.
-
-        Reports count their days back from here, not from the local clock: a warehouse
-        restored from a backup, or a sync that stopped, still reports its latest data.
-        """
-        with translate_errors("read newest day"), self._engine.begin() as conn:
-            return summaries.newest_record_day(conn, merchant_id)
-
-    def daily_summaries(
-        self, merchant_id: str, *, per: str, first_day: date, last_day: date
-    ) -> list[DailySummary]:
-        """``daily_game_summary`` (per="game") or ``daily_player_summary`` (per="player")
-        rows for the UTC days ``first_day`` to ``last_day`` inclusive."""
-        with translate_errors("read daily summaries"), self._engine.begin() as conn:
-            return summaries.daily_summaries(
-                conn, merchant_id, per=per, first_day=first_day, last_day=last_day
-            )
-
-    def note_drift_check(self, merchant_id: str, *, deferred: bool, epoch: int | None) -> None:
-        """The merchant's drift check ran, or began to wait (``drift_checks``)."""
-        with self._write("note drift check", merchant_id, epoch) as conn:
-            drift_checks.note(conn, merchant_id, deferred=deferred)
-
-    def prune_revisions(
-        self,
-        merchant_id: str,
-        after: RevisionKey | None,
-        *,
-        retention: timedelta,
-        epoch: int | None,
-        limit: int = revision_retention.BATCH,
-    ) -> PrunedBatch:
-        """One batch of a sweep of the merchant's ``record_revisions`` (``revision_retention``):
-        the next ``limit`` keys after ``after`` read without a lock, then the expired ones
-        among them deleted by key in a short transaction of their own, fenced by ``epoch``."""
-        with translate_errors("read revisions"), self._engine.begin() as conn:
-            scanned = revision_retention.scan(conn, merchant_id, after, limit)
-            current = revision_retention.current_revisions(conn, merchant_id, scanned)
-            cutoff = revision_retention.cutoff(conn, retention)
-        keys = revision_retention.expired(scanned, current, cutoff)
-        deleted = 0
-        if keys:
-            with self._write("prune revisions", merchant_id, epoch) as conn:
-                deleted = revision_retention.delete_keys(conn, merchant_id, keys)
-        last = scanned[-1].key if len(scanned) == limit else None
-        return PrunedBatch(last=last, scanned=len(scanned), deleted=deleted)
-
-    def drift_check_run(self, merchant_id: str) -> DriftCheckRun | None:
-        """When the merchant's drift check last ran and since when it waits; None: never."""
-        with translate_errors("read drift checks"), self._engine.begin() as conn:
-            return drift_checks.last_run(conn, merchant_id)
-
-    def fields(self) -> FieldsView:
-        """The promoted fields and the unknown ones (``recordsync fields list``)."""
-        with translate_errors("read fields"):
-            return promotion.list_fields(self._engine)
-
-    def promotion_plan(self, field: str, kind: str) -> PromotionPlan:
-        """What promoting ``field`` would do: the rows carrying it now."""
-        with translate_errors("read promotion"):
-            return promotion.plan(self._engine, field, kind)
-
-    def promote_field(
-        self,
-        field: str,
-        kind: str,
-        *,
-        batch: int = promotion.BATCH,
-        on_batch: Callable[[int, int], None] | None = None,
-    ) -> PromotionResult:
-        """Promote ``field`` to a column of type ``kind`` (``fields.promotion``), waiting for
-        every writer to see it first (twice its view's age and a page's transaction)."""
-        with translate_errors("promote field"):
-            return promotion.promote(
-                self._schema_engine(),
-                field,
-                kind,
-                settle=2 * self.promoted_fields.ttl + 1.0,
-                sleep=self._sleep,
-                batch=batch,
-                on_batch=on_batch,
-            )
-
-    def _promoted(self) -> tuple[Promoted, ...]:
-        with translate_errors("read promoted fields"):
-            return self.promoted_fields.current()
-
-    def unknown_fields(self, merchant_id: str) -> list[Sighting]:
-        """The record members the merchant's pages carried that recordsync does not know."""
-        with translate_errors("read unknown fields"), self._engine.begin() as conn:
-            return read_sightings(conn, merchant_id)
-
-    def freshness(self, merchant_id: str) -> Freshness | None:
-        """The merchant's row of ``sync_freshness``; None before the first (re)build."""
-        with translate_errors("read freshness"), self._engine.begin() as conn:
-            return summaries.freshness(conn, merchant_id)
-
     # -- the fleet (lease, requests) -------------------------------------------------
 
     def fleet_session(
@@ -864,12 +272,25 @@ class Warehouse:
 
     def fenced(self, merchant_id: str, epoch: int) -> MerchantStore:
         """The sync's store for ``merchant_id`` held at ``epoch``: every write is fenced."""
-        return MerchantStore(self, merchant_id, epoch)
+        return self._merchant_store(merchant_id, epoch)
 
     def for_merchant(self, merchant_id: str) -> MerchantStore:
         """The sync's store for ``merchant_id``, unfenced: for a sync that holds no lease (the
         demo, a test); a holder's sync writes through ``fenced``."""
-        return MerchantStore(self, merchant_id, None)
+        return self._merchant_store(merchant_id, None)
+
+    def _merchant_store(self, merchant_id: str, epoch: int | None) -> MerchantStore:
+        return MerchantStore(
+            merchant_id,
+            epoch,
+            state=self.state,
+            pages=self.pages,
+            records=self.records,
+            bi=self.bi,
+            summaries=self.summaries,
+            games=self.games,
+            events=self.events,
+        )
 
     def lease_epoch(self, merchant_id: str) -> int | None:
         """The merchant's current lease epoch; None when no replica ever held it."""
@@ -887,63 +308,6 @@ class Warehouse:
         return StateTransfer(self._engine)
 
     @property
-    def summaries(self) -> SummaryStore:
-        """The rollups behind the daily summary views: folding and building (``bi.rollups``)."""
-        return SummaryStore(
-            self._engine,
-            retry=lambda work: retry_lost_conflicts(work, sleep=self._sleep, rng=self._rng),
-        )
-
-    @property
     def requests(self) -> RequestStore:
         """The work commands hand to a merchant's holder (``requests.book``)."""
         return RequestStore(self._engine)
-
-    # -- round-end notifications (round_events) -----------------------------------------------
-
-    def record_round_event(self, event: RoundEvent, *, received_by: str) -> RoundEventReceipt:
-        """Store a verified notification once per merchant; a repeated ``event_id`` of the
-        merchant gets the first one's receipt and changes nothing.  ``received_at`` is this
-        warehouse's clock."""
-        try:
-            with translate_errors("record round event"), self._writer.begin() as conn:
-                return round_events.record(
-                    conn, event, received_at=self._clock(), received_by=received_by
-                )
-        except IntegrityError:
-            # Another replica stored the same event a moment ago: answer with its receipt.
-            with translate_errors("record round event"), self._engine.begin() as conn:
-                known = round_events.find(conn, event.merchant_id, event.event_id)
-            if known is None:
-                raise
-            return known
-
-    def rounds_announced_missing(self, merchant_id: str, grace_seconds: float) -> list[str]:
-        """Round ids announced more than ``grace_seconds`` ago (by this warehouse's clock)
-        that ``records`` still lacks; rounds found meanwhile are marked and not asked again."""
-        now = self._clock()
-        with translate_errors("cross-check round events"), self._writer.begin() as conn:
-            return round_events.missing_rounds(
-                conn, merchant_id, cutoff=now - timedelta(seconds=grace_seconds), now=now
-            )
-
-    def round_event_feed(
-        self,
-        replica_id: str,
-        *,
-        poll_interval: float = 0.5,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> round_events.RoundEventFeed:
-        """What tells ``replica_id`` of the notifications other replicas accepted: a LISTEN
-        on PostgreSQL (its own connection), a poll of ``round_events`` elsewhere."""
-        if self._engine.dialect.name == "postgresql":
-            return round_events.PostgresFeed(self._engine.url, replica_id)
-        return round_events.PollFeed(self._engine, replica_id, interval=poll_interval, sleep=sleep)
-
-    # -- for the demo's comparison (and the tests') -------------------------------------------
-
-    def fetch_records(self, merchant_id: str) -> dict[str, dict[str, Any]]:
-        """Every stored row of the merchant by record_id (the demo compares it with the
-        simulator's truth)."""
-        with translate_errors("fetch records"), self._engine.begin() as conn:
-            return reads.fetch_records(conn, merchant_id)

@@ -2,8 +2,9 @@
 
 ``sync_state`` holds the change cursor (the tail's) and the phase of the current (re)build;
 ``snapshot_windows`` holds one cursor per window of a job (the rebuild, or a one-shot
-backfill).  Every function runs inside a transaction the ``Warehouse`` opened, so a cursor
-moves in the same transaction as the rows it covers (``pages.commits``).
+backfill).  Every function runs inside a transaction a store opened (``state_store``; the
+page store's, ``pages.store``, for a page's cursor), so a cursor moves in the same
+transaction as the rows it covers (``pages.commits``).
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def test_the_dataset_reaches_the_limits_it_is_meant_to(loaded):
 
 def test_a_round_one_millisecond_before_midnight_counts_on_the_earlier_day(loaded):
     before, after = MIDNIGHT.date() - timedelta(days=1), MIDNIGHT.date()
-    rows = loaded.daily_summaries(MERCHANT, per="player", first_day=before, last_day=after)
+    rows = loaded.bi.daily_summaries(MERCHANT, per="player", first_day=before, last_day=after)
     edge = {(row.day, row.currency): row for row in rows if row.subject == "edge-player"}
     assert edge[before, "USDT"].rounds == 1
     assert edge[after, "USDT"].rounds == 1 + 6  # the one at midnight, the six of edge-game-2
@@ -84,7 +84,7 @@ def test_the_typed_reader_gives_the_same_exact_decimals(loaded, per):
     subject = f"{per}_id"
     expected = expected_summary(dataset().records[MERCHANT], MERCHANT, subject)
     days = sorted({day for _, day, _, _ in expected})
-    rows = loaded.daily_summaries(MERCHANT, per=per, first_day=days[0], last_day=days[-1])
+    rows = loaded.bi.daily_summaries(MERCHANT, per=per, first_day=days[0], last_day=days[-1])
     got = {
         (row.merchant_id, row.day, row.subject, row.currency): {
             name: getattr(row, name) for name in (*COUNTS, *AMOUNTS)
@@ -100,7 +100,7 @@ def test_an_amount_beyond_64_bit_units_is_exact_on_servers_and_null_on_sqlite(lo
     day = MIDNIGHT.date()
     rows = {
         row.subject: row
-        for row in loaded.daily_summaries(HUGE_MERCHANT, per="game", first_day=day, last_day=day)
+        for row in loaded.bi.daily_summaries(HUGE_MERCHANT, per="game", first_day=day, last_day=day)
     }
     huge, fine = rows["edge-game"], rows["fine-game"]
     want = expected[(HUGE_MERCHANT, day, "edge-game", "USDT")]
@@ -115,7 +115,7 @@ def test_an_amount_beyond_64_bit_units_is_exact_on_servers_and_null_on_sqlite(lo
 
 
 def test_sync_freshness_reports_phase_as_of_and_staleness_by_the_database_clock(loaded):
-    fresh = loaded.freshness(MERCHANT)
+    fresh = loaded.bi.freshness(MERCHANT)
     assert fresh is not None
     assert fresh.phase is Phase.TAILING
     assert fresh.last_projection_as_of is not None
@@ -129,11 +129,11 @@ def test_sync_freshness_reports_phase_as_of_and_staleness_by_the_database_clock(
 
 
 def test_a_merchant_never_tailed_has_no_staleness_yet(loaded):
-    fresh = loaded.freshness(HUGE_MERCHANT)
+    fresh = loaded.bi.freshness(HUGE_MERCHANT)
     assert fresh is not None
     assert (fresh.last_projection_as_of, fresh.staleness_seconds) == (None, None)
     assert fresh.seconds_since_commit is not None
-    assert loaded.freshness("nobody") is None
+    assert loaded.bi.freshness("nobody") is None
 
 
 def test_the_history_holds_every_revision_of_the_stream_once(loaded):

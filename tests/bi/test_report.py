@@ -25,12 +25,13 @@ from support.bi_data import (
 from recordsync.core.errors import ConfigurationError
 from recordsync.service.commands.report import ReportRow, report, report_merchants, summarize
 from recordsync.warehouse import DailySummary, Warehouse
+from recordsync.warehouse.reader import WarehouseReader
 
 
 def run(store: Warehouse, merchant: str = MERCHANT, **options) -> str:
     out = io.StringIO()
     console = Console(file=out, width=250, color_system=None)
-    report(store, merchant, out=out, console=console, **options)
+    report(WarehouseReader(store), merchant, out=out, console=console, **options)
     return out.getvalue()
 
 
@@ -145,7 +146,7 @@ GROUP = (MERCHANT, OLD_MERCHANT)
 def run_grouped(store: Warehouse, merchants=GROUP, **options) -> str:
     out = io.StringIO()
     console = Console(file=out, width=250, color_system=None)
-    report_merchants(store, merchants, out=out, console=console, **options)
+    report_merchants(WarehouseReader(store), merchants, out=out, console=console, **options)
     return out.getvalue()
 
 
@@ -196,9 +197,9 @@ def test_invalid_options_are_configuration_errors_naming_the_choices(tmp_path, o
     store = Warehouse.connect(f"sqlite:///{tmp_path / 'none.db'}")
     try:
         with pytest.raises(ConfigurationError, match="report"):
-            report(store, MERCHANT, out=io.StringIO(), **options)
+            report(WarehouseReader(store), MERCHANT, out=io.StringIO(), **options)
         with pytest.raises(ConfigurationError, match="report"):
-            report_merchants(store, GROUP, out=io.StringIO(), **options)
+            report_merchants(WarehouseReader(store), GROUP, out=io.StringIO(), **options)
     finally:
         store.close()
 

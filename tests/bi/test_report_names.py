@@ -15,12 +15,17 @@ from support.bi_data import AMOUNTS, MERCHANT, dataset, exact_text, expected_rep
 
 from recordsync.service.commands.report import report
 from recordsync.warehouse import Warehouse
+from recordsync.warehouse.reader import WarehouseReader
 
 
 def run(store: Warehouse, **options) -> str:
     out = io.StringIO()
     report(
-        store, MERCHANT, out=out, console=Console(file=out, width=320, color_system=None), **options
+        WarehouseReader(store),
+        MERCHANT,
+        out=out,
+        console=Console(file=out, width=320, color_system=None),
+        **options,
     )
     return out.getvalue()
 

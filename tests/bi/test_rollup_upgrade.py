@@ -44,7 +44,7 @@ def _rounds(first: int, count: int, revision: int):
 
 
 def _tail(store: Warehouse, number: int, records) -> None:
-    store.commit_tail_page(
+    store.pages.commit_tail_page(
         MERCHANT,
         TailPage(
             records=records,

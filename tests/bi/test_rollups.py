@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from msgspec.structs import replace
 from sqlalchemy import text
+from support.pages import commit_window_page
 from support.summarycheck import summary_differences
 from support.warehouse_samples import make_record
 
@@ -72,7 +73,7 @@ steps = st.one_of(
 
 
 def _start(warehouse: Warehouse, merchant: str) -> None:
-    warehouse.start_rebuild(
+    warehouse.state.start_rebuild(
         merchant,
         change_cursor="anchor",
         anchor_at=MIDNIGHT,
@@ -85,7 +86,8 @@ def _start(warehouse: Warehouse, merchant: str) -> None:
 def _apply(warehouse: Warehouse, merchant: str, step: tuple, number: int) -> None:
     kind, value = step
     if kind == "snapshot":
-        warehouse.commit_window_page(
+        commit_window_page(
+            warehouse,
             merchant,
             REBUILD_JOB,
             SPAN,
@@ -97,7 +99,7 @@ def _apply(warehouse: Warehouse, merchant: str, step: tuple, number: int) -> Non
             position=f"page-{number}",
         )
     elif kind == "tail":
-        warehouse.commit_tail_page(
+        warehouse.pages.commit_tail_page(
             merchant,
             TailPage(
                 records=value,
@@ -109,14 +111,14 @@ def _apply(warehouse: Warehouse, merchant: str, step: tuple, number: int) -> Non
             ),
         )
     elif kind == "repair":
-        stored = warehouse.stored_records(merchant, [item.record_id for item in value])
+        stored = warehouse.records.stored_records(merchant, [item.record_id for item in value])
         same = [
             item
             for item in value
             if item.record_id in stored and stored[item.record_id].revision == item.revision
         ]
         newer = [item for item in value if item not in same]
-        warehouse.repair_records(merchant, newer=newer, same_revision=same)
+        warehouse.pages.repair_records(merchant, newer=newer, same_revision=same)
     elif kind in {"delete", "move"}:
         _by_sql(warehouse, merchant, kind, f"rec-{value}")
     elif kind == "fold":
@@ -128,7 +130,7 @@ def _apply(warehouse: Warehouse, merchant: str, step: tuple, number: int) -> Non
 def _by_sql(warehouse: Warehouse, merchant: str, kind: str, record_id: str) -> None:
     """What an operator's SQL does: a row deleted, or moved to another game and day."""
     key = {"m": merchant, "r": record_id}
-    stored = warehouse.stored_records(merchant, [record_id]).get(record_id)
+    stored = warehouse.records.stored_records(merchant, [record_id]).get(record_id)
     with warehouse.engine.begin() as conn:
         if kind == "delete":
             conn.execute(text("DELETE FROM records WHERE merchant_id = :m AND record_id = :r"), key)
@@ -187,7 +189,7 @@ def test_summaries_equal_a_fresh_aggregation_after_every_step(warehouse, before,
     # Rows older than the triggers (a warehouse upgraded to revision 0015), to build.
     if before:
         _apply(warehouse, merchant, ("snapshot", before), 0)
-        rows = warehouse.fetch_records(merchant).values()
+        rows = warehouse.records.fetch_records(merchant).values()
         days = [row["created_at"].astimezone(UTC).date() for row in rows]
         _forget_summaries(warehouse, merchant, days)
     _check(warehouse, merchant, "the upgrade")

@@ -62,7 +62,7 @@ def sim() -> Iterator[Simulator]:
 def missing(url: str) -> list[str]:
     store = Warehouse.connect(url)
     try:
-        return store.missing_bi_indexes()
+        return store.bi.missing_bi_indexes()
     finally:
         store.close()
 
@@ -91,7 +91,7 @@ def test_a_daemon_builds_them_for_a_merchant_whose_rebuild_is_done(
     settings = settings_for(sim, warehouse_url, page_size=100)
     with MerchantCommand(settings, None, Stopper(), stop_when_caught_up=True) as app:
         assert app.tail.run() is True  # the first rebuild: left out, then built
-        assert app.warehouse.missing_bi_indexes() == []
+        assert app.warehouse.bi.missing_bi_indexes() == []
         # A kill between the last window and the build leaves them out.
         with app.warehouse.engine.begin() as conn:
             for statement in drop_statements(conn.dialect.name, str, ALL):
@@ -100,7 +100,7 @@ def test_a_daemon_builds_them_for_a_merchant_whose_rebuild_is_done(
 
     with MerchantCommand(settings, None, Stopper(), stop_when_caught_up=True) as app:
         assert app.tail.run() is True
-        assert app.warehouse.missing_bi_indexes() == []
+        assert app.warehouse.bi.missing_bi_indexes() == []
         assert_equals_truth(app.warehouse, MERCHANT, sim.truth())
 
 

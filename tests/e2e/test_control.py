@@ -328,7 +328,7 @@ def test_a_resync_reads_a_range_again_here_or_at_the_holder_under_live_traffic(
     try:
         alone = resync(config, merchant_id, start, end)
         assert alone.returncode == 0, alone.stdout[-2000:]
-        assert in_range <= set(warehouse.fetch_records(merchant_id))  # read here
+        assert in_range <= set(warehouse.records.fetch_records(merchant_id))  # read here
 
         daemon = Replica(config, tmp_path / "daemon.log")
         sim.start_live()
@@ -338,7 +338,7 @@ def test_a_resync_reads_a_range_again_here_or_at_the_holder_under_live_traffic(
         handed = resync(config, merchant_id, start, end)
         assert handed.returncode == 0, handed.stdout[-2000:]
         assert '"resync_handed_over"' in handed.stdout
-        assert in_range <= set(warehouse.fetch_records(merchant_id))
+        assert in_range <= set(warehouse.records.fetch_records(merchant_id))
         sim.stop_live()
         assert_truth(warehouse, sim, [merchant_id])
         holder_events = [e["event"] for e in events(daemon.log)]
@@ -385,17 +385,17 @@ def test_a_reset_reanchors_at_the_holder_or_here_and_keeps_every_row(
         unconfirmed = reset(config, merchant_id)
         assert unconfirmed.returncode == 2
         assert "add --yes" in unconfirmed.stderr
-        before = warehouse.load_state(merchant_id)
+        before = warehouse.state.load_state(merchant_id)
         assert before is not None
-        stored = set(warehouse.fetch_records(merchant_id))
+        stored = set(warehouse.records.fetch_records(merchant_id))
 
         sim.start_live()
         handed = reset(config, merchant_id, "--yes")
         assert handed.returncode == 0, handed.stdout[-2000:] + handed.stderr
         assert "planned by replica " in handed.stdout
         assert "the rows are kept" in handed.stdout
-        assert stored <= set(warehouse.fetch_records(merchant_id))  # not one row lost
-        after = warehouse.load_state(merchant_id)
+        assert stored <= set(warehouse.records.fetch_records(merchant_id))  # not one row lost
+        after = warehouse.state.load_state(merchant_id)
         assert after is not None
         assert after.rebuilds == before.rebuilds + 1
         assert after.anchor_at > before.anchor_at
@@ -407,7 +407,7 @@ def test_a_reset_reanchors_at_the_holder_or_here_and_keeps_every_row(
         here = reset(config, merchant_id, "--yes")
         assert here.returncode == 0, here.stdout[-2000:] + here.stderr
         assert "planned here (no daemon holds it)" in here.stdout
-        again = warehouse.load_state(merchant_id)
+        again = warehouse.state.load_state(merchant_id)
         assert again is not None
         assert again.rebuilds == before.rebuilds + 2
         daemon = Replica(config, tmp_path / "second.log")
@@ -496,11 +496,11 @@ def test_resync_reset_and_a_state_round_trip_among_three_replicas(
         resynced = resync(config, first, start, start + timedelta(hours=2))
         assert resynced.returncode == 0, resynced.stdout[-2000:]
         assert '"resync_handed_over"' in resynced.stdout
-        was = warehouse.load_state(second)
+        was = warehouse.state.load_state(second)
         done = reset(config, second, "--yes")
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr
         assert "planned by replica " in done.stdout
-        now = warehouse.load_state(second)
+        now = warehouse.state.load_state(second)
         assert was is not None
         assert now is not None
         assert now.rebuilds == was.rebuilds + 1

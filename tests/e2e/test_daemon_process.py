@@ -111,7 +111,7 @@ def test_sigterm_mid_snapshot_exits_zero_quickly_and_a_restart_resumes(
     assert seconds < 10
     warehouse = Warehouse.connect(url)
     try:
-        status = warehouse.status(MERCHANT)
+        status = warehouse.records.status(MERCHANT)
         assert status.state is not None
         first_run_rows = status.records
         assert first_run_rows > 0

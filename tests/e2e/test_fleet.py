@@ -228,13 +228,13 @@ def test_a_backfill_of_a_held_merchant_is_run_by_its_holder(warehouse_url: str, 
         assert "snapshot_started" not in names  # it read nothing itself
         holder_events = [event["event"] for event in events(daemon.log)]
         assert "requested_backfill_finished" in holder_events
-        windows = warehouse.load_windows(
+        windows = warehouse.state.load_windows(
             merchant, f"backfill:{start.isoformat()}/{end.isoformat()}"
         )
         assert windows
         assert all(window.done for window in windows)
         truth = sim.truth(merchant)
-        stored = warehouse.fetch_records(merchant)
+        stored = warehouse.records.fetch_records(merchant)
         wanted = [
             record_id
             for record_id, record in truth.items()

@@ -93,7 +93,7 @@ def synced_daemon(
     daemon = Replica(config, log)
     (merchant_id,) = sim.merchant_ids
     assert_truth(warehouse, sim, [merchant_id])
-    state = warehouse.load_state(merchant_id)
+    state = warehouse.state.load_state(merchant_id)
     assert state is not None
     return daemon, state.rebuilds
 
@@ -128,7 +128,7 @@ def test_a_reset_whose_command_was_killed_never_runs_at_a_holder_that_wakes_late
         ended = wait_until(warehouse, request_id, {RequestState.FAILED, RequestState.DONE}, 15)
         assert (ended.state, ended.error) == (RequestState.FAILED, unfollowed_reason())
         time.sleep(2 * DEFAULT_TICK)  # its watcher looked again: nothing to run
-        after = warehouse.load_state(merchant_id)
+        after = warehouse.state.load_state(merchant_id)
         assert after is not None
         assert after.rebuilds == rebuilds  # never re-anchored for nobody
         names = {str(e.get("event")) for e in events(daemon.log)}
@@ -194,7 +194,7 @@ def test_a_reset_whose_holder_is_killed_mid_way_is_carried_on_once_by_the_next(
         assert done.holder is not None
         assert done.holder in str(first(d2.log, "replica_joined"))
         time.sleep(2 * DEFAULT_TICK)  # D2's watcher looked again: nothing more to run
-        after = warehouse.load_state(merchant_id)
+        after = warehouse.state.load_state(merchant_id)
         assert after is not None
         assert after.rebuilds == rebuilds + 1  # once: not again at D2 on top of D1's
         assert d2_names.count("rebuild_started") == 1

@@ -182,7 +182,7 @@ def test_ctrl_c_of_each_following_command_cancels_its_request_and_a_backfill_car
         assert_truth(warehouse, sim, [merchant_id])
     finally:
         stop_gracefully(daemon.process)
-    before = warehouse.load_state(merchant_id)
+    before = warehouse.state.load_state(merchant_id)
     assert before is not None
     holder = SilentHolder(warehouse, merchant_id)
     daemon = None
@@ -201,7 +201,7 @@ def test_ctrl_c_of_each_following_command_cancels_its_request_and_a_backfill_car
     try:
         wait_for_log(daemon.log, '"requested_backfill_finished"', timeout=60)
         time.sleep(2 * DEFAULT_TICK)  # its watcher looked again: nothing else to run
-        after = warehouse.load_state(merchant_id)
+        after = warehouse.state.load_state(merchant_id)
         assert after is not None
         assert after.rebuilds == before.rebuilds  # no reset ran for nobody
         ran = {str(e.get("event")) for e in events(daemon.log)}

@@ -43,7 +43,7 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) 
 
 def records(warehouse: Warehouse) -> int:
     try:
-        return warehouse.status(MERCHANT).records
+        return warehouse.records.status(MERCHANT).records
     except Exception:  # noqa: BLE001 - not migrated yet
         return 0
 

@@ -102,7 +102,7 @@ def test_a_backfill_run_here_stops_within_a_tick_of_a_pause_and_resumes_after(
     )
     try:
         wait_for(lambda: merchant_id in holders(warehouse), 30.0, "the backfill holds it")
-        wait_for(lambda: warehouse.fetch_records(merchant_id), 30.0, "a page committed")
+        wait_for(lambda: warehouse.records.fetch_records(merchant_id), 30.0, "a page committed")
         paused = merchant(config, "pause", merchant_id, "--reason", "INC-9")
         paused_at = time.monotonic()
         assert paused.returncode == 0, paused.stdout + paused.stderr
@@ -121,7 +121,7 @@ def test_a_backfill_run_here_stops_within_a_tick_of_a_pause_and_resumes_after(
         requests = sim.stats(merchant_id).total_requests
         time.sleep(TICK * 1.5)
         assert sim.stats(merchant_id).total_requests == requests  # nothing while paused
-        stored = len(warehouse.fetch_records(merchant_id))
+        stored = len(warehouse.records.fetch_records(merchant_id))
         truth = [
             record_id
             for record_id, record in sim.truth(merchant_id).items()
@@ -132,7 +132,7 @@ def test_a_backfill_run_here_stops_within_a_tick_of_a_pause_and_resumes_after(
         assert merchant(config, "resume", merchant_id).returncode == 0
         again = recordsync_cli(config, "backfill", *span)
         assert again.returncode == 0, again.stderr[-2000:]
-        assert set(truth) <= set(warehouse.fetch_records(merchant_id))
+        assert set(truth) <= set(warehouse.records.fetch_records(merchant_id))
     finally:
         if backfill.poll() is None:
             backfill.kill()

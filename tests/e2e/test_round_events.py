@@ -143,7 +143,9 @@ def sqlite_daemon(tmp_path_factory) -> Iterator[Daemon]:
 
 def stored(warehouse: Warehouse) -> dict[str, int]:
     try:
-        return {key: row["revision"] for key, row in warehouse.fetch_records(MERCHANT).items()}
+        return {
+            key: row["revision"] for key, row in warehouse.records.fetch_records(MERCHANT).items()
+        }
     except Exception:  # noqa: BLE001 - not migrated yet
         return {}
 
@@ -176,7 +178,7 @@ def announce(port: int, round_id: str, event_id: str) -> httpx.Response:
 
 def visible(running: Daemon, record_id: str, revision: int) -> Callable[[], bool]:
     def check() -> bool:
-        row = running.warehouse.fetch_records(MERCHANT).get(record_id)
+        row = running.warehouse.records.fetch_records(MERCHANT).get(record_id)
         return row is not None and row["revision"] >= revision
 
     return check
@@ -265,7 +267,7 @@ def test_the_cross_check_counts_an_announced_round_the_records_lack_until_it_arr
     assert announce(running.port, "round-never-synced", "ev-ghost").status_code == 200
     wait_until(lambda: running.metric(missing) == 1, 5)
     # The round arrives late (written here as a late page would write it).
-    any_row = next(iter(running.warehouse.fetch_records(MERCHANT).values()))
+    any_row = next(iter(running.warehouse.records.fetch_records(MERCHANT).values()))
     row = {**any_row, "merchant_id": MERCHANT}
     row.update(record_id="late-record", round_id="round-never-synced")
     with running.warehouse.engine.begin() as conn:

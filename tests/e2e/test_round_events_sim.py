@@ -50,7 +50,7 @@ class Running:
     warehouse: Warehouse
 
     def round_ids(self) -> set[str]:
-        return {row["round_id"] for row in self.warehouse.fetch_records(MERCHANT).values()}
+        return {row["round_id"] for row in self.warehouse.records.fetch_records(MERCHANT).values()}
 
     def missing(self) -> float | None:
         return self.registry.get_sample_value(
@@ -104,7 +104,7 @@ def running(tmp_path_factory) -> Iterator[Running]:
 
         def caught_up() -> bool:
             try:
-                rows = warehouse.fetch_records(MERCHANT)
+                rows = warehouse.records.fetch_records(MERCHANT)
             except Exception:  # noqa: BLE001 - not migrated yet
                 return False
             return {key: row["revision"] for key, row in rows.items()} == truth

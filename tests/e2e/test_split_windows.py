@@ -56,7 +56,7 @@ def test_a_split_backfill_killed_mid_way_resumes_to_the_truth(sim: Simulator, tm
         app.tail.backfill(start, end)
     warehouse = Warehouse.connect(url)
     try:
-        cut = warehouse.load_windows(MERCHANT, job)
+        cut = warehouse.state.load_windows(MERCHANT, job)
     finally:
         warehouse.close()
     assert len(cut) > 2, "windows were cut for more chains"
@@ -64,8 +64,8 @@ def test_a_split_backfill_killed_mid_way_resumes_to_the_truth(sim: Simulator, tm
 
     with MerchantCommand(settings, None, Stopper()) as app:
         app.tail.backfill(start, end)
-        windows = app.warehouse.load_windows(MERCHANT, job)
-        rows = app.warehouse.fetch_records(MERCHANT)
+        windows = app.warehouse.state.load_windows(MERCHANT, job)
+        rows = app.warehouse.records.fetch_records(MERCHANT)
     assert all(item.done for item in windows)
     for left, right in itertools.pairwise(windows):
         assert left.window.end == right.window.start

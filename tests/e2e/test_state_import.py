@@ -67,7 +67,7 @@ def synced_then_stopped(config: Path, warehouse: Warehouse, sim: Simulator, log:
 
 def _sequence(warehouse: Warehouse, merchant_id: str) -> int:
     try:
-        found = warehouse.load_state(merchant_id)
+        found = warehouse.state.load_state(merchant_id)
     except Exception:  # noqa: BLE001 - not migrated yet by the daemon starting
         return -1
     return -1 if found is None or found.last_sequence is None else int(found.last_sequence)

@@ -131,7 +131,7 @@ def test_converges_to_the_truth_under_faults_duplicates_and_live_traffic(
     warehouse = Warehouse.connect(warehouse_url)
     try:
         assert_equals_truth(warehouse, MERCHANT, sim.truth())
-        state = warehouse.load_state(MERCHANT)
+        state = warehouse.state.load_state(MERCHANT)
         assert state is not None
         assert state.phase is Phase.TAILING
         assert state.rebuilds == 0
@@ -230,7 +230,7 @@ def test_an_expired_records_cursor_restarts_its_window(sim: Simulator, warehouse
     warehouse = Warehouse.connect(warehouse_url)
     try:
         assert_equals_truth(warehouse, MERCHANT, sim.truth())
-        state = warehouse.load_state(MERCHANT)
+        state = warehouse.state.load_state(MERCHANT)
         assert state is not None
         assert state.rebuilds == 0
     finally:
@@ -252,7 +252,7 @@ def test_an_expired_change_cursor_rebuilds_and_keeps_the_rows(
     assert [entry["event"] for entry in errors] == ["change_cursor_expired", "rebuild_started"]
     warehouse = Warehouse.connect(warehouse_url)
     try:
-        state = warehouse.load_state(MERCHANT)
+        state = warehouse.state.load_state(MERCHANT)
         assert state is not None
         assert state.rebuilds == 1
         assert state.phase is Phase.TAILING
@@ -267,11 +267,11 @@ def test_a_merchant_that_never_had_a_record(sim: Simulator, warehouse_url: str) 
     assert sync_until_caught_up(sim, warehouse_url)
     warehouse = Warehouse.connect(warehouse_url)
     try:
-        assert warehouse.fetch_records(MERCHANT) == {}
-        state = warehouse.load_state(MERCHANT)
+        assert warehouse.records.fetch_records(MERCHANT) == {}
+        state = warehouse.state.load_state(MERCHANT)
         assert state is not None
         assert state.phase is Phase.TAILING
-        windows = warehouse.load_windows(MERCHANT, REBUILD_JOB)
+        windows = warehouse.state.load_windows(MERCHANT, REBUILD_JOB)
         assert windows
         assert all(window.done for window in windows)
         # Records created after the anchor arrive through the tail.
@@ -290,10 +290,10 @@ def test_bad_records_are_quarantined_and_the_rest_syncs(sim: Simulator, warehous
         assert sync_until_caught_up(sim, warehouse_url)
     warehouse = Warehouse.connect(warehouse_url)
     try:
-        quarantined = warehouse.quarantined(MERCHANT, limit=1000)
+        quarantined = warehouse.records.quarantined(MERCHANT, limit=1000)
         assert quarantined, "no record was quarantined"
         assert all(row.reason and row.raw_json for row in quarantined)
-        assert warehouse.status(MERCHANT).quarantined == len(quarantined)
+        assert warehouse.records.status(MERCHANT).quarantined == len(quarantined)
         logged = sum(entry["count"] for entry in logs if entry["event"] == "records_quarantined")
         assert logged == len(quarantined)
         # Every difference from the truth is explained by a quarantined item: by its id, or,
@@ -337,8 +337,8 @@ def test_backfill_reads_its_range_without_touching_the_tail(sim: Simulator, tmp_
     # Two chains configured: a plan by days (none measured plans for at least the chains).
     with MerchantCommand(settings_for(sim, url, snapshot_concurrency=2), None, Stopper()) as app:
         result = app.tail.backfill(start, end)
-        assert app.warehouse.load_state(MERCHANT) is None
-        rows = app.warehouse.fetch_records(MERCHANT)
+        assert app.warehouse.state.load_state(MERCHANT) is None
+        rows = app.warehouse.records.fetch_records(MERCHANT)
     expected = {
         record_id
         for record_id, record in sim.truth().items()

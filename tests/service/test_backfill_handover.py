@@ -79,7 +79,7 @@ def test_a_backfill_whose_holder_goes_away_is_finished_by_the_command(sim, tmp_p
         assert request is not None
         assert request.state is RequestState.DONE
         assert store.requests.unfinished((MERCHANT,)) == []
-        windows = store.load_windows(MERCHANT, backfill_job(start, end))
+        windows = store.state.load_windows(MERCHANT, backfill_job(start, end))
         assert windows
         assert all(window.done for window in windows)
         assert_equals_truth(store, MERCHANT, sim.truth())  # the range covers the history

@@ -231,10 +231,10 @@ def test_the_drift_check_reports_a_row_behind_and_changes_nothing(
         assert app.tail.run()
     # Lower one revision of yesterday's rows behind the engine's back.
     warehouse = Warehouse.connect(url)
-    state = warehouse.load_state(MERCHANT)
+    state = warehouse.state.load_state(MERCHANT)
     assert state is not None
     assert state.last_projection_as_of is not None
-    rows = warehouse.fetch_records(MERCHANT)
+    rows = warehouse.records.fetch_records(MERCHANT)
     yesterday = [
         row
         for row in rows.values()
@@ -264,6 +264,7 @@ def test_the_drift_check_reports_a_row_behind_and_changes_nothing(
     assert found[0]["log_level"] == "error"
     # An alert, not a silent fix.
     assert (
-        warehouse.fetch_records(MERCHANT)[victim["record_id"]]["revision"] == victim["revision"] - 1
+        warehouse.records.fetch_records(MERCHANT)[victim["record_id"]]["revision"]
+        == victim["revision"] - 1
     )
     warehouse.close()

@@ -115,7 +115,7 @@ def wait_until_idle(warehouse: Warehouse, waits: TailWaits) -> None:
     """The rebuild read, and the tail back at its interval over a quiet stream."""
     wait_for(
         lambda: (
-            (windows := warehouse.load_windows(MERCHANT, REBUILD_JOB)) != []
+            (windows := warehouse.state.load_windows(MERCHANT, REBUILD_JOB)) != []
             and all(window.done for window in windows)
         )
     )

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from support.pages import commit_window_page
 from support.warehouse_samples import make_record
 
 from recordsync import cli
@@ -66,8 +67,8 @@ def test_backfill_syncs_the_merchant_named_with_its_secret_file(sim, tmp_path, c
     assert cli.main(["backfill", "--merchant", "brand-b", "--config", config, *window]) == 0
     store = Warehouse.connect(url)
     try:
-        synced = store.fetch_records("brand-b")
-        assert store.fetch_records("brand-a") == {}
+        synced = store.records.fetch_records("brand-b")
+        assert store.records.fetch_records("brand-a") == {}
     finally:
         store.close()
     expected = {
@@ -110,7 +111,7 @@ def filled(tmp_path):
     try:
         store.migrate()
         for merchant_id in ("brand-a", "brand-b"):
-            store.start_rebuild(
+            store.state.start_rebuild(
                 merchant_id,
                 change_cursor="c",
                 anchor_at=T0,
@@ -118,7 +119,8 @@ def filled(tmp_path):
                 snapshot_to=window.end,
                 windows=[window],
             )
-            store.commit_window_page(
+            commit_window_page(
+                store,
                 merchant_id,
                 REBUILD_JOB,
                 window,

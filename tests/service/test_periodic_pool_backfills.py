@@ -171,7 +171,7 @@ def test_nine_backfills_leave_every_merchants_checks_on_time(sim, tmp_path):
                 syncs.start(merchant, epoch)
             wait_for(
                 lambda: all(
-                    (state := warehouse.load_state(merchant)) is not None
+                    (state := warehouse.state.load_state(merchant)) is not None
                     and state.phase is Phase.TAILING
                     for merchant in merchants
                 )

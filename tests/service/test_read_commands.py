@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import make_url
 from support.dbfixtures import SERVER_PARAMS
+from support.pages import commit_window_page
 from support.warehouse_samples import make_record
 
 from recordsync import cli
@@ -45,7 +46,7 @@ def fill(url):
     try:
         store.migrate()
         window = Window(T0 - timedelta(days=1), T0)
-        store.start_rebuild(
+        store.state.start_rebuild(
             MERCHANT,
             change_cursor="c",
             anchor_at=T0,
@@ -53,7 +54,8 @@ def fill(url):
             snapshot_to=window.end,
             windows=[window],
         )
-        store.commit_window_page(
+        commit_window_page(
+            store,
             MERCHANT,
             REBUILD_JOB,
             window,

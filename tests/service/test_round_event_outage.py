@@ -95,7 +95,7 @@ def test_a_warehouse_outage_is_answered_503_and_the_retry_is_stored(tmp_path):
             warehouse.migrate()
             receiver = RoundEventReceiver(
                 secrets=lambda m: (Secret(SECRET),) if m == MERCHANT else None,
-                store=lambda event: warehouse.record_round_event(event, received_by="r1"),
+                store=lambda event: warehouse.events.record_round_event(event, received_by="r1"),
                 wake=lambda _event: None,
             )
             server = EventsServer(asgi_app(receiver), host="127.0.0.1", port=0)

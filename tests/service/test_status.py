@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import pytest
 from sqlalchemy import select
+from support.pages import commit_window_page
 from support.synccheck import environment_for, start_daemon
 from support.warehouse_samples import make_record
 
@@ -39,7 +40,7 @@ def config(tmp_path):
             Window(T0 - timedelta(days=2), T0 - timedelta(days=1)),
             Window(T0 - timedelta(days=1), T0),
         ]
-        store.start_rebuild(
+        store.state.start_rebuild(
             MERCHANT,
             change_cursor="c0",
             anchor_at=T0,
@@ -47,7 +48,8 @@ def config(tmp_path):
             snapshot_to=T0,
             windows=windows,
         )
-        store.commit_window_page(
+        commit_window_page(
+            store,
             MERCHANT,
             REBUILD_JOB,
             windows[0],
@@ -286,10 +288,10 @@ def test_status_says_why_a_drift_check_is_overdue(config, capsys):
     url = config.read_text().split('database_url = "')[1].split('"')[0]
     store = Warehouse.connect(url)
     try:
-        store.note_drift_check(MERCHANT, deferred=False, epoch=None)
-        store.note_drift_check(MERCHANT, deferred=True, epoch=None)
+        store.state.note_drift_check(MERCHANT, deferred=False, epoch=None)
+        store.state.note_drift_check(MERCHANT, deferred=True, epoch=None)
         with store.engine.begin() as conn:  # as if it ran 3 h ago, deferred since 2 h ago
-            run = store.drift_check_run(MERCHANT)
+            run = store.state.drift_check_run(MERCHANT)
             assert run is not None
             conn.execute(
                 schema.drift_checks.update().values(
@@ -310,7 +312,7 @@ def test_status_says_why_a_drift_check_is_overdue(config, capsys):
 
     store = Warehouse.connect(url)
     try:
-        store.note_drift_check(MERCHANT, deferred=False, epoch=None)
+        store.state.note_drift_check(MERCHANT, deferred=False, epoch=None)
     finally:
         store.close()
     assert cli.main(["--config", str(config), "status"]) == 0
@@ -335,7 +337,8 @@ def test_status_lists_the_unknown_record_fields_with_first_and_last_sighting(
     url = f"sqlite:///{tmp_path / 'status.db'}"
     store = Warehouse.connect(url)
     try:
-        store.commit_window_page(
+        commit_window_page(
+            store,
             MERCHANT,
             REBUILD_JOB,
             Window(T0 - timedelta(days=1), T0),
@@ -346,7 +349,8 @@ def test_status_lists_the_unknown_record_fields_with_first_and_last_sighting(
             done=False,
             position="first",
         )
-        store.commit_window_page(
+        commit_window_page(
+            store,
             MERCHANT,
             REBUILD_JOB,
             Window(T0 - timedelta(days=1), T0),

@@ -81,7 +81,7 @@ def synced(sim: Simulator, url: str) -> Window:
     try:
         store.migrate()
         truth = [parse_record(record) for record in sim.truth().values()]
-        store.repair_records(MERCHANT, newer=truth, same_revision=[])
+        store.pages.repair_records(MERCHANT, newer=truth, same_revision=[])
     finally:
         store.close()
     return whole_history(sim)
@@ -125,7 +125,7 @@ def plant_differences(store: Warehouse, truth: dict[str, dict]) -> dict[str, str
             .values(revision=records.c.revision + 1)
         )
     copied = replace(parse_record(truth[ids[4]]), record_id=planted["warehouse_only"])
-    store.repair_records(MERCHANT, newer=[copied], same_revision=[])
+    store.pages.repair_records(MERCHANT, newer=[copied], same_revision=[])
     return planted
 
 
@@ -207,7 +207,7 @@ def test_a_verify_of_a_held_merchant_is_run_by_its_holder_inside_the_limit(tmp_p
             window = Window(whole_history(sim).start, floor_ms(sim.now() - timedelta(hours=1)))
             store = Warehouse.connect(url)
             try:
-                gone = min(store.record_ids_created(MERCHANT, window.start, window.end))
+                gone = min(store.records.record_ids_created(MERCHANT, window.start, window.end))
                 with store.engine.begin() as conn:
                     conn.execute(
                         delete(records).where(
@@ -216,7 +216,7 @@ def test_a_verify_of_a_held_merchant_is_run_by_its_holder_inside_the_limit(tmp_p
                     )
                 with capture_logs() as logs:
                     code, found = verify_json(sim, url, window, repair=True, page_size=20)
-                assert gone in store.fetch_records(MERCHANT)
+                assert gone in store.records.fetch_records(MERCHANT)
             finally:
                 store.close()
             assert stop_gracefully(daemon)[0] == 0

@@ -32,6 +32,7 @@ from recordsync.platform.parsing import parse_change, parse_game, parse_record
 from recordsync.sim import Simulator
 from recordsync.sim.config import SimConfig
 from recordsync.warehouse import Warehouse
+from support.pages import commit_window_page
 
 # The tail's last projection_as_of, two minutes before the test run: sync_freshness then
 # reports about 120 s of staleness by the database's clock.
@@ -183,7 +184,7 @@ def load(warehouse: Warehouse, data: Dataset, *, projection_as_of: datetime) -> 
     """Store the dataset as the sync would: snapshot pages, then the change stream."""
     for merchant, records in data.records.items():
         span = Window(datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC))
-        warehouse.start_rebuild(
+        warehouse.state.start_rebuild(
             merchant,
             change_cursor="anchor",
             anchor_at=data.projection_as_of,
@@ -194,7 +195,8 @@ def load(warehouse: Warehouse, data: Dataset, *, projection_as_of: datetime) -> 
         pages = list(_pages(records))
         for number, page in enumerate(pages):
             done = number == len(pages) - 1
-            warehouse.commit_window_page(
+            commit_window_page(
+                warehouse,
                 merchant,
                 REBUILD_JOB,
                 span,
@@ -205,11 +207,11 @@ def load(warehouse: Warehouse, data: Dataset, *, projection_as_of: datetime) -> 
                 done=done,
                 position=f"page-{number}",
             )
-    warehouse.commit_catalogue(MERCHANT, data.games)
+    warehouse.games.commit_catalogue(MERCHANT, data.games)
     # A second pass without the last game: it left the catalogue, its row kept unlisted.
-    warehouse.commit_catalogue(MERCHANT, data.games[:-1])
+    warehouse.games.commit_catalogue(MERCHANT, data.games[:-1])
     for number, page in enumerate(_pages(data.changes)):
-        warehouse.commit_tail_page(
+        warehouse.pages.commit_tail_page(
             MERCHANT,
             TailPage(
                 records=[change.record for change in page],

@@ -86,7 +86,7 @@ def differences(
 def _row_differences(
     warehouse: Warehouse, merchant_id: str, truth: dict[str, dict[str, Any]]
 ) -> list[str]:
-    rows = warehouse.fetch_records(merchant_id)
+    rows = warehouse.records.fetch_records(merchant_id)
     problems = [f"missing {record_id}" for record_id in truth.keys() - rows.keys()]
     problems += [f"extra {record_id}" for record_id in rows.keys() - truth.keys()]
     for record_id in truth.keys() & rows.keys():

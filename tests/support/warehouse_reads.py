@@ -1,6 +1,6 @@
 """Reads only the tests need: every stored game and every stored revision of a merchant, as
 plain dicts (the product's ``Warehouse`` keeps none of them).  The demo's and the
-end-to-end checks' ``Warehouse.fetch_records`` stays in the product: the demo compares with it."""
+end-to-end checks' ``RecordStore.fetch_records`` stays in the product: the demo compares with it."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from msgspec.structs import replace
 from recordsync.core.models import Record, RecordChange
 from recordsync.core.state import REBUILD_JOB, TailPage, Window
 from recordsync.warehouse import Warehouse
+from support.pages import commit_window_page
 
 MERCHANT = "merchant-1"
 T0 = datetime(2024, 3, 1, tzinfo=UTC)
@@ -86,7 +87,7 @@ def start_rebuild_of_window(
 ) -> Warehouse:
     """``store`` with a rebuild of ``MERCHANT`` anchored at ``T0`` over ``plan`` (the one
     ``WINDOW`` unless told)."""
-    store.start_rebuild(
+    store.state.start_rebuild(
         MERCHANT,
         change_cursor="change-cursor-0",
         anchor_at=T0,
@@ -100,7 +101,8 @@ def start_rebuild_of_window(
 
 def snapshot_page(store: Warehouse, *records: Record) -> None:
     """``records`` committed as a page of the rebuild's one window (WINDOW)."""
-    store.commit_window_page(
+    commit_window_page(
+        store,
         MERCHANT,
         REBUILD_JOB,
         WINDOW,
@@ -115,7 +117,7 @@ def snapshot_page(store: Warehouse, *records: Record) -> None:
 
 def tail_page(store: Warehouse, *changes: RecordChange, with_changes: bool = True) -> None:
     """``changes`` committed as a tail page (their records, and their history unless not)."""
-    store.commit_tail_page(
+    store.pages.commit_tail_page(
         MERCHANT,
         TailPage(
             records=[item.record for item in changes],

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import pytest
 from sqlalchemy import create_engine, event, text
 from support.dbfixtures import SERVER_PARAMS, server_url
+from support.pages import commit_window_page
 from support.warehouse_reads import fetch_revisions
 from support.warehouse_samples import MERCHANT, T0, make_record, windows
 
@@ -51,7 +52,7 @@ def fail(_cursor: object) -> None:
 @pytest.fixture
 def snapshotting(warehouse: Warehouse) -> Iterator[Warehouse]:
     plan = windows(2)
-    warehouse.start_rebuild(
+    warehouse.state.start_rebuild(
         MERCHANT,
         change_cursor="tail-0",
         anchor_at=T0,
@@ -64,7 +65,8 @@ def snapshotting(warehouse: Warehouse) -> Iterator[Warehouse]:
 
 def commit_window(store: Warehouse, index: int = 0, *, done: bool = False):
     plan = windows(2)
-    return store.commit_window_page(
+    return commit_window_page(
+        store,
         MERCHANT,
         REBUILD_JOB,
         plan[index],
@@ -78,7 +80,7 @@ def commit_window(store: Warehouse, index: int = 0, *, done: bool = False):
 
 
 def commit_tail(store: Warehouse):
-    return store.commit_tail_page(
+    return store.pages.commit_tail_page(
         MERCHANT,
         TailPage(
             records=[make_record("a", 4)],
@@ -94,10 +96,10 @@ def commit_tail(store: Warehouse):
 def snapshot(store: Warehouse):
     """Everything a commit may touch, to compare before and after a failed one."""
     return (
-        store.fetch_records(MERCHANT),
+        store.records.fetch_records(MERCHANT),
         fetch_revisions(store, MERCHANT),
-        store.load_state(MERCHANT),
-        store.load_windows(MERCHANT, REBUILD_JOB),
+        store.state.load_state(MERCHANT),
+        store.state.load_windows(MERCHANT, REBUILD_JOB),
     )
 
 
@@ -129,7 +131,7 @@ def test_a_failure_mid_commit_leaves_neither_rows_nor_cursor(
         commit(snapshotting)
     assert snapshot(snapshotting) == before
     commit(snapshotting)  # the same page again, now that the failure is gone
-    assert set(snapshotting.fetch_records(MERCHANT)) == {"a", "b"} or commit is commit_tail
+    assert set(snapshotting.records.fetch_records(MERCHANT)) == {"a", "b"} or commit is commit_tail
 
 
 def test_a_failure_while_finishing_the_rebuild_keeps_the_last_window_open(snapshotting):
@@ -141,9 +143,9 @@ def test_a_failure_while_finishing_the_rebuild_keeps_the_last_window_open(snapsh
     ):
         commit_window(snapshotting, 0, done=True)
     assert snapshot(snapshotting) == before
-    assert snapshotting.load_state(MERCHANT).phase is Phase.SNAPSHOT
+    assert snapshotting.state.load_state(MERCHANT).phase is Phase.SNAPSHOT
     commit_window(snapshotting, 0, done=True)
-    assert snapshotting.load_state(MERCHANT).phase is Phase.TAILING
+    assert snapshotting.state.load_state(MERCHANT).phase is Phase.TAILING
 
 
 def kill_session(store: Warehouse) -> Callable[[object], None]:
@@ -206,7 +208,7 @@ def test_an_unreachable_warehouse_is_reported_as_unavailable(url):
         with pytest.raises(WarehouseUnavailableError, match="ping"):
             store.ping()
         with pytest.raises(WarehouseUnavailableError, match="load state"):
-            store.load_state(MERCHANT)
+            store.state.load_state(MERCHANT)
     finally:
         store.close()
         store.close()
@@ -222,8 +224,8 @@ def test_sqlite_readers_are_not_blocked_by_an_open_write(tmp_path):
         writer = daemon.engine.execution_options(**{WRITE_OPTION: True})
         with writer.begin() as conn:  # holds the write lock until the block ends
             conn.execute(text("DELETE FROM records"))
-            assert reader.status(MERCHANT).records == 0
-            assert reader.load_state(MERCHANT) is None
+            assert reader.records.status(MERCHANT).records == 0
+            assert reader.state.load_state(MERCHANT) is None
     finally:
         daemon.close()
         reader.close()

@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 from support.dbfixtures import SERVER_PARAMS
+from support.pages import commit_window_page
 from support.warehouse_samples import (
     MERCHANT,
     T0,
@@ -42,7 +43,8 @@ def store_one(warehouse: Warehouse, *rows: Record) -> None:
     """A row (or ``rows``) in ``records`` under a rebuild of its own, which, started on an
     empty table, left the BI indexes out."""
     start_rebuild_of_window(warehouse, defer_bi_indexes=True)
-    warehouse.commit_window_page(
+    commit_window_page(
+        warehouse,
         MERCHANT,
         REBUILD_JOB,
         WINDOW,
@@ -103,7 +105,7 @@ def test_several_indexes_are_one_alter_on_mariadb_and_dropped_if_they_exist() ->
 
 
 def test_a_migrated_warehouse_has_every_bi_index(warehouse: Warehouse) -> None:
-    assert warehouse.missing_bi_indexes() == []
+    assert warehouse.bi.missing_bi_indexes() == []
 
 
 def test_a_retired_index_an_older_replica_built_again_is_dropped_by_the_build(
@@ -114,32 +116,32 @@ def test_a_retired_index_an_older_replica_built_again_is_dropped_by_the_build(
     with warehouse.engine.begin() as conn:
         for name in RETIRED:
             conn.exec_driver_sql(f"CREATE INDEX {name} ON records (merchant_id, created_at)")
-    assert warehouse.missing_bi_indexes() == list(RETIRED)  # work to do: the build runs
-    warehouse.build_bi_indexes()
-    assert warehouse.missing_bi_indexes() == []
+    assert warehouse.bi.missing_bi_indexes() == list(RETIRED)  # work to do: the build runs
+    warehouse.bi.build_bi_indexes()
+    assert warehouse.bi.missing_bi_indexes() == []
     with warehouse.engine.connect() as conn:
         assert bi_indexes.retired(conn) == []
 
 
 def test_a_new_backfill_into_an_empty_table_leaves_them_out(warehouse: Warehouse) -> None:
-    warehouse.ensure_job(MERCHANT, JOB, windows(2), defer_bi_indexes=True)
-    assert warehouse.missing_bi_indexes() == ALL
+    warehouse.state.ensure_job(MERCHANT, JOB, windows(2), defer_bi_indexes=True)
+    assert warehouse.bi.missing_bi_indexes() == ALL
 
 
 def test_a_new_rebuild_into_an_empty_table_leaves_them_out(warehouse: Warehouse) -> None:
     start_rebuild_of_window(warehouse, defer_bi_indexes=True)
-    assert warehouse.missing_bi_indexes() == ALL
+    assert warehouse.bi.missing_bi_indexes() == ALL
 
 
 def test_a_new_job_the_sync_does_not_defer_for_keeps_them(warehouse: Warehouse) -> None:
     """A load the rate limit bounds (``sync.indexes.defer_for``) keeps them up to date."""
-    warehouse.ensure_job(MERCHANT, JOB, windows(2))
+    warehouse.state.ensure_job(MERCHANT, JOB, windows(2))
     start_rebuild_of_window(warehouse)
-    assert warehouse.missing_bi_indexes() == []
+    assert warehouse.bi.missing_bi_indexes() == []
 
 
 def test_a_rebuild_with_nothing_to_read_keeps_them(warehouse: Warehouse) -> None:
-    warehouse.start_rebuild(
+    warehouse.state.start_rebuild(
         MERCHANT,
         change_cursor="c",
         anchor_at=T0,
@@ -148,14 +150,14 @@ def test_a_rebuild_with_nothing_to_read_keeps_them(warehouse: Warehouse) -> None
         windows=[],
         defer_bi_indexes=True,
     )
-    assert warehouse.missing_bi_indexes() == []
+    assert warehouse.bi.missing_bi_indexes() == []
 
 
 def test_a_new_job_keeps_them_when_the_table_has_rows(warehouse: Warehouse) -> None:
     store_one(warehouse)
-    warehouse.build_bi_indexes()
-    warehouse.ensure_job(MERCHANT, JOB, windows(2), defer_bi_indexes=True)
-    warehouse.start_rebuild(
+    warehouse.bi.build_bi_indexes()
+    warehouse.state.ensure_job(MERCHANT, JOB, windows(2), defer_bi_indexes=True)
+    warehouse.state.start_rebuild(
         MERCHANT,
         change_cursor="c2",
         anchor_at=T0 + timedelta(hours=1),
@@ -164,21 +166,21 @@ def test_a_new_job_keeps_them_when_the_table_has_rows(warehouse: Warehouse) -> N
         windows=[WINDOW],
         defer_bi_indexes=True,
     )
-    assert warehouse.missing_bi_indexes() == []
+    assert warehouse.bi.missing_bi_indexes() == []
 
 
 def test_a_resumed_job_keeps_them(warehouse: Warehouse) -> None:
-    warehouse.ensure_job(MERCHANT, JOB, windows(2), defer_bi_indexes=True)
-    assert warehouse.build_bi_indexes() == ALL  # say, `recordsync migrate` meanwhile
-    warehouse.ensure_job(MERCHANT, JOB, windows(2), defer_bi_indexes=True)
-    assert warehouse.missing_bi_indexes() == []
+    warehouse.state.ensure_job(MERCHANT, JOB, windows(2), defer_bi_indexes=True)
+    assert warehouse.bi.build_bi_indexes() == ALL  # say, `recordsync migrate` meanwhile
+    warehouse.state.ensure_job(MERCHANT, JOB, windows(2), defer_bi_indexes=True)
+    assert warehouse.bi.missing_bi_indexes() == []
 
 
 def test_a_build_adds_the_missing_ones_once(warehouse: Warehouse) -> None:
-    warehouse.ensure_job(MERCHANT, JOB, windows(2), defer_bi_indexes=True)
-    assert warehouse.build_bi_indexes(MERCHANT) == ALL
-    assert warehouse.missing_bi_indexes() == []
-    assert warehouse.build_bi_indexes(MERCHANT) == []
+    warehouse.state.ensure_job(MERCHANT, JOB, windows(2), defer_bi_indexes=True)
+    assert warehouse.bi.build_bi_indexes(MERCHANT) == ALL
+    assert warehouse.bi.missing_bi_indexes() == []
+    assert warehouse.bi.build_bi_indexes(MERCHANT) == []
 
 
 def test_the_views_and_the_cross_check_read_the_same_without_them(warehouse: Warehouse) -> None:
@@ -191,32 +193,32 @@ def test_the_views_and_the_cross_check_read_the_same_without_them(warehouse: War
     )
 
     def everything_read() -> object:
-        day = warehouse.newest_record_day(MERCHANT)
+        day = warehouse.bi.newest_record_day(MERCHANT)
         assert day is not None
-        fresh = warehouse.freshness(MERCHANT)
+        fresh = warehouse.bi.freshness(MERCHANT)
         assert fresh is not None
         return (
             day,
-            warehouse.daily_summaries(MERCHANT, per="game", first_day=day, last_day=day),
-            warehouse.daily_summaries(MERCHANT, per="player", first_day=day, last_day=day),
-            warehouse.record_ids_created(MERCHANT, T0, T0 + timedelta(days=1)),
-            warehouse.rounds_announced_missing(MERCHANT, 0),
+            warehouse.bi.daily_summaries(MERCHANT, per="game", first_day=day, last_day=day),
+            warehouse.bi.daily_summaries(MERCHANT, per="player", first_day=day, last_day=day),
+            warehouse.records.record_ids_created(MERCHANT, T0, T0 + timedelta(days=1)),
+            warehouse.events.rounds_announced_missing(MERCHANT, 0),
             # Its ages are whole seconds by the database's clock: the two reads may straddle
             # a second (a full CI run once saw 0, then 1), and the indexes do not change them.
             replace(fresh, staleness_seconds=None, seconds_since_commit=None),
         )
 
     without = everything_read()
-    assert warehouse.missing_bi_indexes() == ALL
-    warehouse.build_bi_indexes()
-    assert warehouse.missing_bi_indexes() == []
+    assert warehouse.bi.missing_bi_indexes() == ALL
+    warehouse.bi.build_bi_indexes()
+    assert warehouse.bi.missing_bi_indexes() == []
     assert everything_read() == without
 
 
 @pytest.mark.parametrize("warehouse_url", [SERVER_PARAMS[0]], indirect=True)
 def test_an_invalid_postgres_index_left_by_a_dead_build_is_replaced(warehouse: Warehouse) -> None:
     store_one(warehouse)
-    warehouse.build_bi_indexes()
+    warehouse.bi.build_bi_indexes()
     name = "ix_records_merchant_round"
     with warehouse.engine.begin() as conn:
         conn.execute(text(f"DROP INDEX {name}"))
@@ -228,15 +230,15 @@ def test_an_invalid_postgres_index_left_by_a_dead_build_is_replaced(warehouse: W
             ),
             {"name": name},
         )
-    assert warehouse.missing_bi_indexes() == [name]
-    assert warehouse.build_bi_indexes() == [name]
+    assert warehouse.bi.missing_bi_indexes() == [name]
+    assert warehouse.bi.build_bi_indexes() == [name]
     with warehouse.engine.connect() as conn:
         valid = conn.execute(
             text("SELECT indisvalid FROM pg_index WHERE indexrelid = CAST(:name AS regclass)"),
             {"name": name},
         ).scalar_one()
     assert valid is True
-    assert warehouse.missing_bi_indexes() == []
+    assert warehouse.bi.missing_bi_indexes() == []
 
 
 @pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
@@ -245,17 +247,19 @@ def test_two_replicas_building_at_once_both_end_fine(warehouse_url: str) -> None
     try:
         first.migrate()
         store_one(first)
-        first.ensure_job(MERCHANT, JOB, windows(1), defer_bi_indexes=True)  # rows: none left out
+        first.state.ensure_job(
+            MERCHANT, JOB, windows(1), defer_bi_indexes=True
+        )  # rows: none left out
         with first.engine.begin() as conn:  # drop them by hand, as a first load would
             for statement in drop_statements(conn.dialect.name, str, ALL):
                 conn.execute(text(statement))
-        assert first.missing_bi_indexes() == ALL
+        assert first.bi.missing_bi_indexes() == ALL
         built: list[list[str]] = []
         errors: list[BaseException] = []
 
         def build(warehouse: Warehouse) -> None:
             try:
-                built.append(warehouse.build_bi_indexes(MERCHANT))
+                built.append(warehouse.bi.build_bi_indexes(MERCHANT))
             except BaseException as error:  # noqa: BLE001 - reported by the assertion below
                 errors.append(error)
 
@@ -266,8 +270,8 @@ def test_two_replicas_building_at_once_both_end_fine(warehouse_url: str) -> None
             thread.join()
         assert errors == []
         assert sorted(name for names in built for name in names) in (ALL, sorted(ALL * 2))
-        assert first.missing_bi_indexes() == []
-        assert second.build_bi_indexes() == []
+        assert first.bi.missing_bi_indexes() == []
+        assert second.bi.build_bi_indexes() == []
     finally:
         first.close()
         second.close()
@@ -276,7 +280,7 @@ def test_two_replicas_building_at_once_both_end_fine(warehouse_url: str) -> None
 def test_a_window_plan_does_not_depend_on_them(warehouse: Warehouse) -> None:
     """Deferred or not, the job's windows are the ones registered."""
     plan = [Window(T0 - timedelta(days=2), T0 - timedelta(days=1))]
-    progress = warehouse.ensure_job(MERCHANT, JOB, plan, defer_bi_indexes=True)
+    progress = warehouse.state.ensure_job(MERCHANT, JOB, plan, defer_bi_indexes=True)
     assert [item.window for item in progress] == plan
 
 
@@ -284,12 +288,14 @@ def test_recordsync_migrate_builds_what_a_first_load_left_out(warehouse_url: str
     store = Warehouse.connect(warehouse_url)
     try:
         store.migrate()
-        store.ensure_job(MERCHANT, JOB, windows(2), defer_bi_indexes=True)  # abandoned half-way
-        assert store.missing_bi_indexes() == ALL
+        store.state.ensure_job(
+            MERCHANT, JOB, windows(2), defer_bi_indexes=True
+        )  # abandoned half-way
+        assert store.bi.missing_bi_indexes() == ALL
         config = tmp_path / "recordsync.toml"
         config.write_text(f'merchant_id = "{MERCHANT}"\ndatabase_url = "{warehouse_url}"\n')
         assert cli.main(["--config", str(config), "migrate"]) == 0
-        assert store.missing_bi_indexes() == []
+        assert store.bi.missing_bi_indexes() == []
     finally:
         store.close()
 
@@ -315,7 +321,7 @@ def test_a_mariadb_build_behind_an_open_transaction_gives_up_and_never_stalls_th
 
     def build() -> None:
         try:
-            outcome.append(warehouse.build_bi_indexes(MERCHANT))
+            outcome.append(warehouse.bi.build_bi_indexes(MERCHANT))
         except WarehouseUnavailableError as error:
             outcome.append(error)
 
@@ -327,7 +333,8 @@ def test_a_mariadb_build_behind_an_open_transaction_gives_up_and_never_stalls_th
         for number in range(1, 16):  # pages keep committing while the build waits
             time.sleep(0.1)
             began = time.monotonic()
-            warehouse.commit_window_page(
+            commit_window_page(
+                warehouse,
                 MERCHANT,
                 REBUILD_JOB,
                 WINDOW,
@@ -347,4 +354,4 @@ def test_a_mariadb_build_behind_an_open_transaction_gives_up_and_never_stalls_th
     assert isinstance(gave_up, WarehouseUnavailableError)
     assert time.monotonic() - started < 10
     assert slowest < 2.0, f"a page commit waited {slowest:.1f} s behind the build"
-    assert warehouse.build_bi_indexes(MERCHANT) == ALL  # tried again, the reader gone
+    assert warehouse.bi.build_bi_indexes(MERCHANT) == ALL  # tried again, the reader gone

@@ -54,7 +54,7 @@ def clocked(warehouse: Warehouse):
 
 def test_a_pass_stores_every_field_and_non_ascii_localized_names(clocked):
     store, _ = clocked
-    result = store.commit_catalogue(MERCHANT, [game(1), game(2)])
+    result = store.games.commit_catalogue(MERCHANT, [game(1), game(2)])
     assert (result.listed, result.added, result.changed, result.unlisted) == (2, 2, 0, 0)
     row = fetch_games(store, MERCHANT)[game(1).game_id]
     assert row["name"] == "Dragon Fortune 1"
@@ -73,9 +73,9 @@ def test_a_pass_stores_every_field_and_non_ascii_localized_names(clocked):
 
 def test_a_game_that_disappears_keeps_its_row_marked_not_seen_since(clocked):
     store, clock = clocked
-    store.commit_catalogue(MERCHANT, [game(1), game(2), game(3)])
+    store.games.commit_catalogue(MERCHANT, [game(1), game(2), game(3)])
     clock.now = T0 + timedelta(hours=1)
-    result = store.commit_catalogue(MERCHANT, [game(1), game(3)])
+    result = store.games.commit_catalogue(MERCHANT, [game(1), game(3)])
     assert (result.listed, result.added, result.changed, result.unlisted) == (2, 0, 0, 1)
     rows = fetch_games(store, MERCHANT)
     gone = rows[game(2).game_id]
@@ -87,7 +87,7 @@ def test_a_game_that_disappears_keeps_its_row_marked_not_seen_since(clocked):
     assert rows[game(1).game_id]["changed_at"] == T0, "seen again unchanged"
     # Listed again later: back in the catalogue.
     clock.now = T0 + timedelta(hours=2)
-    store.commit_catalogue(MERCHANT, [game(1), game(2), game(3)])
+    store.games.commit_catalogue(MERCHANT, [game(1), game(2), game(3)])
     back = fetch_games(store, MERCHANT)[game(2).game_id]
     assert (back["listed"], back["last_seen_at"]) == (True, clock.now)
 
@@ -95,7 +95,7 @@ def test_a_game_that_disappears_keeps_its_row_marked_not_seen_since(clocked):
 @SQLITE_ONLY
 def test_a_changed_game_moves_changed_at_and_replaces_its_names(clocked):
     store, clock = clocked
-    store.commit_catalogue(MERCHANT, [game(1)])
+    store.games.commit_catalogue(MERCHANT, [game(1)])
     clock.now = T0 + timedelta(hours=1)
     renamed = game(
         1,
@@ -104,7 +104,7 @@ def test_a_changed_game_moves_changed_at_and_replaces_its_names(clocked):
         launch_supported=False,
         localizations=(Localization("de", "Drachenglück Deluxe"),),
     )
-    result = store.commit_catalogue(MERCHANT, [renamed])
+    result = store.games.commit_catalogue(MERCHANT, [renamed])
     assert result.changed == 1
     row = fetch_games(store, MERCHANT)[renamed.game_id]
     assert (row["name"], row["status"], row["launch_supported"]) == (
@@ -119,9 +119,9 @@ def test_a_changed_game_moves_changed_at_and_replaces_its_names(clocked):
 @SQLITE_ONLY
 def test_a_game_that_could_not_be_read_counts_as_seen_not_gone(clocked):
     store, clock = clocked
-    store.commit_catalogue(MERCHANT, [game(1), game(2)])
+    store.games.commit_catalogue(MERCHANT, [game(1), game(2)])
     clock.now = T0 + timedelta(hours=1)
-    result = store.commit_catalogue(MERCHANT, [game(1)], kept_ids=[game(2).game_id])
+    result = store.games.commit_catalogue(MERCHANT, [game(1)], kept_ids=[game(2).game_id])
     assert result.unlisted == 0
     row = fetch_games(store, MERCHANT)[game(2).game_id]
     assert (row["listed"], row["last_seen_at"], row["name"]) == (
@@ -134,12 +134,12 @@ def test_a_game_that_could_not_be_read_counts_as_seen_not_gone(clocked):
 @SQLITE_ONLY
 def test_merchants_keep_their_own_catalogues(clocked):
     store, _ = clocked
-    store.commit_catalogue(MERCHANT, [game(1)])
-    store.commit_catalogue("other", [game(1, name="Другая игра")])
-    store.commit_catalogue(MERCHANT, [])
+    store.games.commit_catalogue(MERCHANT, [game(1)])
+    store.games.commit_catalogue("other", [game(1, name="Другая игра")])
+    store.games.commit_catalogue(MERCHANT, [])
     assert fetch_games(store, "other")[game(1).game_id]["listed"] is True
-    assert store.game_names("other")[game(1).game_id].name == "Другая игра"
-    assert store.game_names(MERCHANT)[game(1).game_id].listed is False
+    assert store.games.game_names("other")[game(1).game_id].name == "Другая игра"
+    assert store.games.game_names(MERCHANT)[game(1).game_id].listed is False
 
 
 def test_a_reader_never_sees_half_a_pass(warehouse):
@@ -147,7 +147,7 @@ def test_a_reader_never_sees_half_a_pass(warehouse):
     store = warehouse
     first = [game(number) for number in range(100)]
     second = [game(number) for number in range(100, 200)]
-    store.commit_catalogue(MERCHANT, first)
+    store.games.commit_catalogue(MERCHANT, first)
     stop = threading.Event()
     seen: set[int] = set()
 
@@ -165,7 +165,7 @@ def test_a_reader_never_sees_half_a_pass(warehouse):
     reader.start()
     try:
         for batch in (second, first):
-            store.commit_catalogue(MERCHANT, batch)
+            store.games.commit_catalogue(MERCHANT, batch)
     finally:
         stop.set()
         reader.join()
@@ -211,8 +211,8 @@ def test_a_game_the_columns_cannot_hold_is_left_out_and_the_pass_commits(
 ):
     # Issue 29: one hostile entry failed every catalogue pass, on every backend differently.
     store = Warehouse(warehouse.engine, clock=FakeClock(T0))
-    store.commit_catalogue(MERCHANT, [game(1), game(2)])
-    result = store.commit_catalogue(MERCHANT, [game(1), game(2, **hostile), game(3)])
+    store.games.commit_catalogue(MERCHANT, [game(1), game(2)])
+    result = store.games.commit_catalogue(MERCHANT, [game(1), game(2, **hostile), game(3)])
     assert result.unstorable == 1
     assert reason in (result.first_unstorable or "")
     stored = fetch_games(store, MERCHANT)

@@ -132,7 +132,7 @@ def test_an_upsert_that_meets_a_stored_row_leaves_it_where_it_was(rebuilding):
     tail_page(rebuilding, *page)
     snapshot_page(rebuilding, make_record("a", 1), make_record("b", 3))
     assert _row_ids(rebuilding, "records") == records
-    assert rebuilding.fetch_records(MERCHANT)["b"]["revision"] == 3
+    assert rebuilding.records.fetch_records(MERCHANT)["b"]["revision"] == 3
     revisions = _row_ids(rebuilding, "record_revisions")
     new = revisions.pop((MERCHANT, "b", 3))
     assert revisions == history
@@ -142,7 +142,7 @@ def test_an_upsert_that_meets_a_stored_row_leaves_it_where_it_was(rebuilding):
 @pytest.mark.parametrize("warehouse_url", MARIADB, indirect=True)
 def test_readers_never_see_the_row_id(rebuilding):
     snapshot_page(rebuilding, make_record("a", 1))
-    assert ROW_ID not in rebuilding.fetch_records(MERCHANT)["a"]
+    assert ROW_ID not in rebuilding.records.fetch_records(MERCHANT)["a"]
     assert ROW_ID not in fetch_revisions(rebuilding, MERCHANT)[0]
 
 

@@ -13,6 +13,7 @@ from msgspec.structs import replace
 from sqlalchemy import Connection, text
 from structlog.testing import capture_logs
 from support.dbfixtures import SERVER_PARAMS
+from support.pages import commit_window_page
 from support.warehouse_samples import MERCHANT, T0, WINDOW, make_record
 
 from recordsync.core.errors import LeaseSupersededError
@@ -30,7 +31,7 @@ PER_PAGE = 60
 def test_the_servers_take_commits_side_by_side_and_sqlite_one_at_a_time(
     warehouse: Warehouse,
 ) -> None:
-    assert warehouse.concurrent_writes == (warehouse.engine.dialect.name != "sqlite")
+    assert warehouse.pages.concurrent_writes == (warehouse.engine.dialect.name != "sqlite")
 
 
 def test_overlapping_pages_from_several_threads_keep_the_highest_revisions(
@@ -42,10 +43,10 @@ def test_overlapping_pages_from_several_threads_keep_the_highest_revisions(
     windows = [
         Window(T0 + timedelta(days=day), T0 + timedelta(days=day + 1)) for day in range(WRITERS)
     ]
-    warehouse.ensure_job(MERCHANT, JOB, [*windows, WINDOW])
+    warehouse.state.ensure_job(MERCHANT, JOB, [*windows, WINDOW])
     base = {record_id: make_record(record_id) for record_id in IDS}
     stored_first = [base[record_id] for record_id in IDS[::3]]
-    warehouse.commit_window_page(
+    commit_window_page(warehouse,
         MERCHANT, JOB, WINDOW, records=stored_first, rejected=[], next_cursor=None,
         cursor_issued_at=T0, done=True, position="0",
     )  # fmt: skip
@@ -68,7 +69,8 @@ def test_overlapping_pages_from_several_threads_keep_the_highest_revisions(
                         highest[record.record_id] = max(
                             highest.get(record.record_id, 0), record.revision
                         )
-                warehouse.commit_window_page(
+                commit_window_page(
+                    warehouse,
                     MERCHANT,
                     JOB,
                     windows[number],
@@ -126,8 +128,8 @@ def _deadlocked_page(
     a real deadlock, which the server breaks by rolling the page back (the other transaction
     has changed far more rows).  What the page's commit raised (None: it committed) and the
     attempts logged as retried."""
-    warehouse.ensure_job(MERCHANT, JOB, [WINDOW_1])
-    warehouse.commit_window_page(
+    warehouse.state.ensure_job(MERCHANT, JOB, [WINDOW_1])
+    commit_window_page(warehouse,
         MERCHANT, JOB, WINDOW_1, records=SEED, rejected=[], next_cursor="c-0",
         cursor_issued_at=T0, done=False, position="0",
     )  # fmt: skip
@@ -135,7 +137,7 @@ def _deadlocked_page(
 
     def commit_page() -> None:
         try:
-            warehouse.commit_window_page(
+            commit_window_page(warehouse,
                 MERCHANT, JOB, WINDOW_1, records=PAGE, rejected=[], next_cursor="c-1",
                 cursor_issued_at=T0, done=False, position="1", epoch=epoch,
             )  # fmt: skip
@@ -167,7 +169,7 @@ def _deadlocked_page(
 
 
 def _revisions_and_statuses(warehouse: Warehouse) -> dict[str, tuple[int, str]]:
-    stored = warehouse.fetch_records(MERCHANT)
+    stored = warehouse.records.fetch_records(MERCHANT)
     return {key: (stored[key]["revision"], stored[key]["status"]) for key in ("rec-a", "rec-b")}
 
 
@@ -180,7 +182,7 @@ def test_a_page_that_loses_a_deadlock_is_committed_on_its_next_attempt(
 
     assert (raised, retried) == (None, [1])
     assert _revisions_and_statuses(warehouse) == {"rec-a": (5, "OPEN"), "rec-b": (5, "OPEN")}
-    (progress,) = warehouse.load_windows(MERCHANT, JOB)
+    (progress,) = warehouse.state.load_windows(MERCHANT, JOB)
     assert (progress.cursor, progress.records) == ("c-1", len(SEED) + len(PAGE))
 
 
@@ -206,7 +208,7 @@ def test_a_retried_page_is_fenced_again_and_refused_once_superseded(
     assert isinstance(raised, LeaseSupersededError)
     assert (raised.expected, raised.found, retried) == (epoch, epoch + 1, [1])
     assert _revisions_and_statuses(warehouse) == {"rec-a": (1, "OPEN"), "rec-b": (1, "HELD")}
-    (progress,) = warehouse.load_windows(MERCHANT, JOB)
+    (progress,) = warehouse.state.load_windows(MERCHANT, JOB)
     assert (progress.cursor, progress.records) == ("c-0", len(SEED))
 
 

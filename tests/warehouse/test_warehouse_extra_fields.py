@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 import orjson
 from sqlalchemy import select
+from support.pages import commit_window_page
 from support.warehouse_reads import fetch_revisions
 from support.warehouse_samples import (
     MERCHANT,
@@ -117,7 +118,8 @@ def test_a_known_field_whose_type_changed_is_quarantined_naming_it_with_the_raw_
     body = _records_body(money_as_number, revision_as_text, _wire("ok", 1, b""))
     page = parse_records_page(orjson.loads(body)["data"], body=body)
     assert [record.record_id for record in page.records] == ["ok"]
-    rebuilding.commit_window_page(
+    commit_window_page(
+        rebuilding,
         MERCHANT,
         "rebuild",
         WINDOW,
@@ -128,7 +130,7 @@ def test_a_known_field_whose_type_changed_is_quarantined_naming_it_with_the_raw_
         done=False,
         position="start",
     )
-    kept = {row.record_id: row for row in rebuilding.quarantined(MERCHANT, limit=10)}
+    kept = {row.record_id: row for row in rebuilding.records.quarantined(MERCHANT, limit=10)}
     assert kept["m"].reason.startswith("bet_amount:")
     assert '"bet_amount":10.000' in kept["m"].raw_json
     assert kept["r"].reason.startswith("revision:")

@@ -15,6 +15,7 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import event
+from support import pages
 from support.warehouse_reads import fetch_revisions
 from support.warehouse_samples import (
     MERCHANT,
@@ -134,12 +135,12 @@ WRITE_IDS = [write.__name__ for write in WRITES]
 def everything_stored(store: Warehouse) -> dict[str, object]:
     """What the merchant has in every table a write may touch."""
     return {
-        "state": store.load_state(MERCHANT),
-        "rebuild windows": store.load_windows(MERCHANT, REBUILD_JOB),
-        "backfill windows": store.load_windows(MERCHANT, BACKFILL_JOB),
-        "records": store.fetch_records(MERCHANT),
+        "state": store.state.load_state(MERCHANT),
+        "rebuild windows": store.state.load_windows(MERCHANT, REBUILD_JOB),
+        "backfill windows": store.state.load_windows(MERCHANT, BACKFILL_JOB),
+        "records": store.records.fetch_records(MERCHANT),
         "revisions": fetch_revisions(store, MERCHANT),
-        "quarantine": store.quarantined(MERCHANT),
+        "quarantine": store.records.quarantined(MERCHANT),
     }
 
 
@@ -163,7 +164,8 @@ def superseded(warehouse: Warehouse):
     try:
         old = first.try_hold(MERCHANT)
         assert old is not None
-        warehouse.commit_window_page(
+        pages.commit_window_page(
+            warehouse,
             MERCHANT,
             REBUILD_JOB,
             WINDOW,
@@ -214,8 +216,8 @@ def test_a_write_for_a_merchant_never_held_is_refused(warehouse):
 
 def test_an_unfenced_write_passes_whatever_the_epoch(superseded):
     """The single-merchant daemon passes no epoch and keeps working as before."""
-    superseded.store.restart_window(MERCHANT, REBUILD_JOB, WINDOW)
-    assert superseded.store.load_windows(MERCHANT, REBUILD_JOB)[0].cursor is None
+    superseded.store.state.restart_window(MERCHANT, REBUILD_JOB, WINDOW)
+    assert superseded.store.state.load_windows(MERCHANT, REBUILD_JOB)[0].cursor is None
 
 
 def test_a_merchant_store_reads_and_writes_its_own_merchant_only(superseded):
@@ -306,6 +308,6 @@ def test_a_new_holder_waits_for_a_commit_past_its_check_then_fences_the_next(
     (new_epoch,) = raised
     assert new_epoch is not None
     assert new_epoch > old_epoch
-    assert warehouse.load_windows(MERCHANT, REBUILD_JOB)[0].cursor == "window-cursor-2"
+    assert warehouse.state.load_windows(MERCHANT, REBUILD_JOB)[0].cursor == "window-cursor-2"
     with pytest.raises(LeaseSupersededError):
         restart_window(warehouse.fenced(MERCHANT, old_epoch))

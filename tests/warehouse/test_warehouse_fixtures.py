@@ -71,7 +71,7 @@ def test_a_test_asking_for_the_warehouse_gets_it_migrated_from_the_template(
     finally:
         engine.dispose()
     assert {"records", "record_revisions", "sync_state"} <= tables
-    assert warehouse.load_state("nobody") is None
+    assert warehouse.state.load_state("nobody") is None
 
 
 def _mariadb_schema(url: str) -> dict[str, str]:

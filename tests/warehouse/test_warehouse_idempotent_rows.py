@@ -49,7 +49,7 @@ NOT_AN_OBJECT = RejectedItem(3, b'"not an object"', "not an object", None)
 
 
 def start(store: Warehouse, merchant: str = MERCHANT) -> None:
-    store.start_rebuild(
+    store.state.start_rebuild(
         merchant,
         change_cursor="c0",
         anchor_at=T0,
@@ -60,7 +60,7 @@ def start(store: Warehouse, merchant: str = MERCHANT) -> None:
 
 
 def tail_page(store: Warehouse, rejected, *, position: str, merchant: str = MERCHANT):
-    return store.commit_tail_page(
+    return store.pages.commit_tail_page(
         merchant,
         TailPage(
             records=[],
@@ -90,7 +90,7 @@ def test_a_page_read_again_quarantines_nothing_twice(warehouse):
         ("p1#3", None),
         ("p2#2", "rec-x"),  # revision 4 is another item
     ]
-    assert warehouse.status(MERCHANT).quarantined == 3
+    assert warehouse.records.status(MERCHANT).quarantined == 3
 
 
 def test_the_same_item_of_another_merchant_is_quarantined_for_it(warehouse):
@@ -98,8 +98,8 @@ def test_the_same_item_of_another_merchant_is_quarantined_for_it(warehouse):
     start(warehouse, OTHER)
     tail_page(warehouse, [REVISION_3, NOT_AN_OBJECT], position="p1")
     tail_page(warehouse, [REVISION_3, NOT_AN_OBJECT], position="p1", merchant=OTHER)
-    assert len(warehouse.quarantined(MERCHANT)) == 2
-    assert len(warehouse.quarantined(OTHER)) == 2
+    assert len(warehouse.records.quarantined(MERCHANT)) == 2
+    assert len(warehouse.records.quarantined(OTHER)) == 2
 
 
 # -- revision 0011 on a warehouse that holds duplicates ----------------------------------------
@@ -136,7 +136,7 @@ def test_revision_0011_keeps_the_earliest_of_each_duplicate_and_keys_per_merchan
         with store.engine.begin() as conn:
             for row in legacy:  # one by one: ids in this order
                 conn.execute(insert(quarantined_records).values(**row))
-        assert not store.record_round_event(EVENT, received_by="r1").duplicate
+        assert not store.events.record_round_event(EVENT, received_by="r1").duplicate
         store.migrate()
 
         rows = quarantine_rows(store)
@@ -160,7 +160,7 @@ def test_revision_0011_keeps_the_earliest_of_each_duplicate_and_keys_per_merchan
         }
         assert unique == {("merchant_id", "event_id")}
         theirs = replace(EVENT, merchant_id=OTHER)
-        assert not store.record_round_event(theirs, received_by="r2").duplicate
-        assert store.record_round_event(EVENT, received_by="r2").duplicate
+        assert not store.events.record_round_event(theirs, received_by="r2").duplicate
+        assert store.events.record_round_event(EVENT, received_by="r2").duplicate
     finally:
         store.close()

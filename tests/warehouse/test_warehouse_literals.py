@@ -122,7 +122,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Warehouse]
 def test_hostile_strings_round_trip_through_both_tables(store: Warehouse) -> None:
     records = hostile_records()
     snapshot_page(store, *records)
-    stored = store.fetch_records(MERCHANT)
+    stored = store.records.fetch_records(MERCHANT)
     assert {key: row_view(row) for key, row in stored.items()} == {
         record.record_id: stored_view(record) for record in records
     }
@@ -140,7 +140,7 @@ def test_hostile_sequences_fill_the_history_exactly(store: Warehouse) -> None:
     nul = "" if store.engine.dialect.name == "postgresql" else "\x00"
     sequences = [f"{index}{nul}{text}" for index, text in enumerate(HOSTILE)]
     newer = [replace(record, revision=record.revision + 100) for record in records]
-    store.commit_tail_page(
+    store.pages.commit_tail_page(
         MERCHANT,
         TailPage(
             records=newer,
@@ -160,7 +160,7 @@ def test_hostile_sequences_fill_the_history_exactly(store: Warehouse) -> None:
         **{(r.record_id, r.revision): s for r, s in zip(records, sequences, strict=True)},
         **{(r.record_id, r.revision): s for r, s in zip(newer, sequences, strict=True)},
     }
-    assert {key: row["revision"] for key, row in store.fetch_records(MERCHANT).items()} == {
+    assert {key: row["revision"] for key, row in store.records.fetch_records(MERCHANT).items()} == {
         record.record_id: record.revision for record in newer
     }
 
@@ -182,7 +182,7 @@ def test_a_page_longer_than_one_statement_is_split_and_stored_whole(store: Wareh
         snapshot_page(store, *records)
     finally:
         event.remove(store.engine, "before_cursor_execute", count)
-    assert set(store.fetch_records(MERCHANT)) == {record.record_id for record in records}
+    assert set(store.records.fetch_records(MERCHANT)) == {record.record_id for record in records}
     assert len(fetch_revisions(store, MERCHANT)) == len(records)
     if store.engine.dialect.name in {"mysql", "mariadb"}:
         assert len(statements) > 1

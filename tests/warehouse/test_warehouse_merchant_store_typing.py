@@ -17,7 +17,7 @@ def test_a_fenced_store_is_a_sync_store_for_its_merchant_at_its_epoch() -> None:
         assert isinstance(store, MerchantStore)
         assert isinstance(catalogue, MerchantStore)
         assert (store.merchant_id, store.epoch) == ("merchant-1", 7)
-        assert store.concurrent_writes is warehouse.concurrent_writes
+        assert store.concurrent_writes is warehouse.pages.concurrent_writes
     finally:
         warehouse.close()
 

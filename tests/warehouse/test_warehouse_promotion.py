@@ -62,9 +62,9 @@ def test_a_promotion_fills_both_tables_exactly_and_the_writer_carries_on(
 ) -> None:
     snapshot_page(rebuilding, *_records())
     rebuilding.promoted_fields.ttl = 0.0  # the writers see a promotion at their next page
-    plan = rebuilding.promotion_plan("tax", "decimal")
+    plan = rebuilding.fields.promotion_plan("tax", "decimal")
     assert plan.carrying == {"records": ROWS // 2, "record_revisions": ROWS // 2}
-    result = rebuilding.promote_field("tax", "decimal", batch=50)
+    result = rebuilding.fields.promote_field("tax", "decimal", batch=50)
     assert (result.filled, result.unfit) == (2 * (ROWS // 2 - 1), 2)
     _equal_to_members(rebuilding)
     newer = msgspec.structs.replace(make_record("r003", 2), extra_fields='{"tax":7.25}')
@@ -74,9 +74,9 @@ def test_a_promotion_fills_both_tables_exactly_and_the_writer_carries_on(
     assert Decimal(str(columns[("r003", 2)][0])) == Decimal("7.25")
     assert columns[("r007", 2)][0] is None
     _equal_to_members(rebuilding)
-    (row,) = rebuilding.fields().promoted
+    (row,) = rebuilding.fields.list_fields().promoted
     assert (row["field"], row["state"]) == ("tax", "done")
-    assert "tax" not in {item["field"] for item in rebuilding.fields().unknown}
+    assert "tax" not in {item["field"] for item in rebuilding.fields.list_fields().unknown}
 
 
 class _StoppedError(Exception):
@@ -93,7 +93,7 @@ def test_a_promotion_stopped_between_batches_resumes_where_it_was(rebuilding: Wa
             raise _StoppedError
 
     with pytest.raises(_StoppedError):
-        rebuilding.promote_field("tax", "decimal", batch=20, on_batch=stop_after_two)
-    result = rebuilding.promote_field("tax", "decimal", batch=20)
+        rebuilding.fields.promote_field("tax", "decimal", batch=20, on_batch=stop_after_two)
+    result = rebuilding.fields.promote_field("tax", "decimal", batch=20)
     assert (result.filled, result.unfit) == (2 * (ROWS // 2 - 1), 2)
     _equal_to_members(rebuilding)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from sqlalchemy import event
+from support.pages import commit_window_page
 from support.warehouse_samples import MERCHANT, T0, WINDOW, make_record
 
 from recordsync.core.state import REBUILD_JOB
@@ -13,7 +14,8 @@ from recordsync.warehouse.reads import IN_LIST_CHUNK
 
 def test_stored_revisions_answers_for_existing_ids_only_across_chunks(rebuilding):
     stored = [make_record(f"r{i:04d}", revision=i % 7 + 1) for i in range(IN_LIST_CHUNK + 300)]
-    rebuilding.commit_window_page(
+    commit_window_page(
+        rebuilding,
         MERCHANT,
         REBUILD_JOB,
         WINDOW,
@@ -38,10 +40,10 @@ def test_stored_revisions_answers_for_existing_ids_only_across_chunks(rebuilding
 
     event.listen(rebuilding.engine, "before_cursor_execute", count)
     try:
-        found = rebuilding.stored_revisions(MERCHANT, asked)
+        found = rebuilding.records.stored_revisions(MERCHANT, asked)
     finally:
         event.remove(rebuilding.engine, "before_cursor_execute", count)
     assert found == {record.record_id: record.revision for record in stored}
     assert len(queries) == math.ceil(len(asked) / IN_LIST_CHUNK) > 1
-    assert rebuilding.stored_revisions("merchant-2", asked) == {}
-    assert rebuilding.stored_revisions(MERCHANT, []) == {}
+    assert rebuilding.records.stored_revisions("merchant-2", asked) == {}
+    assert rebuilding.records.stored_revisions(MERCHANT, []) == {}

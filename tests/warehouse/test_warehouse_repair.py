@@ -1,4 +1,4 @@
-"""``Warehouse.repair_records`` (``recordsync verify --repair``): the platform's records written
+"""``PageStore.repair_records`` (``recordsync verify --repair``): the platform's records written
 back under the revision guards, fenced by an epoch when one is given, on every backend."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ MERCHANT = "m-repair"
 def test_repair_never_lowers_a_revision_rewrites_only_the_same_one_and_is_fenced(
     warehouse: Warehouse,
 ):
-    warehouse.repair_records(
+    warehouse.pages.repair_records(
         MERCHANT, newer=[make_record("a", 3), make_record("b", 2)], same_revision=[]
     )
-    warehouse.repair_records(
+    warehouse.pages.repair_records(
         MERCHANT,
         newer=[make_record("a", 2, bet_amount=Decimal(99))],  # lower: ignored
         same_revision=[
@@ -28,7 +28,7 @@ def test_repair_never_lowers_a_revision_rewrites_only_the_same_one_and_is_fenced
             make_record("a", 2, payout_amount=Decimal(7)),  # moved on to 3: left alone
         ],
     )
-    rows = warehouse.fetch_records(MERCHANT)
+    rows = warehouse.records.fetch_records(MERCHANT)
     assert (rows["a"]["revision"], rows["a"]["bet_amount"], rows["a"]["payout_amount"]) == (
         3,
         Decimal(10),
@@ -49,9 +49,11 @@ def test_repair_never_lowers_a_revision_rewrites_only_the_same_one_and_is_fenced
         assert new is not None
         assert new > old
         with pytest.raises(LeaseSupersededError):
-            warehouse.repair_records(other, newer=[make_record("a")], same_revision=[], epoch=old)
-        assert warehouse.fetch_records(other) == {}
-        warehouse.repair_records(other, newer=[make_record("a")], same_revision=[], epoch=new)
-        assert set(warehouse.fetch_records(other)) == {"a"}
+            warehouse.pages.repair_records(
+                other, newer=[make_record("a")], same_revision=[], epoch=old
+            )
+        assert warehouse.records.fetch_records(other) == {}
+        warehouse.pages.repair_records(other, newer=[make_record("a")], same_revision=[], epoch=new)
+        assert set(warehouse.records.fetch_records(other)) == {"a"}
     finally:
         second.close()

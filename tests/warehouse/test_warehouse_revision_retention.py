@@ -41,7 +41,7 @@ def test_only_old_superseded_revisions_expire(row, current, gone):
 
 def _tail(store: Warehouse, *records, position: str = "tail") -> None:
     changes = [make_change(record, 100 + n) for n, record in enumerate(records)]
-    store.commit_tail_page(
+    store.pages.commit_tail_page(
         MERCHANT,
         TailPage(
             records=list(records),
@@ -59,7 +59,9 @@ def _sweep(store: Warehouse, *, limit: int) -> tuple[int, int]:
     """A whole sweep in batches of ``limit``: (keys read, rows deleted)."""
     after, scanned_total, deleted = None, 0, 0
     while True:
-        batch = store.prune_revisions(MERCHANT, after, retention=RETENTION, epoch=None, limit=limit)
+        batch = store.records.prune_revisions(
+            MERCHANT, after, retention=RETENTION, epoch=None, limit=limit
+        )
         scanned_total += batch.scanned
         deleted += batch.deleted
         if batch.last is None:

@@ -81,7 +81,7 @@ def test_a_change_page_appends_every_revision_even_those_the_upsert_collapses(re
     rows = fetch_revisions(rebuilding, MERCHANT, "a")
     assert [row["payout_amount"] for row in rows] == [Decimal(1), Decimal(2), Decimal(3)]
     assert rows[0]["changed_at"] == revisions[0].updated_at + timedelta(milliseconds=5)
-    assert rebuilding.fetch_records(MERCHANT)["a"]["revision"] == 3
+    assert rebuilding.records.fetch_records(MERCHANT)["a"]["revision"] == 3
 
 
 def test_the_same_page_twice_appends_nothing_and_rewrites_nothing(rebuilding):
@@ -123,12 +123,12 @@ def test_a_tail_page_without_its_changes_records_the_collapsed_records(rebuildin
 def test_unstorable_records_are_quarantined_and_absent_from_the_history(rebuilding):
     tail_page(rebuilding, make_change(make_record("x" * 300), 1), make_change(make_record("ok"), 2))
     assert history(rebuilding) == [("ok", 1, "2")]
-    assert rebuilding.status(MERCHANT).quarantined == 1
+    assert rebuilding.records.status(MERCHANT).quarantined == 1
 
 
 def test_revisions_are_kept_per_merchant(rebuilding):
     snapshot_page(rebuilding, make_record("a", 1))
-    rebuilding.start_rebuild(
+    rebuilding.state.start_rebuild(
         "merchant-2",
         change_cursor="c",
         anchor_at=T0,
@@ -136,7 +136,7 @@ def test_revisions_are_kept_per_merchant(rebuilding):
         snapshot_to=WINDOW.end,
         windows=[],
     )
-    rebuilding.commit_tail_page(
+    rebuilding.pages.commit_tail_page(
         "merchant-2",
         TailPage(
             records=[make_record("a", 1)],
@@ -157,7 +157,7 @@ def test_keep_revisions_off_writes_no_history_and_never_touches_the_table(wareho
     statements: list[str] = []
     try:
         store.migrate()
-        assert store.keep_revisions is False
+        assert store.pages.keep_revisions is False
         event.listen(
             store.engine,
             "before_cursor_execute",
@@ -166,7 +166,7 @@ def test_keep_revisions_off_writes_no_history_and_never_touches_the_table(wareho
         start_rebuild_of_window(store)
         snapshot_page(store, make_record("a", 1))
         tail_page(store, make_change(make_record("a", 2), 5))
-        assert store.fetch_records(MERCHANT)["a"]["revision"] == 2
+        assert store.records.fetch_records(MERCHANT)["a"]["revision"] == 2
         assert fetch_revisions(store, MERCHANT) == []
     finally:
         store.close()

@@ -56,9 +56,9 @@ def rows(store):
 
 def test_an_event_is_stored_once_and_a_repeat_gets_the_first_receipt(clocked):
     store, clock = clocked
-    first = store.record_round_event(event(parent_round_id="parent-1"), received_by="r1")
+    first = store.events.record_round_event(event(parent_round_id="parent-1"), received_by="r1")
     clock.now += timedelta(seconds=5)
-    again = store.record_round_event(event(currency="EUR"), received_by="r2")
+    again = store.events.record_round_event(event(currency="EUR"), received_by="r2")
     assert (first.accepted_at, first.duplicate) == (T0, False)
     assert (again.accepted_at, again.duplicate) == (T0, True)
     [row] = rows(store)
@@ -75,7 +75,7 @@ def test_two_replicas_storing_one_event_at_once_both_get_the_first_receipt(wareh
 
     def store_it(name):
         barrier.wait()
-        results.append(warehouse.record_round_event(event(), received_by=name))
+        results.append(warehouse.events.record_round_event(event(), received_by=name))
 
     threads = [threading.Thread(target=store_it, args=(f"r{i}",)) for i in range(4)]
     for thread in threads:
@@ -90,12 +90,12 @@ def test_two_replicas_storing_one_event_at_once_both_get_the_first_receipt(wareh
 def test_a_colliding_event_id_from_another_merchant_gets_its_own_receipt(clocked):
     """Each merchant de-duplicates its own event ids (spec: Events, "Round end")."""
     store, clock = clocked
-    mine = store.record_round_event(event(), received_by="r1")
+    mine = store.events.record_round_event(event(), received_by="r1")
     clock.now += timedelta(seconds=5)
     theirs = event(round_id="round-b", merchant_id="merchant-2")
-    first = store.record_round_event(theirs, received_by="r2")
+    first = store.events.record_round_event(theirs, received_by="r2")
     clock.now += timedelta(seconds=5)
-    again = store.record_round_event(theirs, received_by="r1")
+    again = store.events.record_round_event(theirs, received_by="r1")
     assert (mine.accepted_at, mine.duplicate) == (T0, False)
     assert (first.accepted_at, first.duplicate) == (T0 + timedelta(seconds=5), False)
     assert (again.accepted_at, again.duplicate) == (first.accepted_at, True)
@@ -104,7 +104,7 @@ def test_a_colliding_event_id_from_another_merchant_gets_its_own_receipt(clocked
 
 
 def commit_record(store, record):
-    store.start_rebuild(
+    store.state.start_rebuild(
         MERCHANT,
         change_cursor="c0",
         anchor_at=T0,
@@ -112,7 +112,7 @@ def commit_record(store, record):
         snapshot_to=T0,
         windows=[],
     )
-    store.commit_tail_page(
+    store.pages.commit_tail_page(
         MERCHANT,
         TailPage(
             records=[record],
@@ -127,21 +127,25 @@ def commit_record(store, record):
 
 def test_cross_check_counts_rounds_past_the_grace_and_clears_when_they_arrive(clocked):
     store, clock = clocked
-    store.record_round_event(event("ev-1", "round-a"), received_by="r1")
-    store.record_round_event(event("ev-1b", "round-a"), received_by="r1")  # a second event
-    store.record_round_event(event("ev-2", "round-b"), received_by="r1")
-    store.record_round_event(event("ev-3", "round-c", type="SOMETHING_NEW"), received_by="r1")
-    store.record_round_event(
+    store.events.record_round_event(event("ev-1", "round-a"), received_by="r1")
+    store.events.record_round_event(event("ev-1b", "round-a"), received_by="r1")  # a second event
+    store.events.record_round_event(event("ev-2", "round-b"), received_by="r1")
+    store.events.record_round_event(
+        event("ev-3", "round-c", type="SOMETHING_NEW"), received_by="r1"
+    )
+    store.events.record_round_event(
         event("ev-4", "round-d", merchant_id="other-merchant"), received_by="r1"
     )
     clock.now += timedelta(seconds=300)
-    store.record_round_event(event("ev-5", "round-e"), received_by="r1")  # still in its grace
+    store.events.record_round_event(
+        event("ev-5", "round-e"), received_by="r1"
+    )  # still in its grace
     clock.now += timedelta(seconds=301)
-    assert store.rounds_announced_missing(MERCHANT, 600) == ["round-a", "round-b"]
+    assert store.events.rounds_announced_missing(MERCHANT, 600) == ["round-a", "round-b"]
     commit_record(store, make_record("rec-a", round_id="round-a"))
-    assert store.rounds_announced_missing(MERCHANT, 600) == ["round-b"]
+    assert store.events.rounds_announced_missing(MERCHANT, 600) == ["round-b"]
     clock.now += timedelta(seconds=300)
-    assert store.rounds_announced_missing(MERCHANT, 600) == ["round-b", "round-e"]
+    assert store.events.rounds_announced_missing(MERCHANT, 600) == ["round-b", "round-e"]
     found = {row["round_id"]: row["found_at"] for row in rows(store)}
     assert found["round-a"] is not None
     assert found["round-b"] is None
@@ -154,14 +158,14 @@ def test_cross_check_counts_rounds_past_the_grace_and_clears_when_they_arrive(cl
 )
 def test_the_poll_feed_names_merchants_other_replicas_received_since_it_started(warehouse):
     store = warehouse
-    store.record_round_event(event("ev-old"), received_by="r2")  # before the feed: old news
-    feed = store.round_event_feed("r1", poll_interval=0.01, sleep=lambda _s: None)
+    store.events.record_round_event(event("ev-old"), received_by="r2")  # before the feed: old news
+    feed = store.events.round_event_feed("r1", poll_interval=0.01, sleep=lambda _s: None)
     assert not feed.listens
     try:
         assert feed.wait(1.0) == frozenset()
-        store.record_round_event(event("ev-mine", merchant_id="m-mine"), received_by="r1")
-        store.record_round_event(event("ev-a"), received_by="r2")
-        store.record_round_event(event("ev-b"), received_by="r3")
+        store.events.record_round_event(event("ev-mine", merchant_id="m-mine"), received_by="r1")
+        store.events.record_round_event(event("ev-a"), received_by="r2")
+        store.events.record_round_event(event("ev-b"), received_by="r3")
         assert feed.wait(1.0) == frozenset({MERCHANT})
         assert feed.wait(1.0) == frozenset()
     finally:
@@ -171,16 +175,18 @@ def test_the_poll_feed_names_merchants_other_replicas_received_since_it_started(
 @pytest.mark.postgres
 @pytest.mark.parametrize("warehouse_url", ["postgres"], indirect=True)
 def test_postgres_notifies_the_other_replicas_at_commit(warehouse):
-    feed = warehouse.round_event_feed("r1")
+    feed = warehouse.events.round_event_feed("r1")
     assert feed.listens
     try:
         assert feed.wait(0.01) == frozenset()  # connects and LISTENs
-        warehouse.record_round_event(event("ev-mine", merchant_id="m-mine"), received_by="r1")
-        warehouse.record_round_event(event("ev-a"), received_by="r2")
-        warehouse.record_round_event(event("ev-b"), received_by="r2")
+        warehouse.events.record_round_event(
+            event("ev-mine", merchant_id="m-mine"), received_by="r1"
+        )
+        warehouse.events.record_round_event(event("ev-a"), received_by="r2")
+        warehouse.events.record_round_event(event("ev-b"), received_by="r2")
         assert feed.wait(2.0) == frozenset({MERCHANT})
         feed.wait(0.2)  # the second one, when it came apart from the first
-        warehouse.record_round_event(event("ev-a"), received_by="r2")  # a repeat: no news
+        warehouse.events.record_round_event(event("ev-a"), received_by="r2")  # a repeat: no news
         assert feed.wait(0.2) == frozenset()
     finally:
         feed.close()
@@ -198,7 +204,7 @@ def test_a_quiet_postgres_feed_outlives_the_servers_idle_limit(warehouse):
         while waited < 2.5:
             assert feed.wait(0.5) == frozenset()
             waited += 0.5
-        warehouse.record_round_event(event("ev-late"), received_by="r2")
+        warehouse.events.record_round_event(event("ev-late"), received_by="r2")
         assert feed.wait(2.0) == frozenset({MERCHANT})
     finally:
         feed.close()

@@ -7,6 +7,7 @@ from decimal import Decimal
 import pytest
 from alembic import command
 from sqlalchemy import insert
+from support.pages import commit_window_page
 from support.warehouse_samples import MERCHANT, T0, WINDOW, make_record, stored_view
 
 from recordsync.core.state import REBUILD_JOB
@@ -39,7 +40,8 @@ def test_money_units_are_the_amount_times_ten_thousand_or_none_beyond_bigint(amo
 
 
 def write(store: Warehouse, *batch) -> None:
-    store.commit_window_page(
+    commit_window_page(
+        store,
         MERCHANT,
         REBUILD_JOB,
         WINDOW,
@@ -68,7 +70,7 @@ def test_the_upsert_stores_the_units_of_every_amount(rebuilding):
         for i, (amount, _) in enumerate(UNITS)
     }
     write(rebuilding, *batch.values())
-    rows = rebuilding.fetch_records(MERCHANT)
+    rows = rebuilding.records.fetch_records(MERCHANT)
     for record_id, (_, units) in zip(batch, UNITS, strict=True):
         assert units_of(rows[record_id]) == (units,) * 4
 
@@ -77,7 +79,7 @@ def test_a_higher_revision_replaces_the_units_and_a_lower_one_does_not(rebuildin
     write(rebuilding, make_record(revision=1, payout_amount=Decimal("1.5")))
     write(rebuilding, make_record(revision=3, payout_amount=Decimal("7.0001")))
     write(rebuilding, make_record(revision=2, payout_amount=Decimal(99)))
-    assert rebuilding.fetch_records(MERCHANT)["rec-1"]["payout_units"] == 70001
+    assert rebuilding.records.fetch_records(MERCHANT)["rec-1"]["payout_units"] == 70001
 
 
 def test_upgrading_a_0001_warehouse_back_fills_the_units_exactly(warehouse_url):
@@ -109,7 +111,7 @@ def test_upgrading_a_0001_warehouse_back_fills_the_units_exactly(warehouse_url):
                 ],
             )
         store.migrate()
-        rows = store.fetch_records(MERCHANT)
+        rows = store.records.fetch_records(MERCHANT)
     finally:
         store.close()
     for record, (_, units) in zip(old, UNITS, strict=True):

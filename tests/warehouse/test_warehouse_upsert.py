@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
+from support.pages import commit_window_page
 from support.warehouse_samples import (
     MERCHANT,
     T0,
@@ -27,7 +28,8 @@ from recordsync.warehouse.pages.upsert import all_fit, collapse, fits, split_uns
 
 
 def write(store: Warehouse, *records: Record) -> WriteResult:
-    return store.commit_window_page(
+    return commit_window_page(
+        store,
         MERCHANT,
         REBUILD_JOB,
         WINDOW,
@@ -41,7 +43,7 @@ def write(store: Warehouse, *records: Record) -> WriteResult:
 
 
 def stored(store: Warehouse, record_id: str = "rec-1") -> dict:
-    return store.fetch_records(MERCHANT)[record_id]
+    return store.records.fetch_records(MERCHANT)[record_id]
 
 
 # -- pure: collapsing a batch -----------------------------------------------------------
@@ -156,11 +158,11 @@ def test_identifiers_differing_only_in_case_or_trailing_space_are_different_reco
     rebuilding,
 ):
     write(rebuilding, make_record("abc"), make_record("ABC"), make_record("abc "))
-    assert set(rebuilding.fetch_records(MERCHANT)) == {"abc", "ABC", "abc "}
+    assert set(rebuilding.records.fetch_records(MERCHANT)) == {"abc", "ABC", "abc "}
 
 
 def test_the_same_record_id_of_two_merchants_is_two_rows(rebuilding):
-    rebuilding.start_rebuild(
+    rebuilding.state.start_rebuild(
         "merchant-2",
         change_cursor="c",
         anchor_at=T0,
@@ -169,7 +171,7 @@ def test_the_same_record_id_of_two_merchants_is_two_rows(rebuilding):
         windows=[],
     )
     write(rebuilding, make_record(revision=2))
-    rebuilding.commit_tail_page(
+    rebuilding.pages.commit_tail_page(
         "merchant-2",
         TailPage(
             records=[make_record(revision=1)],
@@ -181,7 +183,7 @@ def test_the_same_record_id_of_two_merchants_is_two_rows(rebuilding):
         ),
     )
     assert stored(rebuilding)["revision"] == 2
-    assert rebuilding.fetch_records("merchant-2")["rec-1"]["revision"] == 1
+    assert rebuilding.records.fetch_records("merchant-2")["rec-1"]["revision"] == 1
 
 
 MONEY = [
@@ -210,7 +212,7 @@ def test_money_round_trips_exactly(rebuilding):
         for i, amount in enumerate(MONEY)
     }
     write(rebuilding, *sent.values())
-    rows = rebuilding.fetch_records(MERCHANT)
+    rows = rebuilding.records.fetch_records(MERCHANT)
     exact_strings = rebuilding.engine.dialect.name == "sqlite"
     for record_id, amount in zip(sent, MONEY, strict=True):
         for name in ("bet_amount", "refund_amount", "payout_amount", "net_amount"):
@@ -249,7 +251,7 @@ def test_times_sort_chronologically_in_plain_sql(rebuilding):
 def test_a_naive_time_is_refused_and_nothing_is_written(rebuilding):
     with pytest.raises(ValueError, match="naive datetime"):
         write(rebuilding, make_record(created_at=datetime(2024, 3, 1)))  # noqa: DTZ001
-    assert rebuilding.fetch_records(MERCHANT) == {}
+    assert rebuilding.records.fetch_records(MERCHANT) == {}
 
 
 def test_unknown_statuses_are_stored_as_received(rebuilding):
@@ -271,12 +273,12 @@ def test_records_the_columns_cannot_hold_are_quarantined_and_the_rest_stored(reb
         make_record("big", payout_amount=Decimal("1e30")),
     )
     assert result == WriteResult(records=1, quarantined=2)
-    assert set(rebuilding.fetch_records(MERCHANT)) == {"ok"}
-    reasons = {item.record_id: item.reason for item in rebuilding.quarantined(MERCHANT)}
+    assert set(rebuilding.records.fetch_records(MERCHANT)) == {"ok"}
+    reasons = {item.record_id: item.reason for item in rebuilding.records.quarantined(MERCHANT)}
     assert reasons["x" * 300].startswith("record_id: 300 characters")
     assert reasons["big"].startswith("payout_amount: more than 26 integer digits")
     # Kept as JSON of what was parsed: exact amounts as text, times with their zone.
-    (big,) = [item for item in rebuilding.quarantined(MERCHANT) if item.record_id == "big"]
+    (big,) = [item for item in rebuilding.records.quarantined(MERCHANT) if item.record_id == "big"]
     kept = json.loads(big.raw_json)
     assert kept["payout_amount"] == "1E+30"
     assert kept["bet_amount"] == "10.00"
@@ -292,7 +294,7 @@ def test_a_warehouse_on_a_plain_injected_engine_stores_the_same(warehouse_url):
         start_rebuild_of_window(store)
         records = [make_record("a", 2, payout_amount=Decimal("0.0001")), make_record("b")]
         assert write(store, *records, make_record("a", 1)) == WriteResult(2, 0)
-        rows = store.fetch_records(MERCHANT)
+        rows = store.records.fetch_records(MERCHANT)
         assert [row_view(rows[r.record_id]) for r in records] == [stored_view(r) for r in records]
         assert rows["a"]["synced_at"] == T0
     finally:

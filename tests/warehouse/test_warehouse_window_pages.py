@@ -32,7 +32,7 @@ def page(window: Window, *record_ids: str, done: bool = False, revision: int = 1
 def test_each_page_moves_its_own_window_and_the_last_one_finishes_the_rebuild(warehouse):
     plan = windows(3)
     start_rebuild_of_window(warehouse, plan)
-    results = warehouse.commit_window_pages(
+    results = warehouse.pages.commit_window_pages(
         MERCHANT,
         [
             page(plan[0], "a", "b"),
@@ -43,14 +43,14 @@ def test_each_page_moves_its_own_window_and_the_last_one_finishes_the_rebuild(wa
     )
     assert [result.records for result in results] == [2, 1, 1, 0]
     assert all(isinstance(result, WriteResult) for result in results)
-    progress = {item.window: item for item in warehouse.load_windows(MERCHANT, REBUILD_JOB)}
+    progress = {item.window: item for item in warehouse.state.load_windows(MERCHANT, REBUILD_JOB)}
     assert [(progress[w].cursor, progress[w].done, progress[w].records) for w in plan] == [
         (None, True, 3),
         (None, True, 1),
         (None, True, 0),
     ]
-    assert set(warehouse.fetch_records(MERCHANT)) == {"a", "b", "c", "d"}
-    state = warehouse.load_state(MERCHANT)
+    assert set(warehouse.records.fetch_records(MERCHANT)) == {"a", "b", "c", "d"}
+    state = warehouse.state.load_state(MERCHANT)
     assert state is not None
     assert state.phase is Phase.TAILING
 
@@ -60,18 +60,18 @@ def test_a_page_that_cannot_be_stored_takes_its_whole_group_back(warehouse):
     start_rebuild_of_window(warehouse, plan)
     unknown = Window(plan[0].start, plan[0].end - (plan[0].end - plan[0].start) / 2)
     with pytest.raises(LookupError, match="no window"):
-        warehouse.commit_window_pages(
+        warehouse.pages.commit_window_pages(
             MERCHANT, [page(plan[0], "a"), page(plan[1], "b"), page(unknown, "c")]
         )
-    assert warehouse.fetch_records(MERCHANT) == {}
-    progress = warehouse.load_windows(MERCHANT, REBUILD_JOB)
+    assert warehouse.records.fetch_records(MERCHANT) == {}
+    progress = warehouse.state.load_windows(MERCHANT, REBUILD_JOB)
     assert all(item.cursor is None and item.records == 0 for item in progress)
 
 
 def test_pages_of_one_group_keep_the_highest_revision_whatever_their_order(warehouse):
     plan = windows(2)
     start_rebuild_of_window(warehouse, plan)
-    warehouse.commit_window_pages(
+    warehouse.pages.commit_window_pages(
         MERCHANT, [page(plan[0], "a", revision=3), page(plan[1], "a", revision=2)]
     )
-    assert warehouse.fetch_records(MERCHANT)["a"]["revision"] == 3
+    assert warehouse.records.fetch_records(MERCHANT)["a"]["revision"] == 3

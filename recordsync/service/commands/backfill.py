@@ -271,7 +271,7 @@ class _Follower:
     def __call__(self, _request: HolderRequest) -> None:
         command = self._command
         self._windows = windows = self._runner.run(
-            lambda: command.warehouse.load_windows(command.merchant_id, self.job),
+            lambda: command.warehouse.state.load_windows(command.merchant_id, self.job),
             what=f"follow {self._name}",
         )
         done = sum(1 for window in windows if window.done)

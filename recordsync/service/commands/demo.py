@@ -205,7 +205,7 @@ def _refuse_previous_demo(database_url: str, merchant_ids: list[str]) -> None:
     warehouse = Warehouse.connect(database_url)
     try:
         warehouse.migrate()
-        held = [m for m in merchant_ids if warehouse.load_state(m) is not None]
+        held = [m for m in merchant_ids if warehouse.state.load_state(m) is not None]
     finally:
         warehouse.close()
     if held:
@@ -344,8 +344,8 @@ def _demo_summary(
             settings, merchant_id, Stopper(), name="demo", stop_when_caught_up=True
         ) as command:
             command.tail.run()
-            rows = command.warehouse.fetch_records(merchant_id)
-            quarantined += command.warehouse.status(merchant_id).quarantined
+            rows = command.warehouse.records.fetch_records(merchant_id)
+            quarantined += command.warehouse.records.status(merchant_id).quarantined
         synced += len(rows)
         differ += len(rows.keys() ^ truth.keys()) + sum(
             1

@@ -36,7 +36,7 @@ def _open(settings: Settings) -> Warehouse:
 def list_fields(settings: Settings, *, as_json: bool) -> int:
     warehouse = _open(settings)
     try:
-        view = warehouse.fields()
+        view = warehouse.fields.list_fields()
     finally:
         warehouse.close()
     if as_json:
@@ -66,7 +66,7 @@ def promote_field(settings: Settings, name: str, kind: str, *, dry_run: bool) ->
         raise ConfigurationError(f"fields promote: --type must be one of {', '.join(TYPES)}")
     warehouse = _open(settings)
     try:
-        plan = warehouse.promotion_plan(name, kind)
+        plan = warehouse.fields.promotion_plan(name, kind)
         carrying = ", ".join(f"{n:,} rows of {table}" for table, n in plan.carrying.items())
         if dry_run:
             state = "" if plan.state is None else f" (promoted already: {plan.state})"
@@ -76,7 +76,7 @@ def promote_field(settings: Settings, name: str, kind: str, *, dry_run: bool) ->
             )
             return 0
         try:
-            result = warehouse.promote_field(name, kind)
+            result = warehouse.fields.promote_field(name, kind)
         except PromotionRefused as exc:
             raise ConfigurationError(f"fields promote: {exc}") from None
     finally:

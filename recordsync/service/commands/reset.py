@@ -44,7 +44,7 @@ def run_reset(settings: Settings, merchant_id: str, *, yes: bool) -> int:
     process_context.update(merchant_id=merchant.merchant_id, phase="reset")
     command = MerchantCommand(settings, merchant.merchant_id, stopper, name="reset", migrate=False)
     with stop_on_signals(stopper) as signals, command:
-        state = command.warehouse.load_state(merchant.merchant_id)
+        state = command.warehouse.state.load_state(merchant.merchant_id)
         if state is None:
             raise RecordSyncError(
                 f"merchant {merchant.merchant_id} was never synced: there is nothing to reset "
@@ -61,7 +61,7 @@ def run_reset(settings: Settings, merchant_id: str, *, yes: bool) -> int:
 
         def here(held: HeldHere, work: Stopper) -> dict[str, Any]:
             anchored = command.engine(held.epoch, work).reanchor()
-            windows = command.warehouse.load_windows(merchant.merchant_id, REBUILD_JOB)
+            windows = command.warehouse.state.load_windows(merchant.merchant_id, REBUILD_JOB)
             return reset_plan(anchored, len(windows))
 
         try:

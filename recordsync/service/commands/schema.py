@@ -31,7 +31,7 @@ def migrate(settings: Settings, *, sleep: Callable[[float], None] = time.sleep) 
     warehouse = Warehouse.connect(settings.database_url)
     try:
         _with_retries(warehouse.migrate, "migrate", sleep)
-        _with_retries(warehouse.build_bi_indexes, "build BI indexes", sleep)
+        _with_retries(warehouse.bi.build_bi_indexes, "build BI indexes", sleep)
     finally:
         warehouse.close()
     log.info("migrated", database=shown(settings.database_url))

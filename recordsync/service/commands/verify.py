@@ -22,7 +22,7 @@ merchant), and a verify running here when the merchant is paused stops within a 
 (``pause_watch``), concluding nothing (exit 3).
 
 ``--repair`` writes rows only, never a cursor, through the revision guards
-(``Warehouse.repair_records``): a stored revision never goes down, rows only the warehouse
+(``PageStore.repair_records``): a stored revision never goes down, rows only the warehouse
 has are never deleted.
 """
 

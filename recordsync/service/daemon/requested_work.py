@@ -274,7 +274,8 @@ class RequestedWork:
 
         def load() -> SyncState | None:
             return runner.run(
-                lambda: self._warehouse.load_state(merchant.merchant_id), what="read sync state"
+                lambda: self._warehouse.state.load_state(merchant.merchant_id),
+                what="read sync state",
             )
 
         before = _rebuilds_before(request)
@@ -301,7 +302,7 @@ class RequestedWork:
                     f"within {RESET_WITHIN:.0f} s (its log says why); run the reset again"
                 )
             stopper.sleep(RESET_LOOK_EVERY)
-        windows = self._warehouse.load_windows(merchant.merchant_id, REBUILD_JOB)
+        windows = self._warehouse.state.load_windows(merchant.merchant_id, REBUILD_JOB)
         plan = reset_plan(state, len(windows))
         return orjson.dumps(plan).decode(), plan
 

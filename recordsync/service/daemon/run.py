@@ -167,7 +167,8 @@ def _never_synced_without_history(settings: Settings, warehouse: Warehouse) -> l
     return [
         merchant.merchant_id
         for merchant in settings.merchants
-        if merchant.history_from is None and warehouse.load_state(merchant.merchant_id) is None
+        if merchant.history_from is None
+        and warehouse.state.load_state(merchant.merchant_id) is None
     ]
 
 

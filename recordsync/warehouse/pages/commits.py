@@ -3,8 +3,8 @@
 Every page commit is ONE transaction: the upserted rows, the revision history (see
 ``revisions``), the quarantined items and the cursor (a window's or the tail's, see
 ``sync_state``) commit together or not at all, so after any failure the sync re-reads from a
-cursor that covers exactly what is stored (no gap, no orphan cursor).  The ``Warehouse`` opens
-that transaction; the functions here run inside it.
+cursor that covers exactly what is stored (no gap, no orphan cursor).  The page store
+(``store``) opens that transaction; the functions here run inside it.
 
 What a page writes is worked out before its transaction (``plan_page``), so that its rows can
 go to the server first (``PageWriter.send``) and the transaction's shared writes come after
@@ -24,7 +24,7 @@ from sqlalchemy import Connection, update
 
 from recordsync.core.extra_fields import unknown_counts
 from recordsync.core.models import Record, RecordChange, RejectedItem
-from recordsync.core.state import TailPage, Window
+from recordsync.core.state import TailPage, WindowPage
 from recordsync.warehouse import sync_state
 from recordsync.warehouse.fields.promoted import Promoted, fill_page
 from recordsync.warehouse.fields.sightings import record_sightings
@@ -90,27 +90,23 @@ def commit_window_page(
     conn: Connection,
     writer: PageWriter,
     merchant_id: str,
-    job: str,
-    window: Window,
-    *,
     plan: PagePlan,
-    next_cursor: str | None,
-    cursor_issued_at: datetime | None,
-    done: bool,
+    page: WindowPage,
+    *,
     now: datetime,
     sent: bool = False,
 ) -> WriteResult:
-    """``plan`` stored (``sent``: its rows went to the server before) and the window's cursor
-    moved."""
+    """``plan`` (``page``'s rows) stored (``sent``: they went to the server before) and the
+    window's cursor moved."""
     result = _write_plan(conn, writer, merchant_id, plan, now, sent=sent)
     sync_state.advance_window(
         conn,
         merchant_id,
-        job,
-        window,
-        cursor=next_cursor,
-        cursor_issued_at=cursor_issued_at,
-        done=done,
+        page.job,
+        page.window,
+        cursor=page.next_cursor,
+        cursor_issued_at=page.cursor_issued_at,
+        done=page.done,
         records=result.records,
         now=now,
     )

@@ -1,6 +1,6 @@
 """Page transactions that lost a lock conflict, and trying them again at once.
 
-Pages commit side by side on the servers (``Warehouse.concurrent_writes``).  Each takes its
+Pages commit side by side on the servers (``PageStore.concurrent_writes``).  Each takes its
 row locks in key order, which kept pages from deadlocking one another in every measurement
 (bench/README.md, 7), but nothing orders them against other transactions (a BI tool's
 locking read, an operator's UPDATE, another table's locks taken in another order), and InnoDB

@@ -48,7 +48,7 @@ def receiving_round_events(
 
     receiver = RoundEventReceiver(
         secrets=accepted,
-        store=lambda event: warehouse.record_round_event(event, received_by=replica_id),
+        store=lambda event: warehouse.events.record_round_event(event, received_by=replica_id),
         wake=wake_local(syncs, metrics),
         metrics=metrics,
     )
@@ -61,7 +61,10 @@ def receiving_round_events(
             f"{settings.events_port} ({exc.strerror})"
         ) from None
     wakeups = HolderWakeups(
-        lambda: warehouse.round_event_feed(replica_id), syncs, stopper=stopper, metrics=metrics
+        lambda: warehouse.events.round_event_feed(replica_id),
+        syncs,
+        stopper=stopper,
+        metrics=metrics,
     )
     try:
         with wakeups:
