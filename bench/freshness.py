@@ -265,7 +265,7 @@ def _events_main(args: Any, report: harness.Report) -> int:
 def _wait_for_tailing(app: MerchantCommand) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        state = app.warehouse.state.load_state(app.merchant.merchant_id)
+        state = app.warehouse.state.load_state(app.merchant_id)
         if state is not None and state.phase is Phase.TAILING:
             break
         time.sleep(0.1)
