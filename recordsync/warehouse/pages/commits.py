@@ -67,8 +67,8 @@ def plan_page(
     promoted: tuple[Promoted, ...] = (),
     refresh: Callable[[Collection[str]], frozenset[str]] | None = None,
 ) -> PagePlan:
-    """``refresh``: which of the page's unknown names should move their last sighting."""
-    """The storable records (and their history) staged, the rest quarantined; pure."""
+    """The storable records (and their history) staged, the rest quarantined; pure.
+    ``refresh``: which of the page's unknown names should move their last sighting."""
     rows, unfit = split_unstorable(collapse(batch))
     where = {"merchant_id": merchant_id, "source": source, "quarantined_at": now}
     items = [_rejected_item(position, item) for item in rejected]

@@ -118,18 +118,7 @@ class PageStore:
         action = "commit window page" if len(pages) == 1 else "commit window pages"
         promoted = self._promoted()
         plans = [
-            commits.plan_page(
-                page.records,
-                page.rejected,
-                merchant_id=merchant_id,
-                source=page.job,
-                position=page.position,
-                keep_revisions=self._keep_revisions,
-                now=now,
-                promoted=promoted,
-                refresh=functools.partial(self._sighting_refresh.due, merchant_id),
-            )
-            for page in pages
+            self._plan(merchant_id, page, page.job, now=now, promoted=promoted) for page in pages
         ]
         # One page's rows go to the server before its fence check (``_commit``); pages
         # grouped in one transaction share its stage, so they go one after the other.
@@ -155,17 +144,8 @@ class PageStore:
         """Store one change page and move the change cursor, in one transaction (``TailPage``
         says what each part is for)."""
         now = self._clock()
-        plan = commits.plan_page(
-            page.records,
-            page.rejected,
-            merchant_id=merchant_id,
-            source=commits.TAIL_SOURCE,
-            position=page.position,
-            keep_revisions=self._keep_revisions,
-            now=now,
-            changes=page.changes,
-            promoted=self._promoted(),
-            refresh=functools.partial(self._sighting_refresh.due, merchant_id),
+        plan = self._plan(
+            merchant_id, page, commits.TAIL_SOURCE, now=now, promoted=self._promoted()
         )
 
         def send(conn: Connection) -> None:
@@ -249,6 +229,29 @@ class PageStore:
         if self._writer is None:
             self._writer = page_writer_for(conn.dialect)
         return self._writer
+
+    def _plan(
+        self,
+        merchant_id: str,
+        page: WindowPage | TailPage,
+        source: str,
+        *,
+        now: datetime,
+        promoted: tuple[Promoted, ...],
+    ) -> commits.PagePlan:
+        """What a page writes, planned before its transaction opens."""
+        return commits.plan_page(
+            page.records,
+            page.rejected,
+            merchant_id=merchant_id,
+            source=source,
+            position=page.position,
+            keep_revisions=self._keep_revisions,
+            now=now,
+            changes=page.changes if isinstance(page, TailPage) else (),
+            promoted=promoted,
+            refresh=functools.partial(self._sighting_refresh.due, merchant_id),
+        )
 
     def _promoted(self) -> tuple[Promoted, ...]:
         with translate_errors("read promoted fields"):
