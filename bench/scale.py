@@ -180,8 +180,8 @@ def _postgres_unindexed(conn: Connection) -> list[str]:
 
 
 def build(url: str, backend: str, rows: int, end: datetime, config: Path) -> float:
-    """The warehouse at ``url`` migrated (by the measured tree's ``recordsync migrate``) and
-    filled; the seconds it took."""
+    """The warehouse at ``url`` migrated (by the measured tree's ``recordsync migrate``),
+    filled and its summaries' deltas folded; the seconds it took."""
     started = time.monotonic()
     migrated = command_run(config, "migrate")
     if migrated.returncode != 0:
@@ -220,6 +220,10 @@ def build(url: str, backend: str, rows: int, end: datetime, config: Path) -> flo
             snapshot_to=end + timedelta(seconds=61),
             windows=[],
         )
+        # The triggers left the load's deltas; a holder folds them within seconds of a page,
+        # so the dashboards are timed on folded totals, as they read them in production.
+        while anchor.summaries.fold(MERCHANT):
+            pass
     finally:
         anchor.close()
     return time.monotonic() - started
