@@ -47,7 +47,25 @@ _HOMES: Final = {
     "warn_settings": "recordsync.service.runtime",
 }
 
-__all__ = sorted(_HOMES)
+__all__ = [
+    "dry_run_range",
+    "dry_run_reset",
+    "export_state",
+    "import_state",
+    "migrate",
+    "pause_merchant",
+    "resume_merchant",
+    "run_backfill",
+    "run_daemon",
+    "run_demo",
+    "run_reset",
+    "run_resync",
+    "run_verify",
+    "show_report",
+    "show_state",
+    "show_status",
+    "warn_settings",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,37 +1,33 @@
-"""Alembic, run programmatically: no alembic.ini, the scripts found where the package is.
-
-An installed wheel carries the scripts as ``recordsync/_migrations`` (pyproject force-includes
-them); a source checkout or editable install has them at ``<repo>/migrations``.
+"""Alembic, run programmatically: no alembic.ini, the scripts found where the package is
+(``schema_version.script_location``).  Only a schema change imports this module's Alembic:
+reading where the schema stands is ``schema_version``'s, which every process does first.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, inspect, select
+from sqlalchemy import Engine
 
-from recordsync import __version__
-from recordsync.core.errors import ConfigurationError, SchemaVersionError
-from recordsync.warehouse.schema import VERSION_TABLE, schema_revisions
 from recordsync.warehouse.schema_lock import DEFAULT_WAIT_SECONDS, schema_lock
+from recordsync.warehouse.schema_version import (
+    SchemaState,
+    current_revision,
+    schema_state,
+    script_location,
+)
 
-_PACKAGE = Path(__file__).resolve().parent.parent
-
-
-def script_location() -> Path:
-    """The migration scripts: the installed copy first, then the source checkout's."""
-    for candidate in (_PACKAGE / "_migrations", _PACKAGE.parent / "migrations"):
-        if (candidate / "env.py").is_file():
-            return candidate
-    raise ConfigurationError(
-        f"warehouse migration scripts not found in {_PACKAGE / '_migrations'} or "
-        f"{_PACKAGE.parent / 'migrations'}: reinstall recordsync"
-    )
+__all__ = [
+    "SchemaState",
+    "current_revision",
+    "head_revision",
+    "schema_state",
+    "script_location",
+    "upgrade",
+]
 
 
 def _config(scripts: Path | None = None) -> Config:
@@ -40,75 +36,6 @@ def _config(scripts: Path | None = None) -> Config:
     where = script_location() if scripts is None else scripts
     config.set_main_option("script_location", str(where).replace("%", "%%"))
     return config
-
-
-@dataclass(frozen=True, slots=True)
-class SchemaState:
-    """Where a warehouse's schema stands against the migration scripts of this version."""
-
-    current: str | None  # None: never migrated by recordsync
-    head: str
-    known: bool  # the current revision is one of this version's scripts (or None)
-    # A revision this version does not know, but only additive ones above this version's head
-    # (``schema_revisions``): a newer version migrated it, and this one may still run on it.
-    additive_above_head: bool = False
-
-    @property
-    def up_to_date(self) -> bool:
-        return self.current == self.head or self.additive_above_head
-
-    def problem(self) -> SchemaVersionError | None:
-        """Why this version cannot use the schema as it is, or None when it can."""
-        if self.up_to_date:
-            return None
-        if not self.known:
-            return SchemaVersionError(
-                f"the warehouse schema is at revision {self.current}, which this recordsync "
-                f"({__version__}, newest revision {self.head}) does not know: a newer recordsync "
-                "migrated it; run that version, or upgrade this one"
-            )
-        return SchemaVersionError(
-            f"the warehouse schema is at revision {self.current or 'none (never migrated)'}; "
-            f"this recordsync reads revision {self.head}: run `recordsync migrate` (with an "
-            "account that may change the schema), then try again"
-        )
-
-
-def schema_state(connection: Connection, config: Config | None = None) -> SchemaState:
-    """Read the schema's revision; writes nothing (read commands and read-only accounts)."""
-    scripts = ScriptDirectory.from_config(config or _config())
-    head = scripts.get_current_head()
-    assert head is not None
-    current = current_revision(connection)
-    ours = {script.revision for script in scripts.walk_revisions()}
-    known = current is None or current in ours
-    additive = not known and _only_additive_above(connection, current, ours) == head
-    return SchemaState(current=current, head=head, known=known, additive_above_head=additive)
-
-
-def _only_additive_above(connection: Connection, current: str | None, ours: set[str]) -> str | None:
-    """The revision of ours that ``current`` rests on through additive revisions only, as the
-    database's ``schema_revisions`` rows say (written by the version that applied them); None
-    when one of them is not additive, or not described."""
-    if not inspect(connection).has_table(schema_revisions.name):
-        return None
-    described = {
-        row.revision: row
-        for row in connection.execute(
-            select(
-                schema_revisions.c.revision,
-                schema_revisions.c.down_revision,
-                schema_revisions.c.additive,
-            )
-        )
-    }
-    revision = current
-    while revision is not None and revision not in ours:
-        row = described.pop(revision, None)  # popped: a cycle in the rows ends the walk
-        if row is None or not row.additive:
-            return None
-        revision = row.down_revision
-    return revision
 
 
 def upgrade(
@@ -131,10 +58,10 @@ def upgrade(
     """
     config = _config(scripts)
     with engine.connect() as connection:
-        if _current_enough(schema_state(connection, config), revision):
+        if _current_enough(schema_state(connection, scripts), revision):
             return
     with schema_lock(engine, wait=lock_wait) as lock, engine.begin() as connection:
-        state = schema_state(connection, config)  # again: another process may have upgraded
+        state = schema_state(connection, scripts)  # again: another process may have upgraded
         if _current_enough(state, revision):
             return
         config.attributes["connection"] = connection
@@ -165,9 +92,3 @@ def _current_enough(state: SchemaState, revision: str) -> bool:
 def head_revision() -> str | None:
     """The newest revision the installed scripts know."""
     return ScriptDirectory.from_config(_config()).get_current_head()
-
-
-def current_revision(connection: Connection) -> str | None:
-    """The revision the database is at; None when recordsync never migrated it."""
-    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
-    return context.get_current_revision()

@@ -50,14 +50,13 @@ from recordsync.warehouse.fields.store import FieldStore
 from recordsync.warehouse.lease import FleetSession, epochs, support
 from recordsync.warehouse.lease.backends import merchant_locks
 from recordsync.warehouse.merchant_store import MerchantStore
-from recordsync.warehouse.migrate import schema_state
-from recordsync.warehouse.migrate import upgrade as upgrade_schema
 from recordsync.warehouse.pages.conflicts import retry_lost_conflicts
 from recordsync.warehouse.pages.store import PageStore
 from recordsync.warehouse.pool import CheckoutTimedPool, PoolDemand
 from recordsync.warehouse.record_store import RecordStore
 from recordsync.warehouse.requests.store import RequestStore
 from recordsync.warehouse.round_events import RoundEventStore
+from recordsync.warehouse.schema_version import schema_state
 from recordsync.warehouse.state_store import StateStore
 from recordsync.warehouse.state_transfer import StateTransfer
 
@@ -196,9 +195,12 @@ class Warehouse:
         return self._engine
 
     def migrate(self) -> None:
-        """Apply every pending Alembic revision (idempotent)."""
+        """Apply every pending Alembic revision (idempotent).  Alembic is imported here, by
+        the processes that may change the schema, not by every one that reads it."""
+        from recordsync.warehouse.migrate import upgrade  # noqa: PLC0415 - see the docstring
+
         with translate_errors("migrate"):
-            upgrade_schema(self._schema_engine())
+            upgrade(self._schema_engine())
 
     def check_schema(self) -> None:
         """Raise ``SchemaVersionError`` unless the schema is the one this version reads.
