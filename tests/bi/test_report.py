@@ -9,7 +9,6 @@ from datetime import date
 from decimal import Decimal
 
 import pytest
-from rich.console import Console
 from support.bi_data import (
     AMOUNTS,
     COUNTS,
@@ -30,8 +29,7 @@ from recordsync.warehouse.reader import WarehouseReader
 
 def run(store: Warehouse, merchant: str = MERCHANT, **options) -> str:
     out = io.StringIO()
-    console = Console(file=out, width=250, color_system=None)
-    report(WarehouseReader(store), merchant, out=out, console=console, **options)
+    report(WarehouseReader(store), merchant, out=out, **options)
     return out.getvalue()
 
 
@@ -145,8 +143,7 @@ GROUP = (MERCHANT, OLD_MERCHANT)
 
 def run_grouped(store: Warehouse, merchants=GROUP, **options) -> str:
     out = io.StringIO()
-    console = Console(file=out, width=250, color_system=None)
-    report_merchants(WarehouseReader(store), merchants, out=out, console=console, **options)
+    report_merchants(WarehouseReader(store), merchants, out=out, **options)
     return out.getvalue()
 
 

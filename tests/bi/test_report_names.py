@@ -9,7 +9,6 @@ import json
 from collections import defaultdict
 from decimal import Decimal
 
-from rich.console import Console
 from sqlalchemy import text
 from support.bi_data import AMOUNTS, MERCHANT, dataset, exact_text, expected_report
 
@@ -24,7 +23,6 @@ def run(store: Warehouse, **options) -> str:
         WarehouseReader(store),
         MERCHANT,
         out=out,
-        console=Console(file=out, width=320, color_system=None),
         **options,
     )
     return out.getvalue()

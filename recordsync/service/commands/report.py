@@ -12,7 +12,7 @@ report of a warehouse restored from a backup, or of a sync that is stopped, stil
 latest data, and two machines with different clocks print the same report.  "Data as of"
 comes from the ``sync_freshness`` view.
 
-Formats: ``table`` (rich, for a terminal), ``csv`` and ``json`` (for scripts).  Amounts are
+Formats: ``table`` (for reading, ``text_table``), ``csv`` and ``json`` (for scripts).  Amounts are
 exact decimal strings with 4 fraction digits in csv and json, never floats; amounts that
 cannot be summed exactly (SQLite only, beyond +-922337203685477.5807) are empty / null.
 
@@ -31,13 +31,10 @@ from datetime import date, timedelta
 from decimal import Context, Decimal, Inexact, localcontext
 from typing import Any, Final, TextIO
 
-from rich.console import Console
-from rich.table import Table
-
 from recordsync.core.errors import ConfigurationError
 from recordsync.core.settings import Settings
 from recordsync.core.times import format_time
-from recordsync.service.commands.console import PipeConsole
+from recordsync.service.commands.text_table import Column, table_lines
 from recordsync.warehouse import DailySummary, Freshness, GameName
 from recordsync.warehouse.reader import WarehouseReader
 
@@ -58,9 +55,6 @@ _FOURTH: Final = Decimal("0.0001")
 # Sums of NUMERIC(30,4) amounts over many days: far wider than needed, and Inexact trapped,
 # so a sum can never be silently rounded.
 _EXACT: Final = Context(prec=100, traps=[Inexact])
-# Rich wraps a table to 80 columns when it is not writing to a terminal; a report is wider
-# (by game: the game id, its name and provider beside the sums).
-_PIPE_WIDTH: Final = 240
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +98,12 @@ def report(
     by: str = "game",
     fmt: str = "table",
     out: TextIO,
-    console: Console | None = None,
 ) -> None:
-    """Write the report of the last ``days`` UTC days of data to ``out`` (or ``console``).
+    """Write the report of the last ``days`` UTC days of data to ``out``.
 
-    ``console`` is used for ``fmt="table"`` only; by default a console on ``out``.
     Invalid ``days``, ``by`` or ``fmt`` raise ``ConfigurationError`` naming the choices.
     """
-    report_merchants(warehouse, [merchant_id], days=days, by=by, fmt=fmt, out=out, console=console)
+    report_merchants(warehouse, [merchant_id], days=days, by=by, fmt=fmt, out=out)
 
 
 def build_report(warehouse: WarehouseReader, merchant_id: str, *, days: int, by: str) -> Report:
@@ -318,30 +310,30 @@ _HEADERS: Final = {
 }
 
 
-def render_table(report: Report, console: Console) -> None:
-    """A rich table with the per-currency totals below the rows, and the period as caption."""
+def render_table(report: Report, out: TextIO) -> None:
+    """The rows, then the per-currency totals below a rule, with the period as caption."""
     if report.first_day is None or report.last_day is None:
-        console.print(f"no records for merchant {report.merchant_id!r} in the warehouse")
-        _print_freshness(report.freshness, console)
+        out.write(f"no records for merchant {report.merchant_id!r} in the warehouse\n")
+        _print_freshness(report.freshness, out)
         return
-    table = Table(
+    columns = [
+        Column(_HEADERS[name], right=name in COUNTS or name in AMOUNTS)
+        for name in _columns(report.by)
+    ]
+    sections = [[_cells(report.by, row, None) for row in report.rows]]
+    if report.by != "currency":
+        sections.append([_cells(report.by, row, "total") for row in report.totals])
+    lines = table_lines(
+        columns,
+        sections,
         title=f"{report.merchant_id}: rounds and money by {report.by}",
         caption=(
             f"UTC days {report.first_day} to {report.last_day}: {report.days} days back from "
             "the newest day with data"
         ),
     )
-    for name in _columns(report.by):
-        numeric = name in COUNTS or name in AMOUNTS
-        table.add_column(_HEADERS[name], justify="right" if numeric else "left")
-    for row in report.rows:
-        table.add_row(*_cells(report.by, row, None))
-    if report.by != "currency":
-        table.add_section()
-        for row in report.totals:
-            table.add_row(*_cells(report.by, row, "total"), style="bold")
-    console.print(table)
-    _print_freshness(report.freshness, console)
+    out.writelines(f"{line}\n" for line in lines)
+    _print_freshness(report.freshness, out)
 
 
 def _cells(by: str, row: ReportRow, label: str | None) -> list[str]:
@@ -360,17 +352,17 @@ def _shown(value: Decimal | None) -> str:
     return "n/a" if value is None else f"{value:,f}"
 
 
-def _print_freshness(freshness: Freshness | None, console: Console) -> None:
+def _print_freshness(freshness: Freshness | None, out: TextIO) -> None:
     if freshness is None:
-        console.print("data as of: never synced")
+        out.write("data as of: never synced\n")
         return
     as_of = freshness.last_projection_as_of
     if as_of is None:
-        console.print(f"data as of: not yet known (phase {freshness.phase.value})")
+        out.write(f"data as of: not yet known (phase {freshness.phase.value})\n")
         return
-    console.print(
+    out.write(
         f"data as of {format_time(as_of)} ({freshness.staleness_seconds} s ago by the database "
-        f"clock; phase {freshness.phase.value})"
+        f"clock; phase {freshness.phase.value})\n"
     )
 
 
@@ -382,7 +374,6 @@ def report_merchants(
     by: str = "game",
     fmt: str = "table",
     out: TextIO,
-    console: Console | None = None,
 ) -> None:
     """The report of several merchants, grouped by merchant, in one output.
 
@@ -404,10 +395,8 @@ def report_merchants(
         else:
             render_json_grouped(built, out)
     else:
-        if console is None:
-            console = PipeConsole(file=out, width=None if out.isatty() else _PIPE_WIDTH)
         for one in built:
-            render_table(one, console)
+            render_table(one, out)
 
 
 def show_report(
