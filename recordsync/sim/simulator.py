@@ -239,6 +239,10 @@ class Simulator:
         """record_id -> the merchant's record at its highest revision, as the API prints it."""
         return self._merchant(merchant_id).store.truth()
 
+    def truth_text(self, merchant_id: str | None = None) -> dict[str, str]:
+        """record_id -> the merchant's record at its highest revision, as the JSON text sent."""
+        return self._merchant(merchant_id).store.truth_text()
+
     def stats(self, merchant_id: str | None = None) -> SimStats:
         """One merchant's statistics; None: the simulator's totals.
 

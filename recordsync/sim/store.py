@@ -245,6 +245,18 @@ class Store:
                 if change >= 0
             }
 
+    def truth_text(self) -> dict[str, str]:
+        """Every record at its newest revision as the JSON text the API sends: the members a
+        decoder would round (a 30-digit number the platform added) kept as sent."""
+        with self._lock:
+            cols = self._cols
+            render = self._render.record_text
+            return {
+                cols.record_id(record): render(change)
+                for record, change in enumerate(cols.last_change)
+                if change >= 0
+            }
+
     # --- writes ----------------------------------------------------------------------------
 
     def apply_live(self, count: int, now_ms: int) -> int:

@@ -2,7 +2,9 @@
 
 Invariant 1 of the product, shown directly: rows and the cursor that covers them commit in
 one transaction, so killing the process at any instant and starting it again ends with the
-same warehouse as an uninterrupted run.
+same warehouse as an uninterrupted run.  The platform adds members to the records (a
+30-digit decimal and a nested object), so the members kept with each row (``extra_fields``)
+are part of what must end equal.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from support.synccheck import (
     wait_for_truth,
 )
 
-from recordsync.sim import FaultRates, SimConfig, Simulator
+from recordsync.sim import AddedField, FaultRates, SimConfig, Simulator
 from recordsync.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
@@ -53,6 +55,7 @@ def sim() -> Iterator[Simulator]:
             live_rate=30.0,
             record_requests=20,
             record_seconds=1,
+            added_fields=(AddedField("tax", "decimal"), AddedField("jackpot", "object")),
         )
     )
     simulator.start()

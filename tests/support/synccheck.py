@@ -4,13 +4,15 @@ comparison that matters: the warehouse equals the platform's truth, field by fie
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from recordsync.core.models import Record
 from recordsync.core.secret import Secret, SecretSource
 from recordsync.core.settings import MerchantSettings, Settings
 from recordsync.core.state import Window
-from recordsync.platform.parsing import parse_record
+from recordsync.platform.parsing import parse_record, usual_records_page
 from recordsync.sim import SimConfig, Simulator
 from recordsync.sync.events import SyncObserver
 from recordsync.warehouse import Warehouse
@@ -74,26 +76,48 @@ def environment_for(sim: Simulator, database_url: str, **overrides: str) -> dict
 
 
 def differences(
-    warehouse: Warehouse, merchant_id: str, truth: dict[str, dict[str, Any]]
+    warehouse: Warehouse, merchant_id: str, truth: Mapping[str, dict[str, Any] | str]
 ) -> list[str]:
     """Every way the warehouse differs from the truth (empty when equal), readable in a
     failure: its rows against the platform's, and its daily summaries against a fresh
-    aggregation of its rows (``summarycheck``)."""
+    aggregation of its rows (``summarycheck``).  ``truth``: the simulator's records as
+    objects (``truth()``), or as the text sent (``truth_text()``), whose added members keep
+    every digit and so are compared with ``extra_fields`` too."""
     problems = _row_differences(warehouse, merchant_id, truth)
     return problems + summary_differences(warehouse, merchant_id)
 
 
+def _expected(raw: dict[str, Any] | str) -> Record:
+    if isinstance(raw, dict):
+        return parse_record(raw)
+    body = (
+        f'{{"data":{{"items":[{raw}],"has_more":false,"next_cursor":null,'
+        f'"snapshot_watermark":"w"}},"request_id":"truth"}}'
+    ).encode()
+    page = usual_records_page(body)
+    assert page is not None, f"the simulator's record is not a usual one: {raw[:200]}"
+    return page.records[0]
+
+
+def _comparable(name: str, value: Any) -> Any:
+    """``extra_fields`` as the JSON it holds, every number exact: PostgreSQL's ``jsonb`` keeps
+    the members' values but not their order or spacing."""
+    if name != "extra_fields" or value is None:
+        return value
+    return json.loads(value, parse_float=Decimal)
+
+
 def _row_differences(
-    warehouse: Warehouse, merchant_id: str, truth: dict[str, dict[str, Any]]
+    warehouse: Warehouse, merchant_id: str, truth: Mapping[str, dict[str, Any] | str]
 ) -> list[str]:
     rows = warehouse.records.fetch_records(merchant_id)
     problems = [f"missing {record_id}" for record_id in truth.keys() - rows.keys()]
     problems += [f"extra {record_id}" for record_id in rows.keys() - truth.keys()]
     for record_id in truth.keys() & rows.keys():
-        expected = parse_record(truth[record_id])
+        expected = _expected(truth[record_id])
         row = rows[record_id]
         for name in RECORD_FIELDS:
-            if getattr(expected, name) != row[name]:
+            if _comparable(name, getattr(expected, name)) != _comparable(name, row[name]):
                 problems.append(
                     f"{record_id}.{name}: warehouse {row[name]!r} != platform "
                     f"{getattr(expected, name)!r}"
@@ -102,7 +126,7 @@ def _row_differences(
 
 
 def assert_equals_truth(
-    warehouse: Warehouse, merchant_id: str, truth: dict[str, dict[str, Any]]
+    warehouse: Warehouse, merchant_id: str, truth: Mapping[str, dict[str, Any] | str]
 ) -> None:
     problems = differences(warehouse, merchant_id, truth)
     assert not problems, f"{len(problems)} differences, first: {problems[:10]}"
@@ -139,7 +163,7 @@ def wait_for_truth(sim: Simulator, url: str, timeout: float) -> list[str]:
         problems = ["not checked yet"]
         while time.monotonic() < deadline:
             try:
-                problems = differences(warehouse, sim.config.merchant_id, sim.truth())
+                problems = differences(warehouse, sim.config.merchant_id, sim.truth_text())
             except WarehouseUnavailableError as exc:  # restarting
                 problems = [str(exc)]
             except ProgrammingError as exc:  # the daemon has not migrated yet (a slow start)
