@@ -8,6 +8,8 @@ answers ``/healthz`` whatever ``/metrics`` readers do."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import select
 import socket
@@ -219,9 +221,9 @@ def never_reading(port: int, path: str) -> socket.socket:
 
 
 def test_metrics_readers_that_never_read_keep_no_probe_waiting():
-    """8 clients ask for a 5 MB ``/metrics`` and never read it, while ``/healthz`` is asked
-    every 0.5 s for 3 s: every answer comes within 0.5 s, and a third ``/metrics`` meanwhile
-    is 503 at once.  Printed (``-s``): the slowest."""
+    """8 clients ask for a 5 MB ``/metrics`` and never read it, while ``/healthz`` and
+    ``/readyz`` are asked every 0.5 s for 3 s: every answer comes within 0.5 s, and a third
+    ``/metrics`` meanwhile is 503 at once.  Printed (``-s``): the slowest."""
     with health_server(registry=large_registry(5 * MIB)) as server:
         readers = [never_reading(server.port, "/metrics") for _ in range(METRICS_READERS)]
         try:
@@ -232,6 +234,10 @@ def test_metrics_readers_that_never_read_keep_no_probe_waiting():
                     status = probe.get("/healthz", headers={"Connection": "close"}).status_code
                     times.append(time.monotonic() - started)
                     assert status == 200
+                    started = time.monotonic()
+                    status = probe.get("/readyz", headers={"Connection": "close"}).status_code
+                    times.append(time.monotonic() - started)
+                    assert status == 200
                     if len(times) == 1:  # the readers' heads came first: two answers in flight
                         started = time.monotonic()
                         assert probe.get("/metrics").status_code == 503
@@ -240,7 +246,7 @@ def test_metrics_readers_that_never_read_keep_no_probe_waiting():
         finally:
             for sock in readers:
                 sock.close()
-    print(f"\n/healthz and /metrics answers: slowest {max(times) * 1000:.0f} ms of {len(times)}")  # noqa: T201
+    print(f"\nprobe answers: slowest {max(times) * 1000:.0f} ms of {len(times)}")  # noqa: T201
     assert max(times) < 0.5
 
 
@@ -269,3 +275,42 @@ def test_at_the_cap_an_answer_nobody_reads_makes_room_for_the_probe():
         finally:
             for sock in readers:
                 sock.close()
+
+
+def drained(sock: socket.socket, timeout: float) -> int:
+    """How many bytes ``sock`` still delivers before the server's close (or reset) ends it:
+    what the kernels buffered of the answer when it was dropped."""
+    sock.settimeout(timeout)
+    total = 0
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            total += len(chunk)
+    return total
+
+
+def test_an_answer_not_read_within_the_write_deadline_is_dropped_and_its_slot_freed():
+    """Two clients that never read hold both ``/metrics`` answers in flight: a third is 503
+    at once.  Each answer is written without blocking under ``write_timeout`` (1 s here) from
+    its being ready; past it the connection is closed with the answer unsent, its slot freed,
+    and ``/metrics`` answers 200 again (it never did while a blocking write waited for the
+    reader, nor would without a deadline)."""
+    limits = dataclasses.replace(PROBE_LIMITS, write_timeout=1.0)
+    with health_server(limits, registry=large_registry(5 * MIB)) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        readers = [never_reading(server.port, "/metrics") for _ in range(2)]
+        try:
+            started = time.monotonic()
+            assert httpx.get(f"{base}/metrics", timeout=2).status_code == 503
+            assert time.monotonic() - started < 0.5
+
+            def served() -> bool:
+                return httpx.get(f"{base}/metrics", timeout=30).status_code == 200
+
+            # The two 5 MB answers are computed side by side first (seconds on 2 busy cores).
+            wait_until(served, timeout=30, step=0.3)
+            whole = len(httpx.get(f"{base}/metrics", timeout=30).content)
+            left = [drained(sock, timeout=5) for sock in readers]
+        finally:
+            for sock in readers:
+                sock.close()
+    assert all(part < whole for part in left), (left, whole)  # dropped, not delivered
