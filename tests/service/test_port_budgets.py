@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 import structlog
+from prometheus_client import CollectorRegistry
 from support.guarded_servers import events_server, health_server, large_registry
 from support.hostile_clients import (
     flood,
@@ -34,6 +35,7 @@ from support.hostile_clients import (
 )
 from support.round_event_requests import MERCHANT, event_body, post_event
 
+from recordsync.metrics import Metrics, RoundEventMetricName
 from recordsync.service.ports.bounded_http import HttpLimits
 from recordsync.service.ports.health import PROBE_LIMITS
 from recordsync.service.ports.round_events.connections import EventsLimits
@@ -137,7 +139,8 @@ GOOD_SIGNATURE = "0" * 64
 )
 def test_what_the_head_decides_is_answered_401_before_a_byte_of_the_body(fields, code):
     fields = {name: fresh() if value == "now" else value for name, value in fields.items()}
-    with events_server() as server, flood(server.port) as clients:
+    metrics = Metrics(CollectorRegistry())
+    with events_server(metrics=metrics.round_events) as server, flood(server.port) as clients:
         (sock,) = clients.open("idle", 1)
         sock.send(head(**fields))
         reply = received(sock, timeout=2)  # the body is never sent: it must not be waited for
@@ -146,13 +149,20 @@ def test_what_the_head_decides_is_answered_401_before_a_byte_of_the_body(fields,
     assert b"connection: close" in status.lower()
     expected = {"AUTH": "AUTHENTICATION_FAILED", "EXPIRED": "REQUEST_EXPIRED"}[code]
     assert json.loads(body)["error"]["code"] == expected
+    # Counted, under the merchant only when it is a configured one.
+    merchant = MERCHANT if fields.get("X_Merchant_Id") == MERCHANT else "none"
+    assert refused_count(metrics, expected, merchant) == 1
 
 
 def test_past_the_sum_of_unverified_bodies_the_next_is_answered_503_and_retried_later():
     """Four bodies of 1000 bytes declared, never sent, where 3000 bytes may be held: one of
     them (whichever head came last) is answered 503 at once, the other three wait."""
     limits = EventsLimits(unverified_body_bytes=3000)
-    with events_server(limits) as server, flood(server.port) as clients:
+    metrics = Metrics(CollectorRegistry())
+    with (
+        events_server(limits, metrics=metrics.round_events) as server,
+        flood(server.port) as clients,
+    ):
         bodies = clients.open("slow-body", 4)
 
         def answered() -> list[socket.socket]:
@@ -169,6 +179,7 @@ def test_past_the_sum_of_unverified_bodies_the_next_is_answered_503_and_retried_
             "message": "too many notifications are being received; retry later",
             "retryable": True,
         }
+        assert refused_count(metrics, "SERVER_BUSY", MERCHANT) == 1
         time.sleep(0.2)
         assert answered() == [refused]  # the other three still wait for their bodies
         for sock in bodies:
@@ -180,6 +191,13 @@ def test_past_the_sum_of_unverified_bodies_the_next_is_answered_503_and_retried_
                 ),
                 timeout=5,
             )
+
+
+def refused_count(metrics: Metrics, code: str, merchant: str) -> float | None:
+    """``recordsync_round_events_total`` of refusals with ``code`` for ``merchant``."""
+    return metrics.registry.get_sample_value(
+        RoundEventMetricName.EVENTS, {"merchant_id": merchant, "outcome": "refused", "code": code}
+    )
 
 
 def test_refusals_are_logged_once_per_reason_and_interval_with_their_count():
