@@ -470,7 +470,7 @@ def poll_confirmed(session, merchant_id, *, every, until, seen):
         until.wait(every)
 
 
-@pytest.mark.parametrize("warehouse_url", POSTGRES_ONLY, indirect=True)
+@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
 def test_a_takeover_stuck_for_15_s_in_its_write_leaves_the_other_merchants_confirmed(
     warehouse_url, warehouse
 ):
