@@ -2,6 +2,7 @@
 
 import socket
 import threading
+import time
 
 import httpx
 import pytest
@@ -262,6 +263,41 @@ def test_a_slow_readiness_check_does_not_block_healthz(registry):
         finally:
             release.set()
             hanging.join()
+
+
+def test_a_readiness_check_asked_while_one_hangs_is_answered_503_at_once(registry):
+    """One readiness check at a time (docs/operations.md, "The two ports under hostile
+    clients"): while a warehouse ping hangs, the kubelet's next ``/readyz`` is answered 503
+    at once instead of taking a second thread, and the check after the hung one ends is
+    answered as usual."""
+    release, entered = threading.Event(), threading.Event()
+
+    def slow():
+        entered.set()
+        release.wait(10)
+        return Readiness(ready=True, reason="slow")
+
+    with HealthServer(0, host="127.0.0.1", registry=registry, readiness=slow) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        first: list[httpx.Response] = []
+        hanging = threading.Thread(target=lambda: first.append(httpx.get(f"{base}/readyz")))
+        hanging.start()
+        try:
+            assert entered.wait(5)
+            started = time.monotonic()
+            second = httpx.get(f"{base}/readyz", timeout=2)
+            took = time.monotonic() - started
+        finally:
+            release.set()
+            hanging.join(10)
+        assert second.status_code == 503
+        assert second.json() == {
+            "ready": False,
+            "reason": "the previous readiness check has not ended",
+        }
+        assert took < 0.5
+        assert [response.status_code for response in first] == [200]
+        assert httpx.get(f"{base}/readyz", timeout=5).status_code == 200  # the lane is free
 
 
 def test_stop_closes_the_port_and_is_idempotent(registry, switch):

@@ -8,6 +8,8 @@ answers ``/healthz`` whatever ``/metrics`` readers do."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import select
 import socket
@@ -21,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 import structlog
+from prometheus_client import CollectorRegistry
 from support.guarded_servers import events_server, health_server, large_registry
 from support.hostile_clients import (
     flood,
@@ -32,6 +35,7 @@ from support.hostile_clients import (
 )
 from support.round_event_requests import MERCHANT, event_body, post_event
 
+from recordsync.metrics import Metrics, RoundEventMetricName
 from recordsync.service.ports.bounded_http import HttpLimits
 from recordsync.service.ports.health import PROBE_LIMITS
 from recordsync.service.ports.round_events.connections import EventsLimits
@@ -135,7 +139,8 @@ GOOD_SIGNATURE = "0" * 64
 )
 def test_what_the_head_decides_is_answered_401_before_a_byte_of_the_body(fields, code):
     fields = {name: fresh() if value == "now" else value for name, value in fields.items()}
-    with events_server() as server, flood(server.port) as clients:
+    metrics = Metrics(CollectorRegistry())
+    with events_server(metrics=metrics.round_events) as server, flood(server.port) as clients:
         (sock,) = clients.open("idle", 1)
         sock.send(head(**fields))
         reply = received(sock, timeout=2)  # the body is never sent: it must not be waited for
@@ -144,13 +149,20 @@ def test_what_the_head_decides_is_answered_401_before_a_byte_of_the_body(fields,
     assert b"connection: close" in status.lower()
     expected = {"AUTH": "AUTHENTICATION_FAILED", "EXPIRED": "REQUEST_EXPIRED"}[code]
     assert json.loads(body)["error"]["code"] == expected
+    # Counted, under the merchant only when it is a configured one.
+    merchant = MERCHANT if fields.get("X_Merchant_Id") == MERCHANT else "none"
+    assert refused_count(metrics, expected, merchant) == 1
 
 
 def test_past_the_sum_of_unverified_bodies_the_next_is_answered_503_and_retried_later():
     """Four bodies of 1000 bytes declared, never sent, where 3000 bytes may be held: one of
     them (whichever head came last) is answered 503 at once, the other three wait."""
     limits = EventsLimits(unverified_body_bytes=3000)
-    with events_server(limits) as server, flood(server.port) as clients:
+    metrics = Metrics(CollectorRegistry())
+    with (
+        events_server(limits, metrics=metrics.round_events) as server,
+        flood(server.port) as clients,
+    ):
         bodies = clients.open("slow-body", 4)
 
         def answered() -> list[socket.socket]:
@@ -167,6 +179,7 @@ def test_past_the_sum_of_unverified_bodies_the_next_is_answered_503_and_retried_
             "message": "too many notifications are being received; retry later",
             "retryable": True,
         }
+        assert refused_count(metrics, "SERVER_BUSY", MERCHANT) == 1
         time.sleep(0.2)
         assert answered() == [refused]  # the other three still wait for their bodies
         for sock in bodies:
@@ -178,6 +191,13 @@ def test_past_the_sum_of_unverified_bodies_the_next_is_answered_503_and_retried_
                 ),
                 timeout=5,
             )
+
+
+def refused_count(metrics: Metrics, code: str, merchant: str) -> float | None:
+    """``recordsync_round_events_total`` of refusals with ``code`` for ``merchant``."""
+    return metrics.registry.get_sample_value(
+        RoundEventMetricName.EVENTS, {"merchant_id": merchant, "outcome": "refused", "code": code}
+    )
 
 
 def test_refusals_are_logged_once_per_reason_and_interval_with_their_count():
@@ -219,9 +239,9 @@ def never_reading(port: int, path: str) -> socket.socket:
 
 
 def test_metrics_readers_that_never_read_keep_no_probe_waiting():
-    """8 clients ask for a 5 MB ``/metrics`` and never read it, while ``/healthz`` is asked
-    every 0.5 s for 3 s: every answer comes within 0.5 s, and a third ``/metrics`` meanwhile
-    is 503 at once.  Printed (``-s``): the slowest."""
+    """8 clients ask for a 5 MB ``/metrics`` and never read it, while ``/healthz`` and
+    ``/readyz`` are asked every 0.5 s for 3 s: every answer comes within 0.5 s, and a third
+    ``/metrics`` meanwhile is 503 at once.  Printed (``-s``): the slowest."""
     with health_server(registry=large_registry(5 * MIB)) as server:
         readers = [never_reading(server.port, "/metrics") for _ in range(METRICS_READERS)]
         try:
@@ -232,6 +252,10 @@ def test_metrics_readers_that_never_read_keep_no_probe_waiting():
                     status = probe.get("/healthz", headers={"Connection": "close"}).status_code
                     times.append(time.monotonic() - started)
                     assert status == 200
+                    started = time.monotonic()
+                    status = probe.get("/readyz", headers={"Connection": "close"}).status_code
+                    times.append(time.monotonic() - started)
+                    assert status == 200
                     if len(times) == 1:  # the readers' heads came first: two answers in flight
                         started = time.monotonic()
                         assert probe.get("/metrics").status_code == 503
@@ -240,7 +264,7 @@ def test_metrics_readers_that_never_read_keep_no_probe_waiting():
         finally:
             for sock in readers:
                 sock.close()
-    print(f"\n/healthz and /metrics answers: slowest {max(times) * 1000:.0f} ms of {len(times)}")  # noqa: T201
+    print(f"\nprobe answers: slowest {max(times) * 1000:.0f} ms of {len(times)}")  # noqa: T201
     assert max(times) < 0.5
 
 
@@ -269,3 +293,42 @@ def test_at_the_cap_an_answer_nobody_reads_makes_room_for_the_probe():
         finally:
             for sock in readers:
                 sock.close()
+
+
+def drained(sock: socket.socket, timeout: float) -> int:
+    """How many bytes ``sock`` still delivers before the server's close (or reset) ends it:
+    what the kernels buffered of the answer when it was dropped."""
+    sock.settimeout(timeout)
+    total = 0
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            total += len(chunk)
+    return total
+
+
+def test_an_answer_not_read_within_the_write_deadline_is_dropped_and_its_slot_freed():
+    """Two clients that never read hold both ``/metrics`` answers in flight: a third is 503
+    at once.  Each answer is written without blocking under ``write_timeout`` (1 s here) from
+    its being ready; past it the connection is closed with the answer unsent, its slot freed,
+    and ``/metrics`` answers 200 again (it never did while a blocking write waited for the
+    reader, nor would without a deadline)."""
+    limits = dataclasses.replace(PROBE_LIMITS, write_timeout=1.0)
+    with health_server(limits, registry=large_registry(5 * MIB)) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        readers = [never_reading(server.port, "/metrics") for _ in range(2)]
+        try:
+            started = time.monotonic()
+            assert httpx.get(f"{base}/metrics", timeout=2).status_code == 503
+            assert time.monotonic() - started < 0.5
+
+            def served() -> bool:
+                return httpx.get(f"{base}/metrics", timeout=30).status_code == 200
+
+            # The two 5 MB answers are computed side by side first (seconds on 2 busy cores).
+            wait_until(served, timeout=30, step=0.3)
+            whole = len(httpx.get(f"{base}/metrics", timeout=30).content)
+            left = [drained(sock, timeout=5) for sock in readers]
+        finally:
+            for sock in readers:
+                sock.close()
+    assert all(part < whole for part in left), (left, whole)  # dropped, not delivered

@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 from recordsync.core.round_events import RoundEvent, RoundEventReceipt
 from recordsync.core.secret import Secret
 from recordsync.logs import configure_logging
+from recordsync.metrics.round_events import RoundEventMetrics
 from recordsync.service.ports.bounded_http import HttpLimits
 from recordsync.service.ports.health import PROBE_LIMITS, HealthServer, Readiness
 from recordsync.service.ports.round_events.connections import DEFAULT_LIMITS, EventsLimits
@@ -31,8 +32,9 @@ from support.round_event_requests import MERCHANT, SECRET
 ACCEPTED_AT = datetime(2026, 11, 28, 8, 0, tzinfo=UTC)
 
 
-def new_receiver() -> RoundEventReceiver:
-    """Accepts MERCHANT's notifications signed with SECRET, storing their ids in memory."""
+def new_receiver(metrics: RoundEventMetrics | None = None) -> RoundEventReceiver:
+    """Accepts MERCHANT's notifications signed with SECRET, storing their ids in memory;
+    counts what it answers in ``metrics``, if given."""
     stored: set[str] = set()
 
     def store(event: RoundEvent) -> RoundEventReceipt:
@@ -44,11 +46,14 @@ def new_receiver() -> RoundEventReceiver:
         secrets=lambda merchant_id: [Secret(SECRET)] if merchant_id == MERCHANT else None,
         store=store,
         wake=lambda _event: None,
+        metrics=metrics,
     )
 
 
-def events_server(limits: EventsLimits = DEFAULT_LIMITS) -> EventsServer:
-    app = asgi_app(new_receiver(), limits=limits)
+def events_server(
+    limits: EventsLimits = DEFAULT_LIMITS, *, metrics: RoundEventMetrics | None = None
+) -> EventsServer:
+    app = asgi_app(new_receiver(metrics), limits=limits)
     return EventsServer(app, host="127.0.0.1", port=0, limits=limits)
 
 

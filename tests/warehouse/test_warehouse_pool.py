@@ -6,12 +6,19 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
+from recordsync.core.secret import Secret, SecretSource
+from recordsync.core.settings import MerchantSettings, Settings
 from recordsync.metrics import MetricName, Metrics
+from recordsync.service.daemon.run import pool_demand
+from recordsync.service.ports.health import PROBE_LIMITS
+from recordsync.service.ports.round_events.connections import DEFAULT_LIMITS as EVENTS_LIMITS
+from recordsync.sync.jobs import JobHost
 from recordsync.warehouse import PoolDemand, Warehouse
 from recordsync.warehouse.pool import MOST_CONNECTIONS, SPARE_CONNECTIONS
 
@@ -34,6 +41,36 @@ def test_the_pool_has_a_connection_for_each_thread_that_may_hold_one(url):
         assert warehouse.engine.pool.size() == 3 + 4 + 8 + 0 + 4 + SPARE_CONNECTIONS
     finally:
         warehouse.close()
+
+
+@pytest.mark.parametrize("ports", [True, False], ids=["both-ports", "no-ports"])
+def test_the_daemon_sizes_its_pool_from_its_configuration(url, ports):
+    """What ``recordsync run`` asks for: a tail per configured merchant, its snapshot workers
+    and periodic threads, and the workers of the ports it opens (none for a port off)."""
+    merchants = tuple(
+        MerchantSettings(
+            f"m-{n}",
+            SecretSource.given(Secret("s")),
+            "http://127.0.0.1:1",
+            datetime(2026, 1, 1, tzinfo=UTC),
+        )
+        for n in range(3)
+    )
+    settings = Settings(
+        merchants=merchants,
+        database_url=url,
+        events_port=9109 if ports else 0,
+        http_port=9108 if ports else 0,
+    )
+    host = JobHost(periodic_threads=8, worker_threads=12)
+    try:
+        demand = pool_demand(settings, host)
+        sized = pool_demand(replace(settings, db_pool_size=64), host)
+    finally:
+        host.shutdown()
+    workers = EVENTS_LIMITS.workers + PROBE_LIMITS.workers if ports else 0
+    assert demand.size == 3 + 12 + 8 + workers + SPARE_CONNECTIONS
+    assert sized.size == 64
 
 
 def test_the_pool_stays_inside_the_server_s_connections_unless_the_operator_sizes_it(url):
