@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
@@ -65,7 +66,12 @@ class FileLock:
 
 
 class FileLocks:
-    """SQLite: one file lock for every merchant; unlocking one merchant keeps it."""
+    """SQLite: one file lock for every merchant, let go when the last merchant is unlocked.
+
+    A command that held a merchant and hands its job back to a daemon that started unlocks
+    it; keeping the file then would lock the daemon out of every merchant until the command
+    ends (its handed-back request expired unserved).
+    """
 
     exclusive = True
 
@@ -76,15 +82,24 @@ class FileLocks:
         self._path = path
         self._owner = owner
         self._lock = FileLock(path, owner=owner)
+        self._merchants: set[str] = set()
+        self._guard = threading.Lock()
 
     def try_lock(self, merchant_id: str) -> bool:
-        if self._lock.verify():
+        with self._guard:
+            if not self._lock.verify():
+                self._merchants.clear()
+                self._lock.release()  # a deleted or replaced lock file locks nobody out
+                if not self._lock.try_acquire():
+                    return False
+            self._merchants.add(merchant_id)
             return True
-        self._lock.release()  # a deleted or replaced lock file locks nobody out: start over
-        return self._lock.try_acquire()
 
     def unlock(self, merchant_id: str) -> None:
-        """Nothing to do: the one file lock covers the merchants still held."""
+        with self._guard:
+            self._merchants.discard(merchant_id)
+            if not self._merchants:
+                self._lock.release()
 
     def held(self, merchants: Collection[str]) -> frozenset[str]:
         return frozenset(merchants) if self._lock.verify() else frozenset()
@@ -104,10 +119,12 @@ class FileLocks:
         raise NotImplementedError("SQLite has no notifications: the session sleeps instead")
 
     def drop_all(self) -> None:
-        self._lock.release()
+        with self._guard:
+            self._merchants.clear()
+            self._lock.release()
 
     def close(self) -> None:
-        self._lock.release()
+        self.drop_all()
 
 
 class InMemoryLocks:
