@@ -10,6 +10,7 @@ import io
 import re
 import secrets
 import signal
+import time
 from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +20,7 @@ import structlog
 from sqlalchemy import Engine, create_engine, pool, text
 from sqlalchemy.engine import make_url
 from support.dbfixtures import SERVER_PARAMS, fresh_database
+from support.synccheck import start_daemon, stop_gracefully, wait_for_log
 
 from recordsync import cli, logs
 from recordsync.sim import SimConfig, Simulator
@@ -101,6 +103,7 @@ def test_each_account_may_run_exactly_its_commands(kind: str, tmp_path: Path):
             seed=81,
             history_days=0.05,
             rounds_per_day=2000,
+            live_rate=4.0,
         )
     )
     sim.start()
@@ -147,12 +150,63 @@ def test_each_account_may_run_exactly_its_commands(kind: str, tmp_path: Path):
 
             runner = config("recordsync_run")
             succeeded(run(runner, "backfill", *window))
-            with admin.connect() as conn:
-                stored = conn.execute(text("SELECT COUNT(*) FROM records")).scalar_one()
-            assert stored > 0
+            assert stored_rows(admin) > 0
             if backend == "postgresql":  # MariaDB cannot take one table out of a db-wide grant
                 assert "pause merchant" in refused(run(runner, "merchant", "pause", "granted"))
+            the_run_account_runs_the_rest(runner, window, tmp_path, sim, admin)
+            the_read_accounts_run_every_read_command([read, control], window)
         finally:
             drop_accounts(admin, backend, names.values())
             admin.dispose()
             sim.stop()
+
+
+def the_run_account_runs_the_rest(
+    config: Path, window: tuple[str, ...], tmp_path: Path, sim: Simulator, admin: Engine
+) -> None:
+    """``recordsync_run``: the other commands of its row, the daemon among them (its tail
+    commits live rounds under these grants)."""
+    succeeded(run(config, "verify", *window))
+    succeeded(run(config, "verify", *window, "--repair"))
+    succeeded(run(config, "merchant", "resync", "granted", *window))
+    succeeded(run(config, "merchant", "state", "granted", "show"))
+    succeeded(run(config, "merchant", "state", "granted", "export", str(tmp_path / "state.json")))
+    log = tmp_path / "run.log"
+    daemon = start_daemon({}, log, "--config", str(config), "run")
+    try:
+        wait_for_log(log, "merchant_sync_started", timeout=60)
+        before = stored_rows(admin)
+        sim.start_live()
+        deadline = time.monotonic() + 30
+        while stored_rows(admin) <= before:
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        sim.stop_live()
+    finally:
+        code, _took = stop_gracefully(daemon)
+    said = log.read_text()
+    assert code == 0, said[-3000:]
+    assert "may not" not in said, said[-3000:]
+    assert "Traceback" not in said, said[-3000:]
+    succeeded(run(config, "merchant", "reset", "granted", "--yes"))
+
+
+def the_read_accounts_run_every_read_command(configs: list[Path], window: tuple[str, ...]) -> None:
+    """``recordsync_control`` and ``recordsync_read``: every read command and dry run; a
+    ``verify``, which takes the merchant's lease, is refused."""
+    for config in configs:
+        code, out, err = run(config, "status", "--check")
+        assert code in (0, 1), out + err  # ready or not: it answered, under its grants
+        assert out.startswith(("ready", "not ready")), out + err
+        assert "may not" not in out + err
+        succeeded(run(config, "status", "--json"))
+        succeeded(run(config, "backfill", *window, "--dry-run"))
+        succeeded(run(config, "verify", *window, "--dry-run"))
+        succeeded(run(config, "merchant", "resync", "granted", *window, "--dry-run"))
+        succeeded(run(config, "merchant", "reset", "granted", "--yes", "--dry-run"))
+        assert "may not" in refused(run(config, "verify", *window))
+
+
+def stored_rows(admin: Engine) -> int:
+    with admin.connect() as conn:
+        return int(conn.execute(text("SELECT COUNT(*) FROM records")).scalar_one())

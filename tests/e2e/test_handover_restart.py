@@ -16,11 +16,13 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Final
 
 import pytest
-from support.dbfixtures import BACKEND_PARAMS
+from support.dbfixtures import BACKEND_PARAMS, SERVER_PARAMS
 from support.fleetcheck import Replica, assert_truth, events, holders, write_config
 from support.synccheck import start_daemon, stop_gracefully, wait_for_log
 
@@ -67,6 +69,17 @@ def at(event: dict[str, object]) -> float:
     return datetime.fromisoformat(str(event["timestamp"])).timestamp()
 
 
+def started(sim: Simulator, warehouse_url: str, tmp_path: Path) -> tuple[Path, str, Warehouse]:
+    """``sim`` serving its one merchant and a migrated warehouse: the config, the merchant and
+    the warehouse."""
+    sim.start()
+    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
+    (merchant_id,) = sim.merchant_ids
+    warehouse = Warehouse.connect(warehouse_url)
+    warehouse.migrate()
+    return config, merchant_id, warehouse
+
+
 def first(log: Path, name: str, **fields: object) -> dict[str, object]:
     found = [
         e
@@ -91,11 +104,7 @@ def test_a_job_handed_to_a_daemon_survives_its_restart_and_the_new_daemon_holds_
     warehouse_url: str, kind: RequestKind, tmp_path: Path
 ):
     sim = simulator(71, slow=True)
-    sim.start()
-    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
-    (merchant_id,) = sim.merchant_ids
-    warehouse = Warehouse.connect(warehouse_url)
-    warehouse.migrate()
+    config, merchant_id, warehouse = started(sim, warehouse_url, tmp_path)
     d1 = Replica(config, tmp_path / "d1.log")
     d2: Replica | None = None
     job: subprocess.Popen[bytes] | None = None
@@ -131,12 +140,33 @@ def test_a_job_handed_to_a_daemon_survives_its_restart_and_the_new_daemon_holds_
         sim.stop_live()
         assert_truth(warehouse, sim, [merchant_id])
     finally:
-        for process in (job, d1.process, None if d2 is None else d2.process):
-            if process is not None and process.poll() is None:
-                stop_gracefully(process)
-        sim.stop()
-        warehouse.close()
+        stop_all((job, d1.process, None if d2 is None else d2.process), sim, warehouse)
     assert sim.stats().rate_limit_violations == 0
+
+
+def stop_all(
+    processes: Iterable[subprocess.Popen[bytes] | None], sim: Simulator, warehouse: Warehouse
+) -> None:
+    """The end of a test: every process still running stopped as an operator would."""
+    for process in processes:
+        if process is not None and process.poll() is None:
+            stop_gracefully(process)
+    sim.stop()
+    warehouse.close()
+
+
+def synced_then_stopped(
+    sim: Simulator, warehouse_url: str, tmp_path: Path
+) -> tuple[Path, str, Warehouse]:
+    """``sim`` started, its merchant synced to the truth by a daemon that then stops, so that
+    no replica is live: the config, the merchant and the warehouse."""
+    config, merchant_id, warehouse = started(sim, warehouse_url, tmp_path)
+    daemon = Replica(config, tmp_path / "first.log")
+    try:
+        assert_truth(warehouse, sim, [merchant_id])
+    finally:
+        stop_gracefully(daemon.process)
+    return config, merchant_id, warehouse
 
 
 class SilentHolder:
@@ -172,16 +202,7 @@ def test_ctrl_c_of_each_following_command_cancels_its_request_and_a_backfill_car
     above all: no re-anchor).  A backfill interrupted says it carries on, and the daemon
     finishes it."""
     sim = simulator(72, slow=False)
-    sim.start()
-    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
-    (merchant_id,) = sim.merchant_ids
-    warehouse = Warehouse.connect(warehouse_url)
-    warehouse.migrate()
-    daemon = Replica(config, tmp_path / "first.log")
-    try:
-        assert_truth(warehouse, sim, [merchant_id])
-    finally:
-        stop_gracefully(daemon.process)
+    config, merchant_id, warehouse = synced_then_stopped(sim, warehouse_url, tmp_path)
     before = warehouse.state.load_state(merchant_id)
     assert before is not None
     holder = SilentHolder(warehouse, merchant_id)
@@ -250,3 +271,100 @@ def _interrupt_each_while_it_follows(
             assert "carries on with the job" in last, last
         else:
             assert "cancelled before any holder started it: it never runs" in last, last
+
+
+# On SQLite the command's session keeps the one file lock after it hands the rest back (its
+# ``unlock`` of a merchant is a no-op there while the session stays open to follow), so the
+# daemon never holds the merchant and the request expires after 60 s: a known bug, until the
+# file lock is released with the last merchant its session held.
+HANDED_BACK_PARAMS: Final = [
+    pytest.param(
+        "sqlite",
+        id="sqlite",
+        marks=pytest.mark.xfail(
+            strict=True, reason="the command keeps SQLite's file lock after handing back"
+        ),
+    ),
+    *SERVER_PARAMS,
+]
+
+
+@pytest.mark.parametrize("warehouse_url", HANDED_BACK_PARAMS, indirect=True)
+def test_a_job_a_command_holds_is_handed_back_to_a_daemon_that_starts_within_two_ticks(
+    warehouse_url: str, tmp_path: Path
+):
+    """The other side of the hand-over: a backfill held here (no daemon ran), then a daemon
+    configured with the merchant starts.  The command stops, the page in hand committed, and
+    hands the rest back (``backfill_handed_back``); the daemon holds the merchant within two
+    ticks of joining, its tail reads the changes while the rest of the job runs beside it, and
+    the job ends done at the daemon."""
+    sim = simulator(73, slow=False)
+    config, merchant_id, warehouse = synced_then_stopped(sim, warehouse_url, tmp_path)
+    daemon: Replica | None = None
+    job: subprocess.Popen[bytes] | None = None
+    try:
+        # Pages answered late while the command holds and the daemon starts: the job spans it.
+        sim.set_faults(FaultRates(records_latency_ms=1500.0), merchant_id=merchant_id)
+        job_log = tmp_path / "job.log"
+        pages = sim.stats(merchant_id).count("records")
+        job = command(config, job_log, "backfill", *span(sim))
+        _wait_reading_here(sim, warehouse, job, job_log, pages)
+        sim.start_live()
+        before = warehouse.state.load_state(merchant_id)
+        assert before is not None
+        daemon = Replica(config, tmp_path / "d1.log")
+        wait_for_log(job_log, '"backfill_handed_back"', timeout=30)
+        sim.set_faults(FaultRates(records_latency_ms=300.0), merchant_id=merchant_id)
+        tailed = _tailed_while_it_runs(warehouse, merchant_id, job, since=before.last_sequence)
+        assert job.returncode == 0, job_log.read_text()[-3000:]
+        ended = time.time()
+        assert tailed, "no change was read while the job ran at the daemon"
+        names = [str(e.get("event")) for e in events(job_log)]
+        assert names.index("backfill_handed_back") < names.index("backfill_finished")
+
+        joined = at(first(daemon.log, "replica_joined"))
+        synced = at(first(daemon.log, "merchant_sync_started", merchant_id=merchant_id))
+        held_after = synced - joined
+        print(f"the daemon held the merchant {held_after:.2f} s after joining")  # noqa: T201
+        assert held_after <= ANNOUNCE_WAIT + 2 * DEFAULT_TICK
+        assert synced < ended
+        assert "requested_backfill_finished" in [str(e.get("event")) for e in events(daemon.log)]
+        sim.stop_live()
+        sim.set_faults(FaultRates(), merchant_id=merchant_id)
+        assert_truth(warehouse, sim, [merchant_id])
+    finally:
+        stop_all((job, None if daemon is None else daemon.process), sim, warehouse)
+    assert sim.stats().rate_limit_violations == 0
+
+
+def _wait_reading_here(
+    sim: Simulator,
+    warehouse: Warehouse,
+    job: subprocess.Popen[bytes],
+    log: Path,
+    pages: int,
+) -> None:
+    """Until the command holds the merchant itself (its session is ``backfill-...``) and has
+    asked the platform for pages under that lease."""
+    (merchant_id,) = sim.merchant_ids
+    deadline = time.monotonic() + 30
+    while not str(holders(warehouse).get(merchant_id, "")).startswith("backfill-"):
+        assert time.monotonic() < deadline, holders(warehouse)
+        assert job.poll() is None, log.read_text()[-2000:]
+        time.sleep(0.1)
+    while sim.stats(merchant_id).count("records") < pages + 2:
+        assert time.monotonic() < deadline, "the backfill read nothing here"
+        time.sleep(0.1)
+
+
+def _tailed_while_it_runs(
+    warehouse: Warehouse, merchant_id: str, job: subprocess.Popen[bytes], *, since: str | None
+) -> bool:
+    """Whether the merchant's tail moved past ``since`` (its last sequence) before ``job``
+    ended; waits for the end."""
+    tailed = False
+    while job.poll() is None:
+        now = warehouse.state.load_state(merchant_id)
+        tailed = tailed or (now is not None and now.last_sequence != since)
+        time.sleep(0.2)
+    return tailed

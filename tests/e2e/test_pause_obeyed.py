@@ -82,45 +82,72 @@ def wait_for(condition, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
+def started_over_a_day(
+    sim: Simulator, warehouse_url: str, path: Path
+) -> tuple[Path, str, list[str]]:
+    """``sim`` serving its one merchant: the config written to ``path``, the merchant and the
+    arguments of the last whole day before now (``--from``, ``--to``)."""
+    sim.start()
+    config = write_config(sim, warehouse_url, path)
+    (merchant_id,) = sim.merchant_ids
+    end = sim.now().replace(minute=0, second=0, microsecond=0)
+    return (
+        config,
+        merchant_id,
+        ["--from", (end - timedelta(days=1)).isoformat(), "--to", end.isoformat()],
+    )
+
+
+def cli_process(config: Path, *args: str) -> subprocess.Popen[str]:
+    """``recordsync --config CONFIG ARGS`` in a process of its own, its output piped."""
+    return subprocess.Popen(  # noqa: S603 - our own CLI, a process of its own
+        [sys.executable, "-m", "recordsync", "--config", str(config), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def paused_in_the_middle(
+    config: Path, sim: Simulator, running: subprocess.Popen[str], *, what: str, code: int
+) -> str:
+    """Pause the merchant that ``running`` (the command ``what``) holds: it lets go within a
+    tick and the page in hand, ends with ``code`` and one last line saying it was paused
+    (returned), and the platform sees no request for the merchant after it."""
+    (merchant_id,) = sim.merchant_ids
+    paused = merchant(config, "pause", merchant_id, "--reason", "INC-9")
+    paused_at = time.monotonic()
+    assert paused.returncode == 0, paused.stdout + paused.stderr
+    assert "no replica syncs it (its holder let go after" in paused.stdout
+    _, stderr = running.communicate(timeout=30)
+    assert running.returncode == code, stderr[-2000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"recordsync: error: {what} stopped: merchant {merchant_id} was paused while it ran (since "
+    ), last
+    assert "INC-9" in last
+    assert "Traceback" not in stderr
+    assert time.monotonic() - paused_at < 15.0  # a tick and the page in hand, not the job
+    requests = sim.stats(merchant_id).total_requests
+    time.sleep(TICK * 1.5)
+    assert sim.stats(merchant_id).total_requests == requests  # nothing while paused
+    return last
+
+
 @pytest.mark.parametrize("warehouse_url", BACKEND_PARAMS, indirect=True)
 def test_a_backfill_run_here_stops_within_a_tick_of_a_pause_and_resumes_after(
     warehouse_url: str, tmp_path: Path
 ):
     sim = slow_simulator(seed=71)
-    sim.start()
-    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
-    (merchant_id,) = sim.merchant_ids
-    end = sim.now().replace(minute=0, second=0, microsecond=0)
-    span = ["--from", (end - timedelta(days=1)).isoformat(), "--to", end.isoformat()]
+    config, merchant_id, span = started_over_a_day(sim, warehouse_url, tmp_path / "recordsync.toml")
     warehouse = Warehouse.connect(warehouse_url)
     warehouse.migrate()
-    backfill = subprocess.Popen(  # noqa: S603 - our own CLI, a process of its own
-        [sys.executable, "-m", "recordsync", "--config", str(config), "backfill", *span],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    backfill = cli_process(config, "backfill", *span)
     try:
         wait_for(lambda: merchant_id in holders(warehouse), 30.0, "the backfill holds it")
         wait_for(lambda: warehouse.records.fetch_records(merchant_id), 30.0, "a page committed")
-        paused = merchant(config, "pause", merchant_id, "--reason", "INC-9")
-        paused_at = time.monotonic()
-        assert paused.returncode == 0, paused.stdout + paused.stderr
-        assert "no replica syncs it (its holder let go after" in paused.stdout
-        _, stderr = backfill.communicate(timeout=30)
-        assert backfill.returncode == 1, stderr[-2000:]
-        last = stderr.strip().splitlines()[-1]
-        assert last.startswith(
-            f"recordsync: error: backfill stopped: merchant {merchant_id} was paused while it "
-            "ran (since "
-        ), last
-        assert "INC-9" in last
+        last = paused_in_the_middle(config, sim, backfill, what="backfill", code=1)
         assert "run the same command again to resume" in last
-        assert "Traceback" not in stderr
-        assert time.monotonic() - paused_at < 15.0  # a tick and the page in hand, not the job
-        requests = sim.stats(merchant_id).total_requests
-        time.sleep(TICK * 1.5)
-        assert sim.stats(merchant_id).total_requests == requests  # nothing while paused
         stored = len(warehouse.records.fetch_records(merchant_id))
         truth = [
             record_id
@@ -170,3 +197,32 @@ def test_a_verify_of_a_paused_merchant_is_refused_and_sends_no_request(
             assert sim.stats(merchant_id).total_requests == before  # not one request
     finally:
         sim.stop()
+
+
+@pytest.mark.parametrize("warehouse_url", BACKEND_PARAMS, indirect=True)
+@pytest.mark.parametrize("repair", [False, True], ids=["verify", "verify-repair"])
+def test_a_verify_run_here_stops_within_a_tick_of_a_pause_and_concludes_nothing(
+    warehouse_url: str, tmp_path: Path, repair: bool
+):
+    """``verify`` watches the pause on its own (``backfill`` and ``resync`` share theirs):
+    held here, paused in the middle of its reads, it lets go within a tick, sends nothing more
+    and exits 3, having concluded nothing, instead of reading on to its end."""
+    sim = slow_simulator(seed=73)
+    config, merchant_id, span = started_over_a_day(sim, warehouse_url, tmp_path / "recordsync.toml")
+    what = "verify --repair" if repair else "verify"
+    warehouse = Warehouse.connect(warehouse_url)
+    warehouse.migrate()
+    verify = cli_process(config, "verify", *span, *(["--repair"] if repair else []))
+    try:
+        wait_for(lambda: merchant_id in holders(warehouse), 30.0, f"the {what} holds it")
+        wait_for(lambda: sim.stats(merchant_id).count("records") >= 2, 30.0, "pages read")
+        last = paused_in_the_middle(config, sim, verify, what=what, code=3)
+        assert "nothing was concluded" in last
+        assert merchant_id not in holders(warehouse)
+    finally:
+        if verify.poll() is None:
+            verify.kill()
+            verify.wait()
+        sim.stop()
+        warehouse.close()
+    assert sim.stats().rate_limit_violations == 0

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import pwd
 import secrets
 
 import pytest
@@ -64,6 +66,21 @@ def test_a_pause_records_its_owner_with_the_database_account(
     assert code == 0, err
     assert out.startswith(f"merchant {MERCHANT} resumed (it was paused since ")
     assert warehouse.controls.paused([MERCHANT]) == {}
+
+
+def test_the_owner_is_the_user_of_the_uid_whatever_the_environment_says(
+    warehouse: Warehouse, warehouse_url: str, tmp_path, monkeypatch
+):
+    """``$LOGNAME`` and ``$USER`` are whatever the caller sets: a pause recorded by them could
+    name anyone, so the owner is the password database's name of the process's uid."""
+    monkeypatch.setenv("LOGNAME", "mallory")
+    monkeypatch.setenv("USER", "mallory")
+    config = write_config(tmp_path, warehouse_url)
+    code, _out, err = run(config, "pause", MERCHANT)
+    assert code == 0, err
+    pause = warehouse.controls.paused([MERCHANT])[MERCHANT]
+    assert pause.by.startswith(f"{pwd.getpwuid(os.getuid()).pw_name}@"), pause.by
+    assert "mallory" not in pause.by
 
 
 def test_another_operators_pause_needs_force_to_end_and_keeps_its_reason(

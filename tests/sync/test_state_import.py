@@ -18,6 +18,7 @@ from recordsync.core.state import (
     Window,
     WindowProgress,
     backfill_job,
+    resync_job,
 )
 from recordsync.sync.state_import import ImportRefusedError, plan_import
 
@@ -40,6 +41,7 @@ STATE = SyncState(
     last_commit_at=None,
 )
 BACKFILL = backfill_job(datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 10, 3, tzinfo=UTC))
+RESYNC = resync_job(datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 10, 3, tzinfo=UTC), "9f3a")
 
 
 def window(job: str, start: datetime, end: datetime, *, done: bool = True, cursor=None):
@@ -161,11 +163,15 @@ def test_holes_in_the_rebuild_are_planned_again_unread(kept):
     assert any("had no window: planned again" in line for line in done.reread)
 
 
-def test_a_backfill_marked_done_that_this_warehouse_never_read_is_read_again():
-    here = replace(STORED, windows=REBUILD)  # no backfill here
-    done = plan(STORED, here)
-    backfill = [w for w in done.windows if w.job == BACKFILL]
-    assert [(w.done, w.records) for w in backfill] == [(False, 0), (False, 0)]
+@pytest.mark.parametrize("job", [BACKFILL, RESYNC], ids=["backfill", "resync"])
+def test_a_job_marked_done_that_this_warehouse_never_read_is_read_again(job):
+    """Left done, a later ``backfill`` (or the resync's follower) of that range would end
+    "done" having read nothing."""
+    theirs = [replace(w, job=job) for w in BACKFILL_WINDOWS]
+    here = replace(STORED, windows=REBUILD)  # no such job here
+    done = plan(replace(STORED, windows=[*REBUILD, *theirs]), here)
+    read_again = [w for w in done.windows if w.job == job]
+    assert [(w.done, w.records) for w in read_again] == [(False, 0), (False, 0)]
     assert done.state == STATE  # the rebuild was done here: still tailing
 
 
