@@ -19,10 +19,9 @@ import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Final
 
 import pytest
-from support.dbfixtures import BACKEND_PARAMS, SERVER_PARAMS
+from support.dbfixtures import BACKEND_PARAMS
 from support.fleetcheck import Replica, assert_truth, events, holders, write_config
 from support.synccheck import start_daemon, stop_gracefully, wait_for_log
 
@@ -273,23 +272,6 @@ def _interrupt_each_while_it_follows(
             assert "cancelled before any holder started it: it never runs" in last, last
 
 
-# On SQLite the command's session keeps the one file lock after it hands the rest back (its
-# ``unlock`` of a merchant is a no-op there while the session stays open to follow), so the
-# daemon never holds the merchant and the request expires after 60 s: a known bug, until the
-# file lock is released with the last merchant its session held.
-HANDED_BACK_PARAMS: Final = [
-    pytest.param(
-        "sqlite",
-        id="sqlite",
-        marks=pytest.mark.xfail(
-            strict=True, reason="the command keeps SQLite's file lock after handing back"
-        ),
-    ),
-    *SERVER_PARAMS,
-]
-
-
-@pytest.mark.parametrize("warehouse_url", HANDED_BACK_PARAMS, indirect=True)
 def test_a_job_a_command_holds_is_handed_back_to_a_daemon_that_starts_within_two_ticks(
     warehouse_url: str, tmp_path: Path
 ):
