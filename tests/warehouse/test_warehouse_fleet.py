@@ -177,18 +177,21 @@ def test_a_closed_sessions_merchants_are_free_at_once(fleet):
 
 
 @pytest.mark.parametrize("warehouse_url", SQLITE_ONLY, indirect=True)
-def test_on_sqlite_a_second_session_holds_nothing_until_the_first_is_gone(fleet):
+def test_on_sqlite_one_file_lock_covers_every_merchant_until_the_last_is_released(fleet):
     first, second = fleet("replica-a"), fleet("replica-b")
     held_at(first, M1)
-    first.release(M1)  # one file lock covers every merchant: the first keeps them all
+    held_at(first, M2)
+    first.release(M1)  # one file lock covers every merchant: M2, still held, keeps it
     assert second.try_hold(M1) is None
     assert second.try_hold(M2) is None
     assert second.still_held() == frozenset()
-    held_at(first, M2)
-    first.close()
+    first.release(M2)  # the last one: the file is let go, as a command handing back does
     held_at(second, M1)
     held_at(second, M2)
     assert second.still_held() == {M1, M2}
+    assert first.try_hold(M1) is None
+    second.close()
+    held_at(first, M1)
 
 
 @pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
