@@ -76,7 +76,7 @@ def test_migrations_build_the_schema_on_an_empty_database_and_are_idempotent(war
         store.close()
     assert tables == TABLES
     assert views == VIEWS
-    assert revision == head_revision() == "0017"
+    assert revision == head_revision() == "0018"
 
 
 def test_migrated_schema_matches_the_tables_the_code_uses(warehouse):
@@ -162,6 +162,7 @@ def test_scripts_are_found_from_the_source_checkout():
         "0015_rollups.py",
         "0016_extra_fields.py",
         "0017_lean_indexes.py",
+        "0018_views_planned_cheap.py",
     ):
         assert (versions / name).is_file()
 
@@ -246,6 +247,7 @@ REVISIONS = [
     "0015",
     "0016",
     "0017",
+    "0018",
 ]
 
 
