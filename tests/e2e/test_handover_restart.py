@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Final
 
 import pytest
 from support.dbfixtures import BACKEND_PARAMS
@@ -192,14 +193,25 @@ class SilentHolder:
         self._session.close()
 
 
-@pytest.mark.parametrize("warehouse_url", BACKEND_PARAMS[:2], indirect=True)  # SQLite, PostgreSQL
+# Ctrl-C at a terminal (SIGINT) on two backends; cron's `timeout` or a stopped Job (SIGTERM)
+# on the third: both signals end a following command the same way, 128 + the signal.
+INTERRUPTIONS: Final = [
+    pytest.param(backend.values[0], signal.SIGINT, id=f"{backend.id}-SIGINT", marks=backend.marks)
+    for backend in BACKEND_PARAMS[:2]
+] + [
+    pytest.param(backend.values[0], signal.SIGTERM, id=f"{backend.id}-SIGTERM", marks=backend.marks)
+    for backend in BACKEND_PARAMS[2:]
+]
+
+
+@pytest.mark.parametrize(("warehouse_url", "signum"), INTERRUPTIONS, indirect=["warehouse_url"])
 def test_ctrl_c_of_each_following_command_cancels_its_request_and_a_backfill_carries_on(
-    warehouse_url: str, tmp_path: Path
+    warehouse_url: str, signum: signal.Signals, tmp_path: Path
 ):
-    """reset, verify and resync interrupted while they follow: exit 130, the last line says the
-    request was cancelled, and once a daemon holds the merchant none of them runs (the reset
-    above all: no re-anchor).  A backfill interrupted says it carries on, and the daemon
-    finishes it."""
+    """reset, verify and resync interrupted while they follow: exit 128 + the signal, the last
+    line says the request was cancelled, and once a daemon holds the merchant none of them
+    runs (the reset above all: no re-anchor).  A backfill interrupted says it carries on, and
+    the daemon finishes it."""
     sim = simulator(72, slow=False)
     config, merchant_id, warehouse = synced_then_stopped(sim, warehouse_url, tmp_path)
     before = warehouse.state.load_state(merchant_id)
@@ -207,7 +219,7 @@ def test_ctrl_c_of_each_following_command_cancels_its_request_and_a_backfill_car
     holder = SilentHolder(warehouse, merchant_id)
     daemon = None
     try:
-        _interrupt_each_while_it_follows(config, merchant_id, span(sim), tmp_path)
+        _interrupt_each_while_it_follows(config, merchant_id, span(sim), tmp_path, signum)
         asked = {request.kind: request.state for request in _all_requests(warehouse, merchant_id)}
         assert asked == {
             RequestKind.RESET: RequestState.CANCELLED,
@@ -245,10 +257,11 @@ def _all_requests(warehouse: Warehouse, merchant_id: str):
 
 
 def _interrupt_each_while_it_follows(
-    config: Path, merchant_id: str, window: tuple[str, ...], tmp_path: Path
+    config: Path, merchant_id: str, window: tuple[str, ...], tmp_path: Path, signum: int
 ) -> None:
-    """Start reset, verify, resync and backfill, each in a process; SIGINT each once it has
-    handed its work over: exit 130, one last line saying what became of its request."""
+    """Start reset, verify, resync and backfill, each in a process; signal each once it has
+    handed its work over: exit 128 + the signal, one last line saying what became of its
+    request."""
     runs = {
         "reset": ("merchant", "reset", merchant_id, "--yes"),
         "verify": ("verify", *window),
@@ -260,11 +273,12 @@ def _interrupt_each_while_it_follows(
     for name in runs:
         wait_for_log(logs[name], f'"{name}_handed_over"', timeout=60)
     for process in processes.values():
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
+    name_of_signal = signal.Signals(signum).name
     for name, process in processes.items():
-        assert process.wait(timeout=30) == 130, logs[name].read_text()[-2000:]
+        assert process.wait(timeout=30) == 128 + signum, logs[name].read_text()[-2000:]
         last = logs[name].read_text().strip().splitlines()[-1]
-        assert last.startswith("recordsync: interrupted by SIGINT: "), last
+        assert last.startswith(f"recordsync: interrupted by {name_of_signal}: "), last
         assert "Traceback" not in logs[name].read_text()
         if name == "backfill":
             assert "carries on with the job" in last, last
