@@ -8,12 +8,10 @@ needs neither the daemon nor the platform client, whose imports cost more than i
 and every process a test, a probe or cron starts starts sooner.
 """
 
-from __future__ import annotations
+import importlib as _importlib
+import typing as _typing
 
-import importlib
-from typing import TYPE_CHECKING, Any, Final
-
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from recordsync.service.commands.backfill import run_backfill, run_resync
     from recordsync.service.commands.control import pause_merchant, resume_merchant
     from recordsync.service.commands.demo import run_demo
@@ -27,7 +25,7 @@ if TYPE_CHECKING:
     from recordsync.service.daemon.run import run_daemon
     from recordsync.service.runtime import warn_settings
 
-_HOMES: Final = {
+_HOMES: _typing.Final = {
     "run_backfill": "recordsync.service.commands.backfill",
     "run_resync": "recordsync.service.commands.backfill",
     "pause_merchant": "recordsync.service.commands.control",
@@ -68,10 +66,10 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
+    value = getattr(_importlib.import_module(home), name)
     globals()[name] = value
     return value

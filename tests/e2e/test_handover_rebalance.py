@@ -148,4 +148,8 @@ def assert_the_moved_job_ended_at_d2(
         names = {str(e.get("event")) for e in events(log)}
         assert "resync_taken_back" not in names  # not at the free moment of the move
         assert "resync_finished" in names
-    assert "lease_waiting" not in {str(e.get("event")) for e in events(d2)}
+    # D2 may stand by at its first tick while D1 finishes the page in hand (3 s pages here,
+    # so on a loaded machine it does): what the hand-over must prevent is standing by for the
+    # job's length (the bound above) or after holding it.
+    waits = [at(e) for e in events(d2) if e.get("event") == "lease_waiting"]
+    assert all(waited <= synced for waited in waits), (waits, synced)
