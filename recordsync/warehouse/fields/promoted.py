@@ -47,6 +47,7 @@ from recordsync.warehouse.types import SQLiteDecimalText, json_text, utc_datetim
 
 # A column name the warehouse and every BI tool take unquoted.
 _NAME: Final = re.compile(r"[a-z][a-z0-9_]{0,62}")
+ADDING: Final = "adding"  # registered, its columns not all added yet: no writer fills it
 FILLING: Final = "filling"
 DONE: Final = "done"
 _MEMBERS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
@@ -195,10 +196,10 @@ def target_table(name: str, promoted: Sequence[Promoted]) -> Table:
 
 
 def read_promoted(conn: Connection) -> list[Promoted]:
+    """The promoted fields whose columns exist, as the writers fill them."""
+    p = promoted_fields
     rows = conn.execute(
-        select(promoted_fields.c.field, promoted_fields.c.type, promoted_fields.c.state).order_by(
-            promoted_fields.c.field
-        )
+        select(p.c.field, p.c.type, p.c.state).where(p.c.state != ADDING).order_by(p.c.field)
     )
     return [Promoted(field, kind, state) for field, kind, state in rows]
 

@@ -3,11 +3,14 @@
 Steps, each its own short transaction, so the sync goes on meanwhile and a promotion stopped
 at any instant resumes where it was when run again:
 
-1. the typed, nullable column is added to ``records`` and ``record_revisions`` (no rewrite of
-   the table on any backend: a nullable column without a default) and the field registered
-   in ``promoted_fields`` as ``filling``;
-2. a wait longer than the writers' view of ``promoted_fields`` is old (``PromotedCache``):
-   from then on every page fills the column of the rows it writes (``promoted.fill_page``);
+1. the field is registered in ``promoted_fields`` as ``adding`` (which no writer fills), the
+   typed, nullable column added to ``records`` and ``record_revisions`` (no rewrite of the
+   table on any backend: a nullable column without a default; each ALTER waits a bounded
+   time for the table, so the page commits never queue behind it for long), then the field
+   marked ``filling``;
+2. a wait longer than the writers' view of ``promoted_fields`` is old (``PromotedCache``),
+   on every run, a resumed one too: from then on every page fills the column of the rows it
+   writes (``promoted.fill_page``);
 3. the rows written before are filled from ``extra_fields`` in batches in key order, each
    batch one transaction that also moves the fill's position (``fill_*`` columns), only rows
    still at the revision read (a row the sync moved on meanwhile was filled by its writer);
@@ -25,20 +28,24 @@ from sqlalchemy import (
     Column,
     Connection,
     Engine,
+    Table,
     and_,
     bindparam,
     func,
     insert,
     inspect,
-    or_,
     select,
     text,
+    true,
     update,
 )
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.schema import CreateColumn
+from sqlalchemy.sql.elements import ColumnElement
 
 from recordsync.warehouse.database_clock import database_now
 from recordsync.warehouse.fields.promoted import (
+    ADDING,
     COLUMN_TYPES,
     DONE,
     FILLING,
@@ -50,6 +57,10 @@ from recordsync.warehouse.schema import promoted_fields, record_field_sightings
 
 TABLES: Final = ("records", "record_revisions")
 BATCH: Final = 1000
+ALTER_LOCK_WAIT: Final = 1.0
+ALTER_ATTEMPTS: Final = 60
+_POSTGRES_LOCK_NOT_AVAILABLE: Final = "55P03"
+_MARIADB_LOCK_WAIT_TIMEOUT: Final = 1205
 _P = promoted_fields
 
 
@@ -94,37 +105,68 @@ def plan(engine: Engine, field: str, kind: str) -> PromotionPlan:
         return PromotionPlan(field, kind, {t: _carrying(conn, t, field) for t in TABLES}, state)
 
 
-def _add_columns(engine: Engine, field: str, kind: str) -> None:
+def _add_columns(
+    engine: Engine, field: str, kind: str, sleep: Callable[[float], None] = time.sleep
+) -> None:
     for table in TABLES:
         present = {c["name"] for c in inspect(engine).get_columns(table)}
         if field in present:
             continue  # a promotion stopped after this step, run again
         column = CreateColumn(Column(field, COLUMN_TYPES[kind](), nullable=True))
-        with engine.begin() as conn:
-            spelled = column.compile(dialect=conn.dialect)
-            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {spelled}"))
+        for attempt in range(1, ALTER_ATTEMPTS + 1):
+            try:
+                with engine.begin() as conn:
+                    _bound_lock_wait(conn)
+                    spelled = column.compile(dialect=conn.dialect)
+                    conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {spelled}"))
+                break
+            except OperationalError as exc:
+                if attempt == ALTER_ATTEMPTS or not _lock_wait_ended(exc):
+                    raise
+                sleep(ALTER_LOCK_WAIT)
 
 
-def _register(engine: Engine, field: str, kind: str) -> bool:
-    """The field as ``filling``; False when it is promoted already (with this type)."""
+def _lock_wait_ended(exc: OperationalError) -> bool:
+    """The ALTER gave up its wait for the lock (PostgreSQL 55P03, MariaDB 1205), not the
+    warehouse gone."""
+    if getattr(exc.orig, "sqlstate", None) == _POSTGRES_LOCK_NOT_AVAILABLE:
+        return True
+    args: tuple[object, ...] = getattr(exc.orig, "args", ())
+    return bool(args) and args[0] == _MARIADB_LOCK_WAIT_TIMEOUT
+
+
+def _bound_lock_wait(conn: Connection) -> None:
+    """An ALTER waits for the table's lock behind every open reader (a long BI query, a
+    verify), and every page commit queued behind the ALTER waits with it: so it waits at most
+    ``ALTER_LOCK_WAIT`` and is tried again, and the pages in between go through."""
+    seconds = int(ALTER_LOCK_WAIT)
+    if conn.dialect.name == "postgresql":
+        conn.execute(text(f"SET LOCAL lock_timeout = '{seconds}s'"))
+    elif conn.dialect.name != "sqlite":
+        conn.execute(text(f"SET SESSION lock_wait_timeout = {seconds}"))
+
+
+def _register(engine: Engine, field: str, kind: str) -> str:
+    """The field's state, registered as ``adding`` if it was not; refused when it is
+    promoted already with another type."""
     with engine.begin() as conn:
-        held = conn.execute(select(_P.c.type).where(_P.c.field == field)).scalar_one_or_none()
+        held = conn.execute(select(_P.c.type, _P.c.state).where(_P.c.field == field)).one_or_none()
         if held is not None:
-            if held != kind:
-                raise PromotionRefused(f"{field} is promoted already, as {held}")
-            return False
+            if held.type != kind:
+                raise PromotionRefused(f"{field} is promoted already, as {held.type}")
+            return str(held.state)
         conn.execute(
             insert(_P).values(
                 field=field,
                 column_name=field,
                 type=kind,
-                state=FILLING,
+                state=ADDING,
                 requested_at=database_now(),
                 rows_filled=0,
                 rows_unfit=0,
             )
         )
-        return True
+        return ADDING
 
 
 def promote(
@@ -138,11 +180,15 @@ def promote(
     on_batch: Callable[[int, int], None] | None = None,
 ) -> PromotionResult:
     """Promote ``field`` as ``kind`` (steps 1-4 above); ``settle``: step 2's wait, seconds."""
-    if _register(engine, field, kind):
-        _add_columns(engine, field, kind)
+    state = _register(engine, field, kind)
+    if state == ADDING:
+        _add_columns(engine, field, kind, sleep)
+        with engine.begin() as conn:
+            conn.execute(
+                update(_P).where(_P.c.field == field, _P.c.state == ADDING).values(state=FILLING)
+            )
+    if state != DONE:
         sleep(settle)
-    else:
-        _add_columns(engine, field, kind)  # stopped between registering and adding
     promoted = Promoted(field, kind)
     for table in TABLES:
         while _fill_batch(engine, table, promoted, batch, on_batch):
@@ -166,7 +212,12 @@ def _fill_batch(
     batch: int,
     on_batch: Callable[[int, int], None] | None,
 ) -> bool:
-    """One batch of ``table_name`` after the fill's position; False when none was left."""
+    """The next ``batch`` rows of ``table_name`` after the fill's position, their members
+    written to the column; False when none was left.
+
+    A batch reads ``batch`` rows whether they carry the member or not, so its cost is bounded
+    however rare the field is, and the rows it writes stay locked only for its own short
+    transaction, taken in key order as every page takes them."""
     table = target_table(table_name, [promoted])
     with engine.begin() as conn:
         state = conn.execute(
@@ -184,32 +235,31 @@ def _fill_batch(
             table_name
         ):
             return False  # this table was filled by an earlier run
-        query = select(
-            table.c.merchant_id, table.c.record_id, table.c.revision, table.c.extra_fields
-        )
-        query = query.where(table.c.extra_fields.is_not(None))
-        if state.fill_table == table_name and state.fill_merchant_id is not None:
-            query = query.where(_after(table, state))
-        query = query.order_by(table.c.merchant_id, table.c.record_id, table.c.revision)
-        rows = conn.execute(query.limit(batch)).all()
+        position = state if state.fill_table == table_name else None
+        rows = _rows_after(conn, table, position, batch)
         if not rows:
             return False
         updates, unfit, filled = [], 0, 0
         for merchant_id, record_id, revision, extra in rows:
+            if extra is None:
+                continue
             (value,), bad = row_values([promoted], extra)
             unfit += bad
-            filled += value is not None
+            if value is None:
+                continue  # the column is NULL already: nothing to write
+            filled += 1
             updates.append({"m": merchant_id, "r": record_id, "v": revision, "x": value})
-        conn.execute(
-            update(table)
-            .where(
-                table.c.merchant_id == bindparam("m"),
-                table.c.record_id == bindparam("r"),
-                table.c.revision == bindparam("v"),
+        if updates:
+            conn.execute(
+                update(table)
+                .where(
+                    table.c.merchant_id == bindparam("m"),
+                    table.c.record_id == bindparam("r"),
+                    table.c.revision == bindparam("v"),
+                )
+                .values({promoted.field: bindparam("x")}),
+                updates,
             )
-            .values({promoted.field: bindparam("x")}),
-            updates,
-        )
         last = rows[-1]
         conn.execute(
             update(_P)
@@ -228,14 +278,30 @@ def _fill_batch(
     return True
 
 
-def _after(table: Any, state: Any) -> Any:
-    """Rows after the fill's position in (merchant_id, record_id, revision) order."""
+def _rows_after(conn: Connection, table: Table, position: Any, batch: int) -> list[Any]:
+    """The first ``batch`` rows after ``position`` (None: from the start) in key order.
+
+    The position is a three-part key, and "after it" written as one condition (``m > M OR (m
+    = M AND r > R) OR ...``) is a filter no index range serves: every backend read the whole
+    rest of the merchant and sorted it for each batch, so a fill took time in the square of
+    the rows.  Here each part is a range of the primary key of its own, read in turn."""
     m, r, v = table.c.merchant_id, table.c.record_id, table.c.revision
-    return or_(
-        m > state.fill_merchant_id,
-        and_(m == state.fill_merchant_id, r > state.fill_record_id),
-        and_(m == state.fill_merchant_id, r == state.fill_record_id, v > state.fill_revision),
-    )
+    keyed = table.name == "record_revisions"  # records: one row a record, its key (m, r)
+    order = (m, r, v) if keyed else (m, r)
+    if position is None:
+        ranges: list[ColumnElement[bool]] = [true()]
+    else:
+        at_m, at_r = position.fill_merchant_id, position.fill_record_id
+        ranges = [and_(m == at_m, r > at_r), m > at_m]
+        if keyed:
+            ranges.insert(0, and_(m == at_m, r == at_r, v > position.fill_revision))
+    query = select(m, r, v, table.c.extra_fields)
+    rows: list[Any] = []
+    for where in ranges:
+        rows += conn.execute(query.where(where).order_by(*order).limit(batch - len(rows))).all()
+        if len(rows) >= batch:
+            break
+    return rows
 
 
 @dataclass(frozen=True, slots=True)
