@@ -295,6 +295,12 @@ def _rows_after(conn: Connection, table: Table, position: Any, batch: int) -> li
         ranges = [and_(m == at_m, r > at_r), m > at_m]
         if keyed:
             ranges.insert(0, and_(m == at_m, r == at_r, v > position.fill_revision))
+    if conn.dialect.name == "postgresql":
+        # Only the key's own order is bounded: with statistics older than the table (a
+        # warehouse just loaded, autovacuum behind) PostgreSQL estimated a range of 700 000
+        # rows at 99 and read them all through a bitmap to sort them, 0.7 s a batch.
+        conn.execute(text("SET LOCAL enable_sort = off"))
+        conn.execute(text("SET LOCAL enable_bitmapscan = off"))
     query = select(m, r, v, table.c.extra_fields)
     rows: list[Any] = []
     for where in ranges:
