@@ -205,13 +205,13 @@ def test_promote_fills_the_column_as_the_members_say_and_running_it_again_change
 ) -> None:
     url, _before, _after = drifted
     config = _config(tmp_path, url)
-    said = (
-        f"promoted tax as decimal: {FILLED} rows filled from extra_fields, {UNFIT} did not fit "
-        "decimal (left NULL, raw text kept in extra_fields)"
+    counts = (
+        f"{FILLED} rows of records and record_revisions filled from extra_fields, {UNFIT} did "
+        "not fit decimal (left NULL, raw text kept in extra_fields)"
     )
     done = _recordsync(config, "fields", "promote", "tax", "--type", "decimal")
     assert done.returncode == 0, done.stderr
-    assert _one_line(done.stderr) == said
+    assert _one_line(done.stderr) == f"promoted tax as decimal: {counts}"
     for table in TABLES:
         assert "tax" in _columns(url, table)
     _assert_column_equals_members(url)
@@ -219,7 +219,9 @@ def test_promote_fills_the_column_as_the_members_say_and_running_it_again_change
 
     again = _recordsync(config, "fields", "promote", "tax", "--type", "decimal")
     assert again.returncode == 0, again.stderr
-    assert _one_line(again.stderr) == said
+    assert (
+        _one_line(again.stderr) == f"tax was promoted already as decimal, nothing to do: {counts}"
+    )
     assert {table: _tax_and_extra(url, table) for table in TABLES} == filled
 
     dry = _recordsync(config, "fields", "promote", "tax", "--type", "decimal", "--dry-run")
@@ -338,7 +340,7 @@ def test_fields_runs_with_no_platform_setting_at_all(
     assert listed.returncode == 0, listed.stderr
     done = _recordsync(config, "fields", "promote", "tax", "--type", "decimal", env=env)
     assert done.returncode == 0, done.stderr
-    assert _one_line(done.stderr).startswith(f"promoted tax as decimal: {FILLED} rows filled")
+    assert _one_line(done.stderr).startswith(f"promoted tax as decimal: {FILLED} rows of records")
 
 
 MERCHANT = "m-fields"
@@ -386,5 +388,5 @@ def _sync_then_fields(sim: Simulator, tmp_path: Path) -> None:
     ):
         done = _recordsync(config, "fields", *argv, env=env)
         assert done.returncode == 0, done.stderr
-    assert "rows filled from extra_fields" in done.stderr
+    assert "and record_revisions filled from extra_fields" in done.stderr
     assert sim.stats().total_requests == asked

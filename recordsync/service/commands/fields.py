@@ -27,7 +27,7 @@ from recordsync.core.settings import Settings
 from recordsync.platform.unknown_members import KNOWN_RECORD_FIELDS
 from recordsync.service.commands.console import PipeConsole
 from recordsync.warehouse import Warehouse
-from recordsync.warehouse.fields.promoted import FILLING, TYPES, check_name
+from recordsync.warehouse.fields.promoted import DONE, FILLING, TYPES, check_name
 from recordsync.warehouse.fields.promotion import PromotionRefused
 
 
@@ -71,17 +71,30 @@ def promote_field(settings: Settings, name: str, kind: str, *, dry_run: bool) ->
         # Never migrated, or another revision: exit 2 naming what to run, not a missing
         # table's exit 1 ("run it again", which would never help).
         warehouse.check_schema()
+        held = _held(warehouse, name)
         try:
             result = warehouse.fields.promote_field(name, kind)
         except PromotionRefused as exc:
             raise ConfigurationError(f"fields promote: {exc}") from None
     finally:
         warehouse.close()
-    sys.stderr.write(
-        f"promoted {name} as {kind}: {result.filled:,} rows filled from extra_fields, "
-        f"{result.unfit:,} did not fit {kind} (left NULL, raw text kept in extra_fields)\n"
+    # The counts are of both tables, as the dry run's are: said so, since they exceed the
+    # records.  Run again once done, the same counts are no new work: said so too.
+    counts = (
+        f"{result.filled:,} rows of records and record_revisions filled from extra_fields, "
+        f"{result.unfit:,} did not fit {kind} (left NULL, raw text kept in extra_fields)"
     )
+    if held is not None and held["state"] == DONE:
+        said = f"{name} was promoted already as {kind}, nothing to do: {counts}"
+    else:
+        said = f"promoted {name} as {kind}: {counts}"
+    sys.stderr.write(said + "\n")
     return 0
+
+
+def _held(warehouse: Warehouse, name: str) -> dict[str, Any] | None:
+    """The field's row in the promoted fields (its type and state), or None."""
+    return {row["field"]: row for row in warehouse.fields.list_fields().promoted}.get(name)
 
 
 def _dry_run(settings: Settings, name: str, kind: str) -> int:
@@ -89,7 +102,7 @@ def _dry_run(settings: Settings, name: str, kind: str) -> int:
     already with another type ends as the promotion itself would (exit 2)."""
     warehouse = Warehouse.for_reading(settings.database_url)
     try:
-        held = {row["field"]: row for row in warehouse.fields.list_fields().promoted}.get(name)
+        held = _held(warehouse, name)
         if held is not None and held["type"] != kind:
             raise ConfigurationError(
                 f"fields promote: {name} is promoted already, as {held['type']}"
