@@ -28,7 +28,7 @@ EXIT_INCOMPLETE = 3
 # process SIGPIPE ended, quietly, as ``cat`` or ``grep`` end there.
 EXIT_BROKEN_PIPE = 128 + 13
 # Commands that stop gracefully on SIGTERM/SIGINT; the others keep Python's defaults.
-GRACEFUL_COMMANDS = frozenset({"run", "backfill", "verify", "demo", "resync", "reset"})
+GRACEFUL_COMMANDS = frozenset({"run", "backfill", "verify", "demo", "resync", "reset", "promote"})
 
 
 def _time_arg(value: str) -> object:

@@ -3,13 +3,15 @@ own, on a warehouse whose rows carry members the platform added (written by real
 commits, so the sightings are the ones a sync leaves).
 
 Every case ends with one plain line and the exit code the command documents (0 done, 1 the
-warehouse failed, 2 a name or type it cannot take), no traceback; ``fields`` needs no
+warehouse failed, 2 a name or type it cannot take, 128 + the signal that stopped it), no
+traceback; ``fields`` needs no
 platform settings and sends the platform nothing.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -24,6 +26,7 @@ import orjson
 import pytest
 from sqlalchemy import inspect, text
 from support.dbfixtures import BACKEND_PARAMS
+from support.leftovers import STARTED
 from support.synccheck import environment_for, running
 from support.warehouse_samples import (
     make_change,
@@ -236,6 +239,54 @@ def test_promote_fills_the_column_as_the_members_say_and_running_it_again_change
     assert (promoted["field"], promoted["type"], promoted["state"]) == ("tax", "decimal", "done")
     assert (promoted["rows_filled"], promoted["rows_unfit"]) == (FILLED, UNFIT)
     assert [row["field"] for row in listed["unknown"]] == ["channel"]
+
+
+def _wait_until_filling(url: str) -> None:
+    """Until the field is registered and its columns added: the promotion waits for the
+    writers to see it, before it fills."""
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        with closing(Warehouse.connect(url)) as store:
+            states = [row["state"] for row in store.fields.list_fields().promoted]
+        if states == ["filling"] and all("tax" in _columns(url, table) for table in TABLES):
+            return
+        time.sleep(0.05)
+    pytest.fail("the promotion never started filling")
+
+
+@on_every_backend
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_promotion_stopped_by_a_signal_says_so_in_one_line_and_resumes_when_run_again(
+    drifted: tuple[str, datetime, datetime], tmp_path: Path, signum: signal.Signals
+) -> None:
+    url, _before, _after = drifted
+    config = _config(tmp_path, url)
+    promote = ["fields", "promote", "tax", "--type", "decimal"]
+    process = subprocess.Popen(  # noqa: S603 - our own interpreter, fixed arguments
+        [sys.executable, "-m", "recordsync", "--config", str(config), *promote],
+        env=_environment(),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    STARTED.append(process)
+    _wait_until_filling(url)
+    process.send_signal(signum)
+    out, err = process.communicate(timeout=DEADLINE)
+    assert process.returncode == 128 + signum, err
+    assert "Traceback" not in out + err, err[-3000:]
+    assert _one_line(err) == (
+        f"recordsync: interrupted by {signum.name}: run the same command again: the "
+        "promotion resumes where it stopped"
+    )
+    with closing(Warehouse.connect(url)) as store:
+        assert [row["state"] for row in store.fields.list_fields().promoted] == ["filling"]
+
+    done = _recordsync(config, "fields", "promote", "tax", "--type", "decimal")
+    assert done.returncode == 0, done.stderr
+    assert _one_line(done.stderr).startswith(f"promoted tax as decimal: {FILLED} rows of records")
+    _assert_column_equals_members(url)
 
 
 @on_every_backend

@@ -7,7 +7,8 @@ again (``warehouse.fields.promotion``); the sync may run meanwhile, and a promot
 at any point is finished by running the same command again.
 
 Exit codes: 0 done (or, with ``--dry-run``, what it would do); 1 the warehouse failed
-meanwhile (run it again: it resumes); 2 a name or type it cannot take, a field promoted
+meanwhile (run it again: it resumes); 130 or 143 stopped by SIGINT or SIGTERM (the same: run
+it again); 2 a name or type it cannot take, a field promoted
 already with another type (its dry run ends so too), or a schema this version does not read
 (never migrated: run ``recordsync migrate``).  Each ends with one plain line.
 """
@@ -26,17 +27,19 @@ from recordsync.core.errors import ConfigurationError
 from recordsync.core.settings import Settings
 from recordsync.platform.unknown_members import KNOWN_RECORD_FIELDS
 from recordsync.service.commands.console import PipeConsole
+from recordsync.service.signals import end_on_signals
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.fields.promoted import DONE, FILLING, TYPES, check_name
 from recordsync.warehouse.fields.promotion import PromotionRefused
 
 
 def list_fields(settings: Settings, *, as_json: bool) -> int:
-    warehouse = Warehouse.for_reading(settings.database_url)
-    try:
-        view = warehouse.fields.list_fields()
-    finally:
-        warehouse.close()
+    with end_on_signals("nothing was changed"):
+        warehouse = Warehouse.for_reading(settings.database_url)
+        try:
+            view = warehouse.fields.list_fields()
+        finally:
+            warehouse.close()
     if as_json:
         payload = {
             "known": sorted(KNOWN_RECORD_FIELDS),
@@ -63,7 +66,13 @@ def promote_field(settings: Settings, name: str, kind: str, *, dry_run: bool) ->
     if kind not in TYPES:
         raise ConfigurationError(f"fields promote: --type must be one of {', '.join(TYPES)}")
     if dry_run:
-        return _dry_run(settings, name, kind)
+        with end_on_signals("nothing was changed"):
+            return _dry_run(settings, name, kind)
+    with end_on_signals("run the same command again: the promotion resumes where it stopped"):
+        return _promote(settings, name, kind)
+
+
+def _promote(settings: Settings, name: str, kind: str) -> int:
     # No count of the rows first: over a year's tables it is a scan longer than a writer's
     # statement limit, and the fill counts what it fills anyway.
     warehouse = Warehouse.connect(settings.database_url, keep_revisions=settings.keep_revisions)
