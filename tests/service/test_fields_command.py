@@ -376,6 +376,17 @@ def test_a_warehouse_never_migrated_is_refused_naming_migrate_and_left_untouched
         assert inspect(store.engine).get_table_names() == []
 
 
+@pytest.mark.parametrize("argv", [param for param in FIELDS_COMMANDS if param.id != "promote"])
+def test_the_reads_on_a_sqlite_file_that_is_not_there_name_it_and_create_nothing(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    path = tmp_path / "typo.db"
+    done = _recordsync(_config(tmp_path, f"sqlite:///{path}"), "fields", *argv)
+    assert done.returncode == 2, done.stderr
+    assert _one_line(done.stderr).startswith(f"recordsync: configuration: no warehouse at {path}")
+    assert not path.exists()
+
+
 # -- the platform is never asked ------------------------------------------------------------------
 
 
