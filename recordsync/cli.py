@@ -28,7 +28,7 @@ EXIT_INCOMPLETE = 3
 # process SIGPIPE ended, quietly, as ``cat`` or ``grep`` end there.
 EXIT_BROKEN_PIPE = 128 + 13
 # Commands that stop gracefully on SIGTERM/SIGINT; the others keep Python's defaults.
-GRACEFUL_COMMANDS = frozenset({"run", "backfill", "verify", "demo", "resync", "reset"})
+GRACEFUL_COMMANDS = frozenset({"run", "backfill", "verify", "demo", "resync", "reset", "promote"})
 
 
 def _time_arg(value: str) -> object:
@@ -155,8 +155,10 @@ def _fields(args: argparse.Namespace) -> int:
     from recordsync.logs import configure_logging  # noqa: PLC0415
     from recordsync.service.commands import fields as fields_command  # noqa: PLC0415
 
-    settings = load_settings(config_path=args.config, need_platform=False)
-    configure_logging(level=settings.log_level, log_format=settings.log_format)
+    # The fields are the warehouse's, not a merchant's: no merchant or platform setting is read.
+    settings = load_settings(config_path=args.config, need_platform=False, need_merchant=False)
+    # stdout is the listing (``--json`` read by scripts): the log goes to stderr.
+    configure_logging(level=settings.log_level, log_format=settings.log_format, stream=sys.stderr)
     if args.action == "list":
         return fields_command.list_fields(settings, as_json=args.json)
     return fields_command.promote_field(settings, args.name, args.kind, dry_run=args.dry_run)

@@ -1,4 +1,5 @@
 """SIGTERM and SIGINT: stop taking pages, commit the one in hand, exit; a second one: exit now.
+(A command with no page in hand, each step its own transaction, ends at once: ``end_on_signals``.)
 
 Signals that arrived before this handler took over (``recordsync.core.early_signals``) are
 acted on as soon as it does.
@@ -90,3 +91,48 @@ def _act_on(arrived: queue.SimpleQueue[int], record: Received, stopper: Stopper)
         record.signals.append(signum)
         log.info("stopping", signal=name)
         stopper.stop()
+
+
+class _Ended(KeyboardInterrupt):
+    """Raised out of ``end_on_signals``' handler.  A ``KeyboardInterrupt``, so that what
+    Ctrl-C unwinds specially (the drivers cancel the statement they wait on) a SIGTERM unwinds
+    the same way."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def end_on_signals(what_now: str) -> Iterator[None]:
+    """SIGTERM or SIGINT end the block at once, wherever it is, as ``CommandInterruptedError``
+    (one line, exit 128 + the signal) saying ``what_now``: for a command whose every step is
+    a transaction of its own (``fields promote``), where a stop leaves what a kill would and
+    the same command carries on from there, so no page is waited for.  Python's default was a
+    KeyboardInterrupt's traceback on the terminal for Ctrl-C, and no word at all for SIGTERM.
+
+    Raising from the handler takes no lock, so unlike logging there (``stop_on_signals``) it
+    cannot wait for one the interrupted main thread holds."""
+
+    ended: list[int] = []
+
+    def end(signum: int, _frame: FrameType | None) -> None:
+        if ended:  # a second one while the first unwinds: now, as stop_on_signals' second
+            os._exit(128 + signum)
+        ended.append(signum)
+        raise _Ended(signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, end) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for signum in early_signals.take():
+            end(signum, None)
+        yield
+    except _Ended as exc:
+        first = signal.Signals(exc.signum)
+        raise CommandInterruptedError(first.name, first.value, what_now) from None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -368,7 +368,8 @@ def load_settings(
 
     ``need_platform`` is false for commands that only touch the warehouse (``migrate``,
     ``status``, ``report``): no base URL or secret is asked for or read.  ``need_merchant`` is
-    false only for ``migrate``: no merchant is read at all.
+    false for the commands on the whole warehouse (``migrate``, ``fields``): no merchant is
+    read at all.
     """
     environ = os.environ if environ is None else environ
     env_config = environ.get(variable("config"))

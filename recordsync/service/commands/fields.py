@@ -7,13 +7,16 @@ again (``warehouse.fields.promotion``); the sync may run meanwhile, and a promot
 at any point is finished by running the same command again.
 
 Exit codes: 0 done (or, with ``--dry-run``, what it would do); 1 the warehouse failed
-meanwhile (run it again: it resumes); 2 a name or type it cannot take, or a field promoted
-already with another type.  Each ends with one plain line.
+meanwhile (run it again: it resumes); 130 or 143 stopped by SIGINT or SIGTERM (the same: run
+it again); 2 a name or type it cannot take, a field promoted
+already with another type (its dry run ends so too), or a schema this version does not read
+(never migrated: run ``recordsync migrate``).  Each ends with one plain line.
 """
 
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -24,21 +27,19 @@ from recordsync.core.errors import ConfigurationError
 from recordsync.core.settings import Settings
 from recordsync.platform.unknown_members import KNOWN_RECORD_FIELDS
 from recordsync.service.commands.console import PipeConsole
+from recordsync.service.signals import end_on_signals
 from recordsync.warehouse import Warehouse
-from recordsync.warehouse.fields.promoted import TYPES, check_name
+from recordsync.warehouse.fields.promoted import DONE, FILLING, TYPES, check_name
 from recordsync.warehouse.fields.promotion import PromotionRefused
 
 
-def _open(settings: Settings) -> Warehouse:
-    return Warehouse.connect(settings.database_url, keep_revisions=settings.keep_revisions)
-
-
 def list_fields(settings: Settings, *, as_json: bool) -> int:
-    warehouse = _open(settings)
-    try:
-        view = warehouse.fields.list_fields()
-    finally:
-        warehouse.close()
+    with end_on_signals("nothing was changed"):
+        warehouse = Warehouse.for_reading(settings.database_url)
+        try:
+            view = warehouse.fields.list_fields()
+        finally:
+            warehouse.close()
     if as_json:
         payload = {
             "known": sorted(KNOWN_RECORD_FIELDS),
@@ -64,27 +65,73 @@ def promote_field(settings: Settings, name: str, kind: str, *, dry_run: bool) ->
         raise ConfigurationError(f"fields promote: {problem}")
     if kind not in TYPES:
         raise ConfigurationError(f"fields promote: --type must be one of {', '.join(TYPES)}")
-    warehouse = _open(settings)
+    if dry_run:
+        with end_on_signals("nothing was changed"):
+            return _dry_run(settings, name, kind)
+    with end_on_signals("run the same command again: the promotion resumes where it stopped"):
+        return _promote(settings, name, kind)
+
+
+def _promote(settings: Settings, name: str, kind: str) -> int:
+    # No count of the rows first: over a year's tables it is a scan longer than a writer's
+    # statement limit, and the fill counts what it fills anyway.
+    warehouse = Warehouse.connect(settings.database_url, keep_revisions=settings.keep_revisions)
     try:
-        plan = warehouse.fields.promotion_plan(name, kind)
-        carrying = ", ".join(f"{n:,} rows of {table}" for table, n in plan.carrying.items())
-        if dry_run:
-            state = "" if plan.state is None else f" (promoted already: {plan.state})"
-            sys.stderr.write(
-                f"would add the {kind} column {name} to records and record_revisions and fill "
-                f"it from extra_fields: {carrying} carry it{state}\n"
-            )
-            return 0
+        # Never migrated, or another revision: exit 2 naming what to run, not a missing
+        # table's exit 1 ("run it again", which would never help).
+        warehouse.check_schema()
+        held = _held(warehouse, name)
         try:
             result = warehouse.fields.promote_field(name, kind)
         except PromotionRefused as exc:
             raise ConfigurationError(f"fields promote: {exc}") from None
     finally:
         warehouse.close()
-    sys.stderr.write(
-        f"promoted {name} as {kind}: {result.filled:,} rows filled from extra_fields, "
-        f"{result.unfit:,} did not fit {kind} (left NULL, raw text kept in extra_fields)\n"
+    # The counts are of both tables, as the dry run's are: said so, since they exceed the
+    # records.  Run again once done, the same counts are no new work: said so too.
+    counts = (
+        f"{result.filled:,} rows of records and record_revisions filled from extra_fields, "
+        f"{result.unfit:,} did not fit {kind} (left NULL, raw text kept in extra_fields)"
     )
+    if held is not None and held["state"] == DONE:
+        said = f"{name} was promoted already as {kind}, nothing to do: {counts}"
+    else:
+        said = f"promoted {name} as {kind}: {counts}"
+    sys.stderr.write(said + "\n")
+    return 0
+
+
+def _held(warehouse: Warehouse, name: str) -> dict[str, Any] | None:
+    """The field's row in the promoted fields (its type and state), or None."""
+    return {row["field"]: row for row in warehouse.fields.list_fields().promoted}.get(name)
+
+
+def _dry_run(settings: Settings, name: str, kind: str) -> int:
+    """What the promotion would do, read with the read commands' limits; a field promoted
+    already with another type ends as the promotion itself would (exit 2)."""
+    warehouse = Warehouse.for_reading(settings.database_url)
+    try:
+        held = _held(warehouse, name)
+        if held is not None and held["type"] != kind:
+            raise ConfigurationError(
+                f"fields promote: {name} is promoted already, as {held['type']}"
+            )
+        plan = warehouse.fields.promotion_plan(name, kind)
+    finally:
+        warehouse.close()
+    carrying = ", ".join(f"{n:,} rows of {table}" for table, n in plan.carrying.items())
+    if plan.state is None:
+        said = (
+            f"would add the {kind} column {name} to records and record_revisions and fill it "
+            f"from extra_fields: {carrying} carry it"
+        )
+    else:
+        again = "finishes its fill" if plan.state == FILLING else "changes nothing"
+        said = (
+            f"{name} is promoted already as {kind} ({plan.state}): running it again {again}; "
+            f"{carrying} carry it"
+        )
+    sys.stderr.write(said + "\n")
     return 0
 
 
@@ -115,14 +162,22 @@ def _unknown_table(console: Console, rows: list[dict[str, Any]]) -> None:
         table.add_row(
             row["field"],
             str(row["merchants"]),
-            row["first_seen_at"].isoformat(timespec="seconds"),
-            row["last_seen_at"].isoformat(timespec="seconds"),
+            _to_the_second(row["first_seen_at"]),
+            _to_the_second(row["last_seen_at"]),
         )
     console.print(table)
 
 
+def _to_the_second(value: datetime) -> str:
+    """UTC to the second, ``Z``: short enough that the table fits an 80-column pipe whole
+    (``+00:00`` made rich cut every time to ``...+00:``)."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _plain(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as JSON takes it: times as ISO text, and keys as plain ``str`` (a promoted row's
+    keys are SQLAlchemy's ``quoted_name``, a subclass orjson refuses)."""
     return {
-        key: value.isoformat() if hasattr(value, "isoformat") else value
+        str(key): value.isoformat() if hasattr(value, "isoformat") else value
         for key, value in row.items()
     }
