@@ -9,10 +9,20 @@ import msgspec
 import pytest
 from sqlalchemy import text
 from support.dbfixtures import BACKEND_PARAMS
-from support.warehouse_samples import make_change, make_record, snapshot_page, tail_page
+from support.pages import commit_window_page
+from support.warehouse_samples import (
+    T0,
+    WINDOW,
+    make_change,
+    make_record,
+    snapshot_page,
+    tail_page,
+)
 
 from recordsync.core.extra_fields import members
+from recordsync.core.state import REBUILD_JOB
 from recordsync.warehouse import Warehouse
+from recordsync.warehouse.fields import promotion
 
 pytestmark = pytest.mark.parametrize(
     "warehouse_url",
@@ -103,3 +113,39 @@ def test_a_promotion_stopped_between_batches_resumes_where_it_was(rebuilding: Wa
     result = rebuilding.fields.promote_field("tax", "decimal", batch=20)
     assert (result.filled, result.unfit) == (2 * (ROWS // 2 - 1), 2)
     _equal_to_members(rebuilding)
+
+
+def test_the_dry_run_counts_in_pieces_across_merchants_and_revisions_exactly(
+    rebuilding: Warehouse,
+) -> None:
+    snapshot_page(rebuilding, *_records())
+    carrying = [r for r in _records() if r.extra_fields and '"tax"' in r.extra_fields]
+    later = [msgspec.structs.replace(r, revision=2) for r in carrying[::3]]
+    tail_page(rebuilding, *(make_change(r, 1000 + n) for n, r in enumerate(later)))
+    other = "merchant-2"
+    rebuilding.state.start_rebuild(
+        other,
+        change_cursor="c0",
+        anchor_at=T0,
+        history_from=WINDOW.start,
+        snapshot_to=WINDOW.end,
+        windows=[WINDOW],
+    )
+    commit_window_page(
+        rebuilding,
+        other,
+        REBUILD_JOB,
+        WINDOW,
+        records=_records()[:50],
+        rejected=[],
+        next_cursor="w-1",
+        cursor_issued_at=T0,
+        done=False,
+        position="start",
+    )
+    mine = ROWS // 2
+    theirs = sum(1 for r in _records()[:50] if r.extra_fields and '"tax"' in r.extra_fields)
+    expected = {"records": mine + theirs, "record_revisions": mine + len(later) + theirs}
+    for piece in (1, 7, 64, 10**6):
+        found = promotion.plan(rebuilding.engine, "tax", "decimal", piece=piece).carrying
+        assert found == expected, piece
