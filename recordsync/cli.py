@@ -148,6 +148,11 @@ def _add_fields_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         choices=("decimal", "text", "integer", "timestamp", "boolean"),
     )
     promote.add_argument("--dry-run", action="store_true")
+    promote.add_argument(
+        "--unseen",
+        action="store_true",
+        help="promote a field no page has carried yet (refused without: a typo is for good)",
+    )
 
 
 def _fields(args: argparse.Namespace) -> int:
@@ -161,7 +166,9 @@ def _fields(args: argparse.Namespace) -> int:
     configure_logging(level=settings.log_level, log_format=settings.log_format, stream=sys.stderr)
     if args.action == "list":
         return fields_command.list_fields(settings, as_json=args.json)
-    return fields_command.promote_field(settings, args.name, args.kind, dry_run=args.dry_run)
+    return fields_command.promote_field(
+        settings, args.name, args.kind, dry_run=args.dry_run, unseen=args.unseen
+    )
 
 
 def _add_merchant_commands(

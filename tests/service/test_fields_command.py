@@ -334,6 +334,29 @@ def test_a_name_or_type_it_cannot_take_ends_with_exit_2_and_changes_nothing(
     assert {table: _columns(url, table) for table in TABLES} == columns
 
 
+@on_sqlite
+def test_a_field_no_page_has_carried_is_refused_unless_unseen_is_given(
+    drifted: tuple[str, datetime, datetime], tmp_path: Path
+) -> None:
+    url, _before, _after = drifted
+    config = _config(tmp_path, url)
+    columns = {table: _columns(url, table) for table in TABLES}
+    said = (
+        "no page has carried tax_amout yet (fields list shows the fields seen); "
+        "--unseen promotes it before it arrives"
+    )
+    done = _recordsync(config, "fields", "promote", "tax_amout", "--type", "decimal")
+    assert done.returncode == 2, done.stderr
+    assert _one_line(done.stderr) == f"recordsync: configuration: fields promote: {said}"
+    assert {table: _columns(url, table) for table in TABLES} == columns
+    dry = _recordsync(config, "fields", "promote", "tax_amout", "--type", "decimal", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert _one_line(dry.stderr).endswith(f"0 rows of record_revisions carry it; but {said}")
+    done = _recordsync(config, "fields", "promote", "tax_amout", "--type", "decimal", "--unseen")
+    assert done.returncode == 0, done.stderr
+    assert all("tax_amout" in _columns(url, table) for table in TABLES)
+
+
 # -- the warehouse cannot be used -----------------------------------------------------------------
 
 UNREACHABLE = [

@@ -59,7 +59,9 @@ def list_fields(settings: Settings, *, as_json: bool) -> int:
     return 0
 
 
-def promote_field(settings: Settings, name: str, kind: str, *, dry_run: bool) -> int:
+def promote_field(
+    settings: Settings, name: str, kind: str, *, dry_run: bool, unseen: bool = False
+) -> int:
     problem = check_name(name)
     if problem is not None:
         raise ConfigurationError(f"fields promote: {problem}")
@@ -67,12 +69,12 @@ def promote_field(settings: Settings, name: str, kind: str, *, dry_run: bool) ->
         raise ConfigurationError(f"fields promote: --type must be one of {', '.join(TYPES)}")
     if dry_run:
         with end_on_signals("nothing was changed"):
-            return _dry_run(settings, name, kind)
+            return _dry_run(settings, name, kind, unseen=unseen)
     with end_on_signals("run the same command again: the promotion resumes where it stopped"):
-        return _promote(settings, name, kind)
+        return _promote(settings, name, kind, unseen=unseen)
 
 
-def _promote(settings: Settings, name: str, kind: str) -> int:
+def _promote(settings: Settings, name: str, kind: str, *, unseen: bool) -> int:
     # No count of the rows first: over a year's tables it is a scan longer than a writer's
     # statement limit, and the fill counts what it fills anyway.
     warehouse = Warehouse.connect(settings.database_url, keep_revisions=settings.keep_revisions)
@@ -81,6 +83,8 @@ def _promote(settings: Settings, name: str, kind: str) -> int:
         # table's exit 1 ("run it again", which would never help).
         warehouse.check_schema()
         held = _held(warehouse, name)
+        if held is None and not unseen and not _seen(warehouse, name):
+            raise ConfigurationError(f"fields promote: {_UNSEEN.format(name=name)}")
         try:
             result = warehouse.fields.promote_field(name, kind)
         except PromotionRefused as exc:
@@ -101,12 +105,24 @@ def _promote(settings: Settings, name: str, kind: str) -> int:
     return 0
 
 
+# A column is for good: a name no page has carried is more likely a typo than a field to come.
+_UNSEEN = (
+    "no page has carried {name} yet (fields list shows the fields seen); "
+    "--unseen promotes it before it arrives"
+)
+
+
+def _seen(warehouse: Warehouse, name: str) -> bool:
+    """Whether any merchant's pages carried ``name`` (its sightings)."""
+    return name in {row["field"] for row in warehouse.fields.list_fields().unknown}
+
+
 def _held(warehouse: Warehouse, name: str) -> dict[str, Any] | None:
     """The field's row in the promoted fields (its type and state), or None."""
     return {row["field"]: row for row in warehouse.fields.list_fields().promoted}.get(name)
 
 
-def _dry_run(settings: Settings, name: str, kind: str) -> int:
+def _dry_run(settings: Settings, name: str, kind: str, *, unseen: bool) -> int:
     """What the promotion would do, read with the read commands' limits; a field promoted
     already with another type ends as the promotion itself would (exit 2)."""
     warehouse = Warehouse.for_reading(settings.database_url)
@@ -117,6 +133,7 @@ def _dry_run(settings: Settings, name: str, kind: str) -> int:
                 f"fields promote: {name} is promoted already, as {held['type']}"
             )
         plan = warehouse.fields.promotion_plan(name, kind)
+        refused = held is None and not unseen and not _seen(warehouse, name)
     finally:
         warehouse.close()
     carrying = ", ".join(f"{n:,} rows of {table}" for table, n in plan.carrying.items())
@@ -131,6 +148,8 @@ def _dry_run(settings: Settings, name: str, kind: str) -> int:
             f"{name} is promoted already as {kind} ({plan.state}): running it again {again}; "
             f"{carrying} carry it"
         )
+    if refused:
+        said = f"{said}; but {_UNSEEN.format(name=name)}"
     sys.stderr.write(said + "\n")
     return 0
 
