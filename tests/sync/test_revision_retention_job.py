@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from support.clocks import FakeClock
 from support.fakes import FakePlatform, FakeStore, make_context
 
 from recordsync.core.retention import PrunedBatch, RevisionKey
@@ -17,21 +18,13 @@ RETENTION = timedelta(days=30)
 
 
 @dataclass
-class Clock:
-    now: float = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@dataclass
 class SweptStore(FakeStore):
     """A table of ``batches`` batches, each deleting 2 rows and taking ``seconds`` of the
     clock; ``asked`` records where each batch started."""
 
     batches: int = 5
     seconds: float = 0.4
-    clock: Clock = field(default_factory=Clock)
+    clock: FakeClock[float] = field(default_factory=lambda: FakeClock(1000.0))
     asked: list[RevisionKey | None] = field(default_factory=list)
 
     def prune_revisions(self, after: RevisionKey | None, retention: timedelta) -> PrunedBatch:
