@@ -49,8 +49,7 @@ def statements() -> Iterator[list[tuple[str, Any]]]:
     event.remove(Engine, "before_cursor_execute", heard)
 
 
-@pytest.mark.postgres
-@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS[:1], indirect=True)
+@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
 def test_every_fill_batch_reads_a_range_of_the_key_in_its_order(
     rebuilding: Warehouse, statements: list[tuple[str, Any]]
 ) -> None:
@@ -60,15 +59,33 @@ def test_every_fill_batch_reads_a_range_of_the_key_in_its_order(
     reads = [(sql, params) for sql, params in statements if "ORDER BY" in sql]
     assert len(reads) >= 2 * ROWS // 7
     with rebuilding.engine.connect() as conn:
-        # As on a table too big to scan or sort: a read the key's order cannot serve as a
-        # range shows a sort or a filter over the index, whatever its size.
-        for method in ("seqscan", "bitmapscan", "sort", "incremental_sort"):
-            conn.exec_driver_sql(f"SET enable_{method} = off")
-        for sql, params in reads:
-            plan = "\n".join(row[0] for row in conn.exec_driver_sql(f"EXPLAIN {sql}", params))
-            assert "Index Scan using pk_" in plan, plan
-            assert "Sort" not in plan, plan
-            assert "Filter:" not in plan, plan
+        if conn.dialect.name == "postgresql":
+            _postgres_reads_ranges(conn, reads)
+        else:
+            _mariadb_reads_ranges(conn, reads)
+
+
+def _postgres_reads_ranges(conn: Any, reads: list[tuple[str, Any]]) -> None:
+    # As on a table too big to scan or sort: a read the key's order cannot serve as a range
+    # shows a sort or a filter over the index, whatever its size.
+    for method in ("seqscan", "bitmapscan", "sort", "incremental_sort"):
+        conn.exec_driver_sql(f"SET enable_{method} = off")
+    for sql, params in reads:
+        plan = "\n".join(row[0] for row in conn.exec_driver_sql(f"EXPLAIN {sql}", params))
+        assert "Index Scan using pk_" in plan, plan
+        assert "Sort" not in plan, plan
+        assert "Filter:" not in plan, plan
+
+
+def _mariadb_reads_ranges(conn: Any, reads: list[tuple[str, Any]]) -> None:
+    # A ref on the merchant with the rest of the key as a filter reads from the merchant's
+    # first entry on each batch: only a range of the key (or the whole key in order, for the
+    # first batch) is bounded.  (Whether it sorts the range depends on the table's size: on
+    # these 60 rows it does, on a million it reads the range in order; bench/promotion.py.)
+    for sql, params in reads:
+        (plan,) = conn.exec_driver_sql(f"EXPLAIN {sql}", params).mappings().all()
+        assert plan["key"].startswith("uq_"), (sql, params, plan)
+        assert plan["type"] in {"range", "index"}, (sql, params, plan)
 
 
 @pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)

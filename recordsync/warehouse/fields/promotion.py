@@ -43,6 +43,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.schema import CreateColumn
 from sqlalchemy.sql.elements import ColumnElement
 
+from recordsync.core.database_url import MYSQL_FAMILY
 from recordsync.warehouse.database_clock import database_now
 from recordsync.warehouse.fields.promoted import (
     ADDING,
@@ -53,7 +54,11 @@ from recordsync.warehouse.fields.promoted import (
     row_values,
     target_table,
 )
-from recordsync.warehouse.schema import promoted_fields, record_field_sightings
+from recordsync.warehouse.schema import (
+    CLUSTERED_BY_ROW_ID,
+    promoted_fields,
+    record_field_sightings,
+)
 
 TABLES: Final = ("records", "record_revisions")
 BATCH: Final = 1000
@@ -101,6 +106,7 @@ def _carrying(conn: Connection, table: str, field: str, piece: int) -> int:
     ``piece`` records, each its own short read: one count of a year's table ran past a
     read's statement limit (MariaDB: 1 s every 500,000 rows), and held its snapshot as long."""
     carries = _carries(conn.dialect.name)
+    hint = f" {_key_hint(table)}" if conn.dialect.name in MYSQL_FAMILY else ""
     total, merchant = 0, None
     while True:
         after_merchant = "" if merchant is None else " WHERE merchant_id > :m"
@@ -117,7 +123,7 @@ def _carrying(conn: Connection, table: str, field: str, piece: int) -> int:
             values = {"m": merchant, "after": after, "f": field}
             end = conn.execute(
                 text(
-                    f"SELECT record_id FROM {table} WHERE {where} "  # noqa: S608
+                    f"SELECT record_id FROM {table}{hint} WHERE {where} "  # noqa: S608
                     f"ORDER BY record_id LIMIT 1 OFFSET {int(piece) - 1}"
                 ),
                 values,
@@ -126,7 +132,7 @@ def _carrying(conn: Connection, table: str, field: str, piece: int) -> int:
             total += int(
                 conn.execute(
                     text(
-                        f"SELECT COUNT(*) FROM {table} WHERE {where}{upper} "  # noqa: S608
+                        f"SELECT COUNT(*) FROM {table}{hint} WHERE {where}{upper} "  # noqa: S608
                         f"AND extra_fields IS NOT NULL AND {carries}"
                     ),
                     {**values, "end": end},
@@ -339,12 +345,22 @@ def _rows_after(conn: Connection, table: Table, position: Any, batch: int) -> li
             ranges.insert(0, and_(m == at_m, r == at_r, v > position.fill_revision))
     _keyed_reads_only(conn)
     query = select(m, r, v, table.c.extra_fields)
+    for dialect in MYSQL_FAMILY:
+        query = query.with_hint(table, _key_hint(table.name), dialect)
     rows: list[Any] = []
     for where in ranges:
         rows += conn.execute(query.where(where).order_by(*order).limit(batch - len(rows))).all()
         if len(rows) >= batch:
             break
     return rows
+
+
+def _key_hint(table: str) -> str:
+    """MariaDB: read by the record's key (unique there, the rows clustered by ``row_id``).
+    Left to choose, it reads ``merchant_id = M AND record_id > R`` as a ref on the merchant
+    with the rest as a filter, from the merchant's first entry: 126 ms a batch at the
+    900,000th record against 0.9 ms as a range of the key."""
+    return f"FORCE INDEX ({CLUSTERED_BY_ROW_ID[table]})"
 
 
 def _keyed_reads_only(conn: Connection) -> None:
