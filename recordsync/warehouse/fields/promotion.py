@@ -335,20 +335,23 @@ def _rows_after(conn: Connection, table: Table, position: Any, batch: int) -> li
     the rows.  Here each part is a range of the primary key of its own, read in turn."""
     m, r, v = table.c.merchant_id, table.c.record_id, table.c.revision
     keyed = table.name == "record_revisions"  # records: one row a record, its key (m, r)
-    order = (m, r, v) if keyed else (m, r)
+    rest = (r, v) if keyed else (r,)
+    # Each range in the order of the key's columns it leaves open: MariaDB sorted a range
+    # ordered by the merchant too (``merchant_id = M ... ORDER BY merchant_id, record_id``)
+    # whenever the connection's collation was not the column's, a sort of the whole rest.
     if position is None:
-        ranges: list[ColumnElement[bool]] = [true()]
+        ranges: list[tuple[ColumnElement[bool], tuple[Any, ...]]] = [(true(), (m, *rest))]
     else:
         at_m, at_r = position.fill_merchant_id, position.fill_record_id
-        ranges = [and_(m == at_m, r > at_r), m > at_m]
+        ranges = [(and_(m == at_m, r > at_r), rest), (m > at_m, (m, *rest))]
         if keyed:
-            ranges.insert(0, and_(m == at_m, r == at_r, v > position.fill_revision))
+            ranges.insert(0, (and_(m == at_m, r == at_r, v > position.fill_revision), (v,)))
     _keyed_reads_only(conn)
     query = select(m, r, v, table.c.extra_fields)
     for dialect in MYSQL_FAMILY:
         query = query.with_hint(table, _key_hint(table.name), dialect)
     rows: list[Any] = []
-    for where in ranges:
+    for where, order in ranges:
         rows += conn.execute(query.where(where).order_by(*order).limit(batch - len(rows))).all()
         if len(rows) >= batch:
             break
