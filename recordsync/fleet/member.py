@@ -19,16 +19,21 @@ from typing import Final, Protocol
 import structlog
 
 from recordsync.core.errors import WarehouseUnavailableError
+from recordsync.core.settings import DEFAULT_FLEET_TICK, STALE_TICKS
 from recordsync.core.stopping import Stopper
 from recordsync.fleet.share import plan_moves
 
-DEFAULT_TICK: Final = 2.0
-# The longest pause between two ticks that failed (the warehouse unreachable for long).
-MAX_BACKOFF: Final = 30.0
-# A replica whose heartbeat is older than this (by the database's clock) no longer counts.
-DEFAULT_STALE_AFTER: Final = 6.0
+DEFAULT_TICK: Final = DEFAULT_FLEET_TICK  # RECORDSYNC_FLEET_TICK
+# The longest pause between two ticks that failed (the warehouse unreachable for long), in
+# ticks: 30 s at the default tick.
+BACKOFF_TICKS: Final = 15
+MAX_BACKOFF: Final = BACKOFF_TICKS * DEFAULT_TICK
+# A replica whose heartbeat is older than this (by the database's clock) no longer counts:
+# ``STALE_TICKS`` ticks (``Settings.heartbeat_stale_after``).
+DEFAULT_STALE_AFTER: Final = STALE_TICKS * DEFAULT_TICK
 STANDBY_LOG_EVERY: Final = 60.0
-# How long a starting replica waits after announcing itself, for others starting with it.
+# How long a starting replica waits after announcing itself, for others starting with it (a
+# tick, when the tick is shorter).
 ANNOUNCE_WAIT: Final = 1.0
 
 log = structlog.get_logger("recordsync.fleet")
@@ -91,7 +96,7 @@ class Member:
         merchants: Collection[str],
         stopper: Stopper,
         tick: float = DEFAULT_TICK,
-        stale_after: float = DEFAULT_STALE_AFTER,
+        stale_after: float | None = None,
         on_change: Callable[[frozenset[str], int], None] | None = None,
         paused: Callable[[], Collection[str]] = lambda: (),
         on_paused: Callable[[frozenset[str]], None] | None = None,
@@ -105,7 +110,7 @@ class Member:
         self.merchants = tuple(merchants)
         self.stopper = stopper
         self.tick = tick
-        self.stale_after = stale_after
+        self.stale_after = STALE_TICKS * tick if stale_after is None else stale_after
         self.on_change = on_change
         self._paused = paused
         self._on_paused = on_paused
@@ -135,9 +140,9 @@ class Member:
 
     def pause(self) -> float:
         """Until the next tick: ``tick``, doubled for each tick that failed in a row, at most
-        ``MAX_BACKOFF``.  Within the lease: a replica with merchants keeps them confirmed by
-        its session's keeper, not by its ticks."""
-        return min(self.tick * 2.0 ** min(self.failures, 8), max(self.tick, MAX_BACKOFF))
+        ``BACKOFF_TICKS`` ticks.  Within the lease: a replica with merchants keeps them
+        confirmed by its session's keeper, not by its ticks."""
+        return min(self.tick * 2.0 ** min(self.failures, 8), BACKOFF_TICKS * self.tick)
 
     def _announce(self) -> None:
         try:

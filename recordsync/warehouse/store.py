@@ -79,7 +79,8 @@ class Warehouse:
     ``quarantined_at`` only: bookkeeping, never a sync boundary.  ``keep_revisions=False``
     switches the revision history off: nothing is written to ``record_revisions`` and the
     write path does no extra work at all.  ``sleep`` is the pause before a page transaction
-    that lost a lock conflict runs again (``conflicts``).
+    that lost a lock conflict runs again (``conflicts``).  ``lease_seconds``: the lease of this
+    process's fleet sessions (``fleet_session``), which its engine's bounds were built for.
     """
 
     def __init__(
@@ -89,6 +90,7 @@ class Warehouse:
         clock: Callable[[], datetime] = _utc_now,
         keep_revisions: bool = True,
         sleep: Callable[[float], None] = time.sleep,
+        lease_seconds: int = timeouts.LEASE_SECONDS,
     ) -> None:
         backend = engine.dialect.name
         if backend not in SUPPORTED_BACKENDS:
@@ -98,6 +100,7 @@ class Warehouse:
         check_driver(backend, engine.dialect.driver)
         self._engine = engine
         self._writer = engine.execution_options(**{WRITE_OPTION: True})
+        self._lease_seconds = lease_seconds
         self._clock = clock
         self._sleep = sleep
         self._rng = random.Random()  # noqa: S311 - jitter of a retry, not cryptography
@@ -136,10 +139,12 @@ class Warehouse:
         keep_revisions: bool = True,
         pool: PoolDemand | None = None,
         on_checkout: Callable[[float], None] | None = None,
+        lease_seconds: int = timeouts.LEASE_SECONDS,
         **engine_options: Any,
     ) -> Warehouse:
-        """A warehouse on a new engine for ``url``, every wait bounded (``timeouts.WRITES``);
-        ``engine_options`` go to create_engine.
+        """A warehouse on a new engine for ``url``, every wait bounded (``timeouts.WRITES``,
+        for a lease of ``lease_seconds``: ``timeouts.writes``, and its fleet sessions'
+        lease); ``engine_options`` go to create_engine.
 
         ``pool``: the threads that will use it, which size its connection pool (``pool``);
         ``on_checkout`` then sees how long each checkout waited (the daemon's metric).  An
@@ -149,10 +154,11 @@ class Warehouse:
             parsed = warehouse_url(url)
             if parsed.get_backend_name() != "sqlite" or sqlite_file(parsed) is not None:
                 engine_options = {**pool.engine_options(), **engine_options}
-        engine = create_warehouse_engine(url, limits=timeouts.WRITES, **engine_options)
+        limits = timeouts.writes(lease_seconds)
+        engine = create_warehouse_engine(url, limits=limits, **engine_options)
         if isinstance(engine.pool, CheckoutTimedPool):
             engine.pool.observe = on_checkout
-        return cls(engine, clock=clock, keep_revisions=keep_revisions)
+        return cls(engine, clock=clock, keep_revisions=keep_revisions, lease_seconds=lease_seconds)
 
     @classmethod
     def for_reading(
@@ -242,7 +248,7 @@ class Warehouse:
         self,
         replica_id: str,
         *,
-        lease_seconds: int = timeouts.LEASE_SECONDS,
+        lease_seconds: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
         on_lost: Callable[[frozenset[str]], None] | None = None,
         holding: bool = True,
@@ -250,13 +256,16 @@ class Warehouse:
         """This process's session in the fleet sharing the merchants, as ``replica_id``.
 
         Its locks live on ONE connection of its own, built from this engine's URL (a file lock
-        on SQLite).  ``lease_seconds`` bounds how long the server lets a silent holder (paused,
-        partitioned) keep its locks; the caller's heartbeat, every ~2 s, keeps a live one's.
+        on SQLite).  ``lease_seconds`` (the warehouse's lease unless given) bounds how long the
+        server lets a silent holder (paused, partitioned) keep its locks; the caller's
+        heartbeat, every tick, and the session's keeper keep a live one's.
         ``sleep`` is what ``wait_for_change`` does where the database cannot notify;
         ``on_lost`` is told, from the session's keeper thread, of merchants whose lock is gone.
         ``holding=False``: a session that only asks who holds what (``status``), never holds;
         any other is refused where the lease cannot hold (``lease.support``, exit 2).
         """
+        if lease_seconds is None:
+            lease_seconds = self._lease_seconds
         if holding and self._engine.dialect.name != "sqlite":
             with translate_errors("check the server's version"), self._engine.connect() as conn:
                 support.check_server(conn)

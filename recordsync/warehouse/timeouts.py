@@ -10,7 +10,8 @@ it holds) and on ours (so that we never hang on a network that went silent):
   the middle of a transaction or of a statement;
 - the network: unacknowledged bytes, a peer that no longer answers at all.
 
-The numbers follow from the lease (``LEASE_SECONDS``, 10 s): a holder that stops talking loses
+The numbers follow from the lease (``LEASE_SECONDS``, 10 s by default, ``RECORDSYNC_LEASE_SECONDS``;
+a process's pool is built for its lease by ``writes``): a holder that stops talking loses
 its merchant locks after the lease (the lock connection's own limits, ``lock_session``); by
 then, every transaction it had open must be gone too, or the new holder's epoch raise would
 wait behind its fence check's row lock (a takeover that never came).  So a
@@ -19,7 +20,8 @@ silent in the middle of it (a COPY waiting for its rows): a statement may run 5 
 page commit here), and then its transaction, aborted, waits for the client's rollback for at
 most 5 s more: the row lock is free within the lease whatever the moment of the pause.  A
 lock wait ends after 5 s too (a raise that finds the row still locked fails, and the next tick
-tries again).  Schema changes and index builds (``DDL``) may run for minutes: no
+tries again).  With another lease, each of these is half of it, and TCP gives a silent peer up
+after about the lease.  Schema changes and index builds (``DDL``) may run for minutes: no
 statement limit, but the same short lock waits, so that a DDL statement queued for a lock
 never holds every page commit behind it (MariaDB's metadata locks queue that way); its caller
 tries again.
@@ -36,13 +38,16 @@ not the writers' 30 s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
-LEASE_SECONDS: Final = 10
+from recordsync.core.settings import DEFAULT_LEASE_SECONDS
+
+LEASE_SECONDS: Final = DEFAULT_LEASE_SECONDS  # RECORDSYNC_LEASE_SECONDS
 CONNECT: Final = 10  # seconds to connect (both drivers): a cut network fails in time
 # TCP on our side: a peer that stops acknowledging, or stops answering keepalive probes while
-# we wait for an answer, is given up on after about LEASE_SECONDS.
+# we wait for an answer, is given up on after about the lease (``SessionLimits.network``):
+# idle for half of it, then three probes, at most 5 s idle and 2 s apart (those of 10 s).
 KEEPALIVE_IDLE: Final = 5
 KEEPALIVE_INTERVAL: Final = 2
 KEEPALIVE_COUNT: Final = 3
@@ -61,18 +66,35 @@ class SessionLimits:
     idle_session: int  # MariaDB wait_timeout: an idle pooled connection is closed
     sqlite_busy: int = 30  # SQLite busy_timeout: every wait on a lock of the file
     connect: int = CONNECT  # establishing a connection (both drivers' connect_timeout)
+    network: int = LEASE_SECONDS  # TCP: a peer silent this long is given up on (PostgreSQL)
 
 
 # The daemon's and the commands' pooled sessions: page commits, the fence, epochs, reads.
 WRITES: Final = SessionLimits(
-    lock_wait=5,
+    lock_wait=LEASE_SECONDS // 2,
     metadata_lock_wait=10,
-    idle_in_transaction=5,
+    idle_in_transaction=LEASE_SECONDS // 2,
     statement=LEASE_SECONDS // 2,
     client_silence=LEASE_SECONDS // 2,
     answer=30,
     idle_session=300,
 )
+
+
+def writes(lease_seconds: int = LEASE_SECONDS) -> SessionLimits:
+    """``WRITES`` for a process whose lease is ``lease_seconds`` (at least 2): every bound that
+    must end within the lease (module docstring) is half of it, TCP's is the lease."""
+    half = lease_seconds // 2
+    return replace(
+        WRITES,
+        lock_wait=half,
+        idle_in_transaction=half,
+        statement=half,
+        client_silence=half,
+        network=lease_seconds,
+    )
+
+
 # Migrations and BI index builds: long statements, short lock waits (and a retry above).
 DDL: Final = SessionLimits(
     lock_wait=5,
@@ -128,10 +150,10 @@ def postgres_connect_args(limits: SessionLimits) -> dict[str, object]:
     return {
         "connect_timeout": limits.connect,
         "keepalives": 1,
-        "keepalives_idle": KEEPALIVE_IDLE,
-        "keepalives_interval": KEEPALIVE_INTERVAL,
+        "keepalives_idle": min(KEEPALIVE_IDLE, max(1, limits.network // 2)),
+        "keepalives_interval": min(KEEPALIVE_INTERVAL, max(1, limits.network // 5)),
         "keepalives_count": KEEPALIVE_COUNT,
-        "tcp_user_timeout": LEASE_SECONDS * 1000,
+        "tcp_user_timeout": limits.network * 1000,
         "options": " ".join(f"-c {name}={value}" for name, value in settings.items()),
     }
 

@@ -704,6 +704,70 @@ def test_readiness_allows_for_the_tails_longest_wait():
     assert patient.readiness_multiple == 500.0
 
 
+# -- the fleet's tick and lease ---------------------------------------------------------
+
+
+def test_the_fleet_keeps_its_tick_and_lease_unless_told_and_derives_the_staleness():
+    settings = load_settings(BASE)
+    assert (settings.fleet_tick, settings.lease_seconds) == (2.0, 10)
+    assert settings.heartbeat_stale_after == 6.0
+    quick = load_settings({**BASE, "RECORDSYNC_FLEET_TICK": "0.5", "RECORDSYNC_LEASE_SECONDS": "5"})
+    assert (quick.fleet_tick, quick.lease_seconds, quick.heartbeat_stale_after) == (0.5, 5, 1.5)
+    # Exactly three ticks is enough.
+    assert load_settings({**BASE, "RECORDSYNC_LEASE_SECONDS": "6"}).lease_seconds == 6
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"RECORDSYNC_FLEET_TICK": "0"}, "RECORDSYNC_FLEET_TICK: '0' is not a positive number"),
+        ({"RECORDSYNC_FLEET_TICK": "inf"}, "RECORDSYNC_FLEET_TICK: 'inf' is not a positive"),
+        ({"RECORDSYNC_FLEET_TICK": "nan"}, "RECORDSYNC_FLEET_TICK: 'nan' is not a positive"),
+        ({"RECORDSYNC_LEASE_SECONDS": "1"}, "RECORDSYNC_LEASE_SECONDS: '1' is not a whole"),
+        ({"RECORDSYNC_LEASE_SECONDS": "7.5"}, "RECORDSYNC_LEASE_SECONDS: '7.5' is not a whole"),
+        (
+            {"RECORDSYNC_LEASE_SECONDS": "5"},
+            (
+                "RECORDSYNC_LEASE_SECONDS: 5 is shorter than 3 fleet ticks "
+                "(RECORDSYNC_FLEET_TICK 2): the database would end the lock session of a replica "
+                "the fleet still counts live; at least 6"
+            ),
+        ),
+        (
+            {"RECORDSYNC_FLEET_TICK": "4", "RECORDSYNC_LEASE_SECONDS": "11"},
+            (
+                "RECORDSYNC_LEASE_SECONDS: 11 is shorter than 3 fleet ticks "
+                "(RECORDSYNC_FLEET_TICK 4): the database would end the lock session of a replica "
+                "the fleet still counts live; at least 12"
+            ),
+        ),
+    ],
+    ids=[
+        "tick zero",
+        "tick infinite",
+        "tick nan",
+        "lease one",
+        "lease fraction",
+        "lease short",
+        "tick long",
+    ],
+)
+def test_a_bad_tick_or_lease_is_refused_naming_its_variable(environ, expected):
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings({**BASE, **environ})
+    assert expected in str(caught.value)
+    assert len(str(caught.value).splitlines()) == 1  # an unreadable one is not compared too
+
+
+def test_a_lease_too_short_for_its_tick_stops_the_daemon_with_exit_2(capsys, monkeypatch):
+    for name, value in {**BASE, "RECORDSYNC_LEASE_SECONDS": "3"}.items():
+        monkeypatch.setenv(name, value)
+    assert cli.main(["run"]) == 2
+    err = capsys.readouterr().err
+    assert "RECORDSYNC_LEASE_SECONDS: 3 is shorter than 3 fleet ticks" in err
+    assert "Traceback" not in err
+
+
 def test_every_setting_is_read_by_one_kind_and_defaults_to_its_field():
     """One table says how each setting is read (``SETTING_KINDS``); its default is the
     ``Settings`` field's, so no default is written twice."""

@@ -26,6 +26,7 @@ from support.fleetcheck import (
     wait_until_all_held,
     write_config,
 )
+from support.fleettiming import QUICK
 from support.synccheck import stop_gracefully
 
 from recordsync.sim import SimConfig, Simulator
@@ -34,7 +35,11 @@ from recordsync.warehouse.schema import records
 
 pytestmark = pytest.mark.slow
 
-RESUMED_WITHIN = 15.0
+# The daemons' and the commands' tick and lease (``fleettiming``): the waits for a tick below
+# are written in it.
+TIMING = QUICK
+FLEET = TIMING.toml_lines()
+RESUMED_WITHIN = 15.0  # the command's own start, and a tick
 HEARTBEATS = frozenset({"replicas"})  # a running daemon writes its heartbeat there by itself
 
 
@@ -67,7 +72,7 @@ def test_pause_and_resume_with_no_daemon_running(warehouse_url: str, tmp_path: P
     sim = simulator(2, seed=61)
     sim.start()
     try:
-        config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
+        config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml", *FLEET)
         first, second = sim.merchant_ids
         unmigrated = merchant(config, "pause", first)  # a control command never migrates
         assert unmigrated.returncode == 2
@@ -110,7 +115,7 @@ def test_a_daemon_lets_a_paused_merchant_go_and_takes_it_again_once_resumed(
 ):
     sim = simulator(2, seed=62)
     sim.start()
-    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
+    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml", *FLEET)
     first, second = sim.merchant_ids
     warehouse = Warehouse.connect(warehouse_url)
     warehouse.migrate()
@@ -122,7 +127,7 @@ def test_a_daemon_lets_a_paused_merchant_go_and_takes_it_again_once_resumed(
         assert paused.returncode == 0, paused.stdout + paused.stderr
         assert "no replica syncs it (its holder let go after" in paused.stdout
         before = requests_of(sim, first)
-        time.sleep(4.0)  # two fleet ticks: the pause holds
+        time.sleep(2 * TIMING.tick)  # two fleet ticks: the pause holds
         assert requests_of(sim, first) == before  # not one request while paused
         assert first not in holders(warehouse)
         assert second in holders(warehouse)  # the other merchant goes on
@@ -132,7 +137,7 @@ def test_a_daemon_lets_a_paused_merchant_go_and_takes_it_again_once_resumed(
             stop_gracefully(daemon.process)  # read the same way on every backend
             daemon = Replica(config, tmp_path / "restarted.log")
             wait_until_all_held(warehouse, [second], 60.0)
-            time.sleep(3.0)
+            time.sleep(2 * TIMING.tick)  # its next ticks take nothing paused
             assert first not in holders(warehouse)
             assert requests_of(sim, first) == before
 
@@ -161,7 +166,7 @@ def test_a_pause_outlasts_the_death_of_its_holder_among_three_replicas(
     within 15 s and every merchant ends equal to the truth."""
     sim = simulator(3, seed=63)
     sim.start()
-    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
+    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml", *FLEET)
     merchants = list(sim.merchant_ids)
     warehouse = Warehouse.connect(warehouse_url)
     warehouse.migrate()
@@ -183,7 +188,8 @@ def test_a_pause_outlasts_the_death_of_its_holder_among_three_replicas(
         holder.kill()
         others = [m for m in merchants if m != target]
         wait_until_all_held(warehouse, others, 30.0)
-        time.sleep(6.0)  # the dead replica goes stale; the shares settle without the paused one
+        # The dead replica goes stale; the shares settle without the paused one at a tick.
+        time.sleep(TIMING.stale_after + TIMING.tick)
         assert target not in holders(warehouse)
         assert requests_of(sim, target) == before
 
@@ -220,7 +226,7 @@ def test_a_state_exported_is_imported_back_only_into_a_paused_merchant(
     warehouse ends equal to the truth."""
     sim = simulator(1, seed=64)
     sim.start()
-    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
+    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml", *FLEET)
     (merchant_id,) = sim.merchant_ids
     warehouse = Warehouse.connect(warehouse_url)
     warehouse.migrate()
@@ -312,7 +318,7 @@ def test_a_resync_reads_a_range_again_here_or_at_the_holder_under_live_traffic(
     rate-limit violation.  A paused merchant is refused."""
     sim = simulator(1, seed=65)
     sim.start()
-    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
+    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml", *FLEET)
     (merchant_id,) = sim.merchant_ids
     start = (sim.now() - timedelta(hours=4)).replace(minute=0, second=0, microsecond=0)
     end = start + timedelta(hours=2)
@@ -374,7 +380,7 @@ def test_a_reset_reanchors_at_the_holder_or_here_and_keeps_every_row(
     --yes nothing happens (exit 2)."""
     sim = simulator(1, seed=66)
     sim.start()
-    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
+    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml", *FLEET)
     (merchant_id,) = sim.merchant_ids
     warehouse = Warehouse.connect(warehouse_url)
     warehouse.migrate()
@@ -434,7 +440,7 @@ def test_dry_runs_print_the_plan_and_write_nothing(warehouse_url: str, tmp_path:
     of records or changes, and every table's checksum is the same after as before."""
     sim = simulator(1, seed=67)
     sim.start()
-    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
+    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml", *FLEET)
     (merchant_id,) = sim.merchant_ids
     warehouse = Warehouse.connect(warehouse_url)
     warehouse.migrate()
@@ -482,7 +488,7 @@ def test_resync_reset_and_a_state_round_trip_among_three_replicas(
     resume round trip; every merchant ends equal to the truth, no rate-limit violation."""
     sim = simulator(3, seed=68)
     sim.start()
-    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml")
+    config = write_config(sim, warehouse_url, tmp_path / "recordsync.toml", *FLEET)
     first, second, third = sim.merchant_ids
     warehouse = Warehouse.connect(warehouse_url)
     warehouse.migrate()

@@ -29,7 +29,8 @@ from support.fleetcheck import (
     wait_until_balanced,
     write_config,
 )
-from support.synccheck import start_daemon, stop_gracefully
+from support.fleettiming import DEFAULT, QUICK
+from support.synccheck import start_daemon, stop_gracefully, wait_for_log
 
 from recordsync.sim import SimConfig, Simulator
 from recordsync.warehouse import Warehouse
@@ -38,7 +39,16 @@ pytestmark = pytest.mark.slow
 
 MERCHANTS = 5
 REPLICAS = 3
-FAILOVER_LIMIT = 15.0
+# The replicas' tick and lease (``fleettiming``); every bound below that waits ticks or a
+# lease is the one of the defaults scaled to them.
+TIMING = QUICK
+FLEET = TIMING.toml_lines()
+# A killed holder's locks are free at once: its merchants are taken within a few ticks (15 s
+# at the default tick).
+FAILOVER_LIMIT = 15.0 * TIMING.tick / DEFAULT.tick
+# A paused holder's are free after the lease: taken within it and half as long again (15 s at
+# the default lease).
+TAKEOVER_LIMIT = 1.5 * TIMING.lease
 JOIN_LIMIT = 60.0
 
 
@@ -57,7 +67,7 @@ def test_replicas_share_merchants_fail_over_and_rebalance(warehouse_url: str, tm
     sim = Simulator(base.with_merchants(MERCHANTS))
     sim.start()
     merchants = list(sim.merchant_ids)
-    config = write_config(sim, warehouse_url, tmp_path / "fleet.toml")
+    config = write_config(sim, warehouse_url, tmp_path / "fleet.toml", *FLEET)
     warehouse = Warehouse.connect(warehouse_url)
     warehouse.migrate()  # the observer's reads need the tables before the first replica
     replicas: list[Replica] = []
@@ -123,7 +133,7 @@ def test_a_paused_holder_resumed_after_a_takeover_is_fenced_off(warehouse_url: s
     )
     sim.start()
     (merchant,) = sim.merchant_ids
-    config = write_config(sim, warehouse_url, tmp_path / "paused.toml")
+    config = write_config(sim, warehouse_url, tmp_path / "paused.toml", *FLEET)
     warehouse = Warehouse.connect(warehouse_url)
     warehouse.migrate()
     replicas: list[Replica] = []
@@ -134,7 +144,7 @@ def test_a_paused_holder_resumed_after_a_takeover_is_fenced_off(warehouse_url: s
         wait_until_all_held(warehouse, [merchant], 30)
         second = Replica(config, tmp_path / "second.log")
         replicas.append(second)
-        time.sleep(3.0)  # the second stands by; the first is syncing (a commit every 0.2 s)
+        wait_for_log(second.log, '"lease_waiting"')  # it stands by; the first syncs on
         epoch_before = warehouse.lease_epoch(merchant)
         first.process.send_signal(signal.SIGSTOP)
         paused_at = time.monotonic()
@@ -166,7 +176,7 @@ def test_a_paused_holder_resumed_after_a_takeover_is_fenced_off(warehouse_url: s
     # It stopped for its lease: it could not confirm it, or a late commit was refused.
     reasons = {"lease_unconfirmed", "fenced_write_refused", "merchant_lost", "lease_superseded"}
     assert reasons & {str(e["event"]) for e in first_events}
-    assert takeover <= 15.0
+    assert takeover <= TAKEOVER_LIMIT
     assert sim.stats(merchant).rate_limit_violations == 0
 
 
@@ -187,7 +197,7 @@ def test_a_backfill_of_a_held_merchant_is_run_by_its_holder(warehouse_url: str, 
     )
     sim.start()
     (merchant,) = sim.merchant_ids
-    config = write_config(sim, warehouse_url, tmp_path / "handed.toml")
+    config = write_config(sim, warehouse_url, tmp_path / "handed.toml", *FLEET)
     # The daemon's own history starts a day ago; the backfill reaches further back.
     daemon_config = tmp_path / "daemon.toml"
     recent = (sim.now() - timedelta(days=1)).isoformat()
@@ -269,8 +279,8 @@ def test_replicas_whose_configurations_differ_hold_every_merchant(
     )
     sim.start()
     merchants = list(sim.merchant_ids)
-    older = write_config(sim, warehouse_url, tmp_path / "older.toml", only=merchants[:4])
-    newer = write_config(sim, warehouse_url, tmp_path / "newer.toml")
+    older = write_config(sim, warehouse_url, tmp_path / "older.toml", *FLEET, only=merchants[:4])
+    newer = write_config(sim, warehouse_url, tmp_path / "newer.toml", *FLEET)
     warehouse = Warehouse.connect(warehouse_url)
     warehouse.migrate()
     replicas: list[Replica] = []
@@ -285,8 +295,13 @@ def test_replicas_whose_configurations_differ_hold_every_merchant(
         # (A fixed sleep raced the older replica's start on a loaded machine: the check came
         # while a handed-over merchant waited for the receiver's next tick.)
         longest_free = _watch_until_balanced(warehouse, merchants, timeout=45.0)
-        assert longest_free < 10.0, "a handed-over merchant waits one tick of its receiver"
-        time.sleep(4.0)  # a few ticks more: still every merchant held, each by one who knows it
+        # One tick of its receiver (10 s at the default tick, five ticks: a loaded machine's).
+        assert longest_free < 5 * TIMING.tick, (
+            "a handed-over merchant waits one tick of its receiver"
+        )
+        time.sleep(
+            2 * TIMING.tick
+        )  # ticks more: still every merchant held, each by one who knows it
         held = holders(warehouse)
         assert set(held) == set(merchants)
         older_id = next(str(e["replica_id"]) for e in events(replicas[0].log) if "replica_id" in e)

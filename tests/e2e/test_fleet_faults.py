@@ -5,7 +5,8 @@ The holder's every connection to the database goes through the proxy; the standb
 directly.  The proxy freezes the moment the holder's commit has sent its fence check (the
 row's shared lock is then held by a transaction that will never move again, as with a
 SIGSTOP or a host cut off without a reset).  The server must end that transaction and the
-holder's lock session within the lease, the standby take the merchant within 15 s, and the
+holder's lock session within the lease, the standby take the merchant within the lease and
+half of it again (15 s at the default lease), and the
 old holder, once the network heals, store nothing and send no request for the merchant.
 """
 
@@ -27,15 +28,18 @@ from support.fleetcheck import (
     wait_until_all_held,
     write_config,
 )
+from support.fleettiming import QUICK
 from support.netfaults import FaultProxy
-from support.synccheck import stop_gracefully
+from support.synccheck import stop_gracefully, wait_for_log
 
 from recordsync.sim import SimConfig, Simulator
 from recordsync.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 
-TAKEOVER_LIMIT = 15.0
+TIMING = QUICK  # the replicas' tick and lease (``fleettiming``)
+FLEET = TIMING.toml_lines()
+TAKEOVER_LIMIT = 1.5 * TIMING.lease
 
 
 @pytest.fixture
@@ -74,15 +78,15 @@ def test_a_holder_cut_off_inside_a_fenced_write_is_taken_over_and_stores_nothing
     warehouse.migrate()
     replicas: list[Replica] = []
     with FaultProxy((parsed.host or "127.0.0.1", parsed.port or 0)) as proxy:
-        cut_config = write_config(sim, through(proxy, warehouse_url), tmp_path / "cut.toml")
-        direct_config = write_config(sim, warehouse_url, tmp_path / "direct.toml")
+        cut_config = write_config(sim, through(proxy, warehouse_url), tmp_path / "cut.toml", *FLEET)
+        direct_config = write_config(sim, warehouse_url, tmp_path / "direct.toml", *FLEET)
         try:
             holder = Replica(cut_config, tmp_path / "holder.log")
             replicas.append(holder)
             wait_until_all_held(warehouse, [merchant], 30)
             standby = Replica(direct_config, tmp_path / "standby.log")
             replicas.append(standby)
-            time.sleep(3.0)  # the standby stands by; the holder commits every 0.2 s
+            wait_for_log(standby.log, '"lease_waiting"')  # it stands by; the holder syncs on
             epoch = warehouse.lease_epoch(merchant)
             proxy.freeze_when(*INSIDE_A_WRITE[warehouse.engine.dialect.name])
             deadline = time.monotonic() + 10

@@ -21,6 +21,7 @@ import pytest
 import structlog
 from support.dbfixtures import BACKEND_PARAMS
 from support.fleetcheck import holders, write_config
+from support.fleettiming import QUICK
 
 from recordsync import cli, logs
 from recordsync.sim import SimConfig, Simulator
@@ -29,7 +30,10 @@ from recordsync.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 
-TICK = 2.0  # the fleet's tick (pause_watch.LOOK_EVERY)
+# The commands' tick and lease (``fleettiming``): a command holding the lease looks for a pause
+# once a tick (``pause_watch``).
+TIMING = QUICK
+TICK = TIMING.tick
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,7 @@ def started_over_a_day(
     """``sim`` serving its one merchant: the config written to ``path``, the merchant and the
     arguments of the last whole day before now (``--from``, ``--to``)."""
     sim.start()
-    config = write_config(sim, warehouse_url, path)
+    config = write_config(sim, warehouse_url, path, *TIMING.toml_lines())
     (merchant_id,) = sim.merchant_ids
     end = sim.now().replace(minute=0, second=0, microsecond=0)
     return (

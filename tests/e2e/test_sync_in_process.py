@@ -14,6 +14,7 @@ from datetime import timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
+from support.fleettiming import QUICK
 from support.synccheck import assert_equals_truth, differences, settings_for
 
 from recordsync.core.errors import ClockSkewError
@@ -155,7 +156,9 @@ def test_the_daemons_own_assembly_converges_under_faults_and_a_backfill_handed_t
     sim.set_faults(NOISY)
     sim.start_live()
     stopper = Stopper()
-    settings = settings_for(sim, warehouse_url, page_size=25)
+    # The fleet's quick tick and lease (``fleettiming``): a pause and a resume are obeyed at
+    # the daemon's next tick, the backfill's command looks for it by its heartbeat.
+    settings = settings_for(sim, warehouse_url, page_size=25, **QUICK.settings())
     registry = CollectorRegistry()
     daemon = threading.Thread(
         target=run_daemon,

@@ -13,12 +13,18 @@ from pathlib import Path
 
 import pytest
 from support.fleetchaos import Chaos
+from support.fleettiming import QUICK
 from support.private_servers import PrivateServer
 from support.synccheck import environment_for, start_daemon, stop_gracefully, wait_for_truth
 
+from recordsync.fleet.member import BACKOFF_TICKS
 from recordsync.sim import SimConfig, Simulator, running_simulator
 
 pytestmark = pytest.mark.slow
+
+# The daemons' tick and lease (``fleettiming``): a replica tries the warehouse again after a
+# backoff of ticks, so how soon it holds its merchants again is written in ticks.
+TIMING = QUICK
 
 
 def test_the_daemon_rides_out_a_warehouse_restart(
@@ -39,7 +45,7 @@ def test_the_daemon_rides_out_a_warehouse_restart(
     sim.start()
     log = tmp_path / "daemon.log"
     try:
-        env = environment_for(sim, warehouse_url, RECORDSYNC_PAGE_SIZE="50")
+        env = environment_for(sim, warehouse_url, RECORDSYNC_PAGE_SIZE="50", **TIMING.env())
         sim.start_live()
         daemon = start_daemon(env, log)
         try:
@@ -125,7 +131,11 @@ def test_the_daemon_rides_out_warehouse_restarts_during_its_periodic_jobs(
     log = tmp_path / "daemon.log"
     try:
         env = environment_for(
-            sim, warehouse_url, RECORDSYNC_PAGE_SIZE="50", RECORDSYNC_DRIFT_CHECK_INTERVAL="1"
+            sim,
+            warehouse_url,
+            RECORDSYNC_PAGE_SIZE="50",
+            RECORDSYNC_DRIFT_CHECK_INTERVAL="1",
+            **TIMING.env(),
         )
         sim.start_live()
         daemon = start_daemon(env, log)
@@ -176,7 +186,7 @@ def test_three_replicas_ride_out_a_restart_without_two_holders_at_any_moment(
         record_requests=10,
     ).with_merchants(6)
     with running_simulator(config, live=True) as sim:
-        chaos = Chaos(sim, warehouse_url, tmp_path)
+        chaos = Chaos(sim, warehouse_url, tmp_path, timing=TIMING)
         try:
             chaos.start()
             held_again, doubles = chaos.restart_server(stop, start, down=5.0)
@@ -188,4 +198,6 @@ def test_three_replicas_ride_out_a_restart_without_two_holders_at_any_moment(
     print(f"\nevery merchant held again {held_again:.1f} s after the restart")  # noqa: T201
     assert doubles == []
     assert alive == [True, True, True]
-    assert held_again < 30.0
+    # Within the longest backoff between two failed ticks and a tick (30 s at the default tick,
+    # where the backoff never grew that long in a 5 s outage).
+    assert held_again < (BACKOFF_TICKS + 1) * TIMING.tick

@@ -13,7 +13,7 @@ For every event the driver measures, and the caller judges:
 - two holders at once: every replica's ``/metrics`` sampled (``recordsync_lease_held``, the
   paused one excepted, which cannot answer), never two at 1 for one merchant;
 - requests of the victim for merchants it lost: its platform proxy must forward nothing from
-  the lease's end (the event + ``LEASE``) until it holds a merchant again;
+  the lease's end (the event + the lease of its ``timing``) until it holds a merchant again;
 - its survival and its return: the victim is alive afterwards, and the shares even out again.
 
 At the end every merchant must equal the simulator's truth with no rate-limit violation.
@@ -41,10 +41,10 @@ from sqlalchemy.engine import make_url
 from recordsync.sim import Simulator
 from recordsync.warehouse import Warehouse
 from support.fleetcheck import assert_truth, events, holders
+from support.fleettiming import DEFAULT, FleetTiming
 from support.netfaults import FaultProxy
 from support.synccheck import start_daemon, stop_gracefully
 
-LEASE: Final = 10.0  # service.daemon.LEASE_SECONDS
 # Inside a write: the fence check's shared row lock, as each server's SQL spells it
 # (leases.check_epoch), or on PostgreSQL, where psycopg sends a statement it has run five
 # times on a connection by name, the COPY of the page's rows in the same transaction (never
@@ -94,7 +94,7 @@ class Replica:
     def log(self) -> Path:
         return self.folder / f"{self.name}.log"
 
-    def start(self, sim: Simulator, url: str, dialect: str) -> None:
+    def start(self, sim: Simulator, url: str, timing: FleetTiming) -> None:
         config = self.folder / f"{self.name}.toml"
         through = make_url(url).set(host="127.0.0.1", port=self.database.port)
         history_from = sim.now() - timedelta(days=sim.config.history_days + 1)
@@ -109,6 +109,7 @@ class Replica:
             "drift_check_interval = 0",
             "http_timeout = 5",
             'log_format = "json"',
+            *timing.toml_lines(),
         ]
         for profile in sim.config.profiles:
             lines += ["[[merchants]]", f'merchant_id = "{profile.merchant_id}"']
@@ -171,6 +172,7 @@ class Chaos:
     replicas: int = 3
     pause_seconds: float = 20.0
     cut_seconds: float = 25.0
+    timing: FleetTiming = DEFAULT  # the replicas' tick and lease
     rng: random.Random = field(default_factory=lambda: random.Random(7))
     events: list[Event] = field(default_factory=list)
     members: list[Replica] = field(default_factory=list)
@@ -195,7 +197,7 @@ class Chaos:
                 CountingProxy((host, port)),
                 free_port(),
             )
-            replica.start(self.sim, self.url, self.dialect)
+            replica.start(self.sim, self.url, self.timing)
             self.members.append(replica)
         self.wait_balanced(90.0)
 
@@ -279,7 +281,7 @@ class Chaos:
         back_mono = ended + 60.0
         if back is not None:
             back_mono = time.monotonic() - (datetime.now(UTC) - back).total_seconds()
-        event.sent_after_lease = victim.platform.sent_between(began + LEASE, back_mono)
+        event.sent_after_lease = victim.platform.sent_between(began + self.timing.lease, back_mono)
 
     def _sample_double_holds(self, event: Event, *, paused: Replica | None) -> None:
         """Two replicas that claim one merchant, in two passes over their /metrics, the second

@@ -24,6 +24,7 @@ from recordsync.core.settings.validators import (
     CONNECTIONS,
     COUNT,
     DAYS_OR_EVER,
+    LEASE,
     LOG_FORMAT,
     LOG_LEVEL,
     PORT,
@@ -74,6 +75,18 @@ DEFAULT_SAFETY_POLL: Final = 10.0
 # the ceiling for a whole process (``bench/budget_share.py``): on the edge of 0.9 and under
 # 0.85, because a daemon's start (about 4 s) and its budget's margin cost the rest.
 DEFAULT_SNAPSHOT_TAIL_INTERVAL: Final = 10.0
+
+# The fleet (``fleet.member``, ``warehouse.lease``; docs/operations.md, "Several replicas").
+# Every replica looks at the fleet once a tick: heartbeat, what it lost, the fair share.
+DEFAULT_FLEET_TICK: Final = 2.0
+# Seconds a silent replica (paused, cut off) keeps its merchants' locks before the database
+# ends its sessions and frees them; every bound on a write session follows from it
+# (``warehouse.timeouts``).
+DEFAULT_LEASE_SECONDS: Final = 10
+# A replica whose heartbeat is this many ticks old no longer counts as live; its lock
+# connection, which hears from it only at each tick while it holds nothing, must outlast the
+# same silence, so the lease is at least this many ticks (``loading``).
+STALE_TICKS: Final = 3
 
 _KIND: Final = "kind"
 
@@ -137,6 +150,10 @@ class Settings:
     keep_revisions: bool = setting(BOOLEAN, default=True)
     # Days a superseded revision stays in record_revisions; 0 keeps every revision.
     revision_retention: float = setting(DAYS_OR_EVER, default=0.0)
+    # The fleet: seconds between two looks of a replica (``fleet.member``), and the lease,
+    # whole seconds a silent holder keeps its locks (at least ``STALE_TICKS`` ticks).
+    fleet_tick: float = setting(WAIT, default=DEFAULT_FLEET_TICK)
+    lease_seconds: int = setting(LEASE, default=DEFAULT_LEASE_SECONDS)
     # Warehouse connections per process; 0: sized from what it runs.
     db_pool_size: int = setting(CONNECTIONS, default=0)
     # Seconds added to the budget's window against arrival jitter.
@@ -193,6 +210,13 @@ class Settings:
         if self.events_port:
             waits.append(self.safety_poll)
         return max(waits)
+
+    @property
+    def heartbeat_stale_after(self) -> float:
+        """Seconds after which a replica's heartbeat is too old for it to count as live (by
+        the database's clock): ``STALE_TICKS`` ticks, the same for the daemons and for the
+        commands that look for them."""
+        return STALE_TICKS * self.fleet_tick
 
     @property
     def readiness_multiple(self) -> float:

@@ -34,6 +34,7 @@ the daemon's dependencies.
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 import tomllib
@@ -51,6 +52,7 @@ from recordsync.core.settings.keys import (
     DEFAULTS,
     MERCHANT_KEYS,
     SETTING_KINDS,
+    STALE_TICKS,
     MerchantSettings,
     Settings,
     variable,
@@ -402,6 +404,18 @@ def load_settings(
             "events_port",
             f"{settings.events_port} is RECORDSYNC_HTTP_PORT too: the events port faces the "
             "platform, /metrics must not",
+        )
+    fleet_read = not any(
+        problem.startswith((variable("fleet_tick"), variable("lease_seconds")))
+        for problem in problems
+    )
+    if fleet_read and settings.lease_seconds < settings.heartbeat_stale_after:
+        reader.problem(
+            "lease_seconds",
+            f"{settings.lease_seconds} is shorter than {STALE_TICKS} fleet ticks "
+            f"({variable('fleet_tick')} {settings.fleet_tick:g}): the database would end the "
+            "lock session of a replica the fleet still counts live; at least "
+            f"{math.ceil(settings.heartbeat_stale_after)}",
         )
     if settings.ca_bundle is not None and not Path(settings.ca_bundle).is_file():
         reader.problem("ca_bundle", f"{settings.ca_bundle} is not a file")

@@ -42,6 +42,15 @@ def _non_negative_int(value: str) -> int:
     return number
 
 
+def _lease(value: str) -> int:
+    """Whole seconds (the servers' session timeouts are), at least 2: the pooled sessions'
+    bounds are half the lease (``warehouse.timeouts.writes``), and none may be 0 (no bound)."""
+    number = int(value)
+    if number < 2:  # noqa: PLR2004 - the least lease whose half is a whole second
+        raise ValueError(value)
+    return number
+
+
 def _port(value: str) -> int:
     number = int(value)
     if not 0 <= number <= 65535:  # noqa: PLR2004 - the TCP port range
@@ -120,6 +129,7 @@ DAYS_OR_EVER: Final = Kind(_non_negative_float, "days (0 keeps every revision)")
 POSITIVE: Final = Kind(_positive_float, "a positive number")
 COUNT: Final = Kind(_positive_int, "a positive integer")
 CONNECTIONS: Final = Kind(_non_negative_int, "a whole number of connections (0: sized for you)")
+LEASE: Final = Kind(_lease, "a whole number of seconds, at least 2")
 PORT: Final = Kind(_port, "a port 0-65535")
 PORT_OR_OFF: Final = Kind(_port, "a port 0-65535 (0: off)")
 BOOLEAN: Final = Kind(_boolean, "true or false")

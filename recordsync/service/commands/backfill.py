@@ -112,7 +112,12 @@ def run_range_job(
 
             def here(held: HeldHere, work: Stopper) -> BackfillResult:
                 # Held here, it obeys a pause as a daemon would: within a tick.
-                watch = PauseWatch(command.warehouse.controls.paused, command.merchant_id, stopper)
+                watch = PauseWatch(
+                    command.warehouse.controls.paused,
+                    command.merchant_id,
+                    stopper,
+                    look_every=command.settings.fleet_tick,
+                )
                 watches.append(watch)
                 with watch:
                     return _run_here(command, held, work, start, end, job=job)

@@ -40,13 +40,12 @@ RELEASE_WAIT: Final = 30.0
 # A live replica takes a resumed merchant at its next tick, after the hand-overs it plans.
 TAKE_WAIT: Final = 20.0
 LOOK_EVERY: Final = 0.5
-STALE_AFTER: Final = 6.0  # the fleet's: a replica whose heartbeat is older is not live
 
 
 def _open(settings: Settings) -> tuple[Warehouse, str]:
     """The warehouse at this version's schema (never migrated here: ``SchemaVersionError``
     names ``recordsync migrate``), and who acts on it."""
-    warehouse = Warehouse.connect(settings.database_url)
+    warehouse = Warehouse.connect(settings.database_url, lease_seconds=settings.lease_seconds)
     try:
         warehouse.check_schema()
         return warehouse, operator(warehouse.controls.database_account())
@@ -142,7 +141,9 @@ def resume_merchant(
         try:
             takers = [
                 replica
-                for replica, merchants in session.live_replicas(STALE_AFTER).items()
+                for replica, merchants in session.live_replicas(
+                    settings.heartbeat_stale_after
+                ).items()
                 if merchants is None or merchant.merchant_id in merchants
             ]
             started = clock()

@@ -57,7 +57,7 @@ FOLLOW_EVERY: Final = 1.0  # seconds between looks at a request handed to the ho
 WATCH_EVERY: Final = 1.0  # seconds between looks for a live daemon while the work runs here
 # Alone this long (no live daemon configured with the merchant), a follower takes the lease
 # back: a dead daemon's lock is gone within the lease, and a restarting one announces itself
-# at its first tick.
+# at its first tick (a lease and a tick: those of the settings, ``merchant_command``).
 TAKE_BACK_AFTER: Final = LEASE_SECONDS + DEFAULT_TICK
 # ``CARRIES_ON`` (``requests.book``): kinds whose request is left to the holder when the
 # command is interrupted or killed (a backfill's job is the range's, finished once for whoever
@@ -138,6 +138,7 @@ class Handover:
         follow_every: float = FOLLOW_EVERY,
         watch_every: float = WATCH_EVERY,
         take_back_after: float = TAKE_BACK_AFTER,
+        stale_after: float = DEFAULT_STALE_AFTER,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if 3 * follow_every > FOLLOWED_WITHIN.total_seconds():
@@ -155,6 +156,7 @@ class Handover:
         self._follow_every = follow_every
         self._watch_every = watch_every
         self._take_back_after = take_back_after
+        self._stale_after = stale_after  # the fleet's: a replica beating less often is gone
         self._clock = clock
         self._runner = StepRunner(stopper=stopper, observer=SyncObserver(), fatal_is_final=True)
         # The request this command answers for: followed, or taken back and run here.
@@ -187,7 +189,7 @@ class Handover:
     def live_daemon(self) -> str | None:
         """A live replica configured with the merchant (one that did not say counts; on
         SQLite, one lock for all: any), or None."""
-        live = self._lease.live_replicas(DEFAULT_STALE_AFTER)
+        live = self._lease.live_replicas(self._stale_after)
         for replica, merchants in live.items():
             if merchants is None or self._lease.exclusive or self.merchant_id in merchants:
                 return replica

@@ -24,7 +24,7 @@ from recordsync.core.errors import ConfigurationError
 from recordsync.core.settings import Settings
 from recordsync.core.stopping import Stopper
 from recordsync.platform.client import ClientObserver, PlatformClient
-from recordsync.service.commands.handover import Handover, refuse_if_paused
+from recordsync.service.commands.handover import WATCH_EVERY, Handover, refuse_if_paused
 from recordsync.service.commands.holder_versions import ask_if_holder_takes
 from recordsync.service.runtime import (
     MerchantEngines,
@@ -37,7 +37,6 @@ from recordsync.sync.engine import SyncEngine
 from recordsync.sync.events import SyncObserver
 from recordsync.sync.resilience import StepRunner
 from recordsync.warehouse import FleetSession, HolderRequest, MerchantStore, RequestKind, Warehouse
-from recordsync.warehouse.timeouts import LEASE_SECONDS
 
 
 class MerchantCommand:
@@ -94,7 +93,9 @@ class MerchantCommand:
         )
         try:
             self.warehouse = Warehouse.connect(
-                settings.database_url, keep_revisions=settings.keep_revisions
+                settings.database_url,
+                keep_revisions=settings.keep_revisions,
+                lease_seconds=settings.lease_seconds,
             )
         except BaseException:
             self.client.close()
@@ -138,7 +139,7 @@ class MerchantCommand:
     def session(self) -> FleetSession:
         """The command's one fleet session, opened at the first hand-over."""
         if self._session is None:
-            self._session = self.warehouse.fleet_session(self.me, lease_seconds=LEASE_SECONDS)
+            self._session = self.warehouse.fleet_session(self.me)
         return self._session
 
     def hand_over(
@@ -165,6 +166,12 @@ class MerchantCommand:
             handed_over=handed_over,
             progress=progress,
             before_taking=lambda: refuse_if_paused(controls.paused, merchant_id, what=what),
+            # The fleet's own timing (RECORDSYNC_FLEET_TICK, RECORDSYNC_LEASE_SECONDS): which
+            # replica is live, when a follower is alone long enough to take the lease back,
+            # and a watch that sees a daemon join within its first tick.
+            stale_after=self.settings.heartbeat_stale_after,
+            take_back_after=self.settings.lease_seconds + self.settings.fleet_tick,
+            watch_every=min(WATCH_EVERY, self.settings.fleet_tick / 2),
         )
 
     def holding(self, epoch: int) -> MerchantStore:

@@ -11,7 +11,6 @@ import socket
 
 from recordsync.warehouse import FleetSession, Warehouse
 from recordsync.warehouse.schema import ID_LENGTH
-from recordsync.warehouse.timeouts import LEASE_SECONDS
 
 
 def operator(database_account: str | None = None) -> str:
@@ -31,6 +30,4 @@ def operator(database_account: str | None = None) -> str:
 
 def watching_session(warehouse: Warehouse) -> FleetSession:
     """A session that only asks who holds what and who is live: never holds or writes."""
-    return warehouse.fleet_session(
-        f"control-{os.getpid()}", lease_seconds=LEASE_SECONDS, holding=False
-    )
+    return warehouse.fleet_session(f"control-{os.getpid()}", holding=False)

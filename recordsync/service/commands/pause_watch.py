@@ -27,13 +27,16 @@ import structlog
 
 from recordsync.core.errors import ConfigurationError, RecordSyncError
 from recordsync.core.stopping import Stopper
+from recordsync.fleet.member import DEFAULT_TICK
 from recordsync.service.commands.handover import refuse_if_paused
 from recordsync.warehouse import Pause
 from recordsync.warehouse.reader import WarehouseReader
 
 log = structlog.get_logger("recordsync")
 
-LOOK_EVERY: Final = 2.0  # seconds: the fleet's tick, at which a daemon obeys a pause
+# Seconds: the fleet's tick, at which a daemon obeys a pause (the command passes its
+# settings' ``fleet_tick``).
+LOOK_EVERY: Final = DEFAULT_TICK
 
 
 class PauseWatch:

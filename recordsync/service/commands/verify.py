@@ -124,7 +124,12 @@ def run_verify(
             nonlocal watch
             store = command.holding(held.epoch)
             # Held here, it obeys a pause as a daemon would: within a tick (pause_watch).
-            watch = PauseWatch(command.warehouse.controls.paused, command.merchant_id, stopper)
+            watch = PauseWatch(
+                command.warehouse.controls.paused,
+                command.merchant_id,
+                stopper,
+                look_every=command.settings.fleet_tick,
+            )
             options = command.engines.options
             with watch, progress or nullcontext():
                 result = verify_range(

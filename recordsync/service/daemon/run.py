@@ -37,13 +37,13 @@ from recordsync.sync.events import SyncObserver
 from recordsync.sync.jobs import JobHost
 from recordsync.sync.resilience import StepRunner
 from recordsync.warehouse import PoolDemand, Warehouse
-from recordsync.warehouse.timeouts import LEASE_SECONDS
 
 log = structlog.get_logger("recordsync")
 
-# Seconds a silent replica keeps its merchants' locks before the database frees them (a
-# paused or partitioned process); a dead one loses them at once.  Failover: this, or the
-# staleness of its heartbeat (fleet.member), plus a tick.
+# A silent replica keeps its merchants' locks for the lease (``settings.lease_seconds``)
+# before the database frees them (a paused or partitioned process); a dead one loses them at
+# once.  Failover: the lease, or the staleness of its heartbeat (``STALE_TICKS`` ticks), plus
+# a tick (``settings.fleet_tick``).
 
 
 def replica_id() -> str:
@@ -79,6 +79,7 @@ def run_daemon(
         keep_revisions=settings.keep_revisions,
         pool=pool_demand(settings, host),
         on_checkout=metrics.pool_checkout,
+        lease_seconds=settings.lease_seconds,
     )
     try:
         with stop_on_signals(stopper), keeper:
@@ -97,7 +98,7 @@ def run_daemon(
                 for merchant_id in merchants:  # at once; the fleet's next tick stops them
                     metrics.set_lease_held(merchant_id, held=False)
 
-            session = warehouse.fleet_session(me, lease_seconds=LEASE_SECONDS, on_lost=lost)
+            session = warehouse.fleet_session(me, on_lost=lost)
             # Nothing is sent for a merchant, and it shows as not held, from the moment its
             # lease is not confirmed (self-fencing reads).
             metrics.watch_leases(session.confirmed)
@@ -121,6 +122,8 @@ def run_daemon(
                     replica_id=me,
                     merchants=merchant_ids,
                     stopper=stopper,
+                    tick=settings.fleet_tick,
+                    stale_after=settings.heartbeat_stale_after,
                     on_change=lambda _held, live: metrics.set_replicas_live(live),
                     paused=lambda: warehouse.controls.paused(merchant_ids),
                     on_paused=lambda paused: metrics.set_paused_among(merchant_ids, paused),
