@@ -173,9 +173,9 @@ def _wrong_rows(store: Warehouse, rows: int) -> int:
                 found = conn.execute(
                     text(
                         f"SELECT tax, {extra} FROM {table} "
-                        "WHERE record_id >= :low AND record_id < :high"
+                        "WHERE merchant_id = :m AND record_id >= :low AND record_id < :high"
                     ),
-                    {"low": f"r{first:09d}", "high": f"r{first + 10_000:09d}"},
+                    {"m": MERCHANT, "low": f"r{first:09d}", "high": f"r{first + 10_000:09d}"},
                 ).all()
                 conn.commit()
                 for tax, kept in found:
