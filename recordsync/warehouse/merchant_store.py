@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from recordsync.core.models import Game, Record
 from recordsync.core.retention import PrunedBatch, RevisionKey
@@ -38,6 +39,19 @@ from recordsync.warehouse.state_store import StateStore
 from recordsync.warehouse.values import CatalogueResult, WriteResult
 
 
+class StoreParts(NamedTuple):
+    """The warehouse's stores a merchant's store stands on, handed out by the root
+    (``Warehouse.store_parts``) so that nothing else lists them."""
+
+    state: StateStore
+    pages: PageStore
+    records: RecordStore
+    bi: BIStore
+    summaries: SummaryStore
+    games: GameStore
+    events: RoundEventStore
+
+
 class MerchantStore:
     """The sync's store for ``merchant_id``, fenced by ``epoch`` when one is given (see the
     module docstring), over the warehouse's stores of each concept."""
@@ -46,24 +60,17 @@ class MerchantStore:
         self,
         merchant_id: str,
         epoch: int | None,
-        *,
-        state: StateStore,
-        pages: PageStore,
-        records: RecordStore,
-        bi: BIStore,
-        summaries: SummaryStore,
-        games: GameStore,
-        events: RoundEventStore,
+        parts: StoreParts,
     ) -> None:
         self._merchant_id = merchant_id
         self._epoch = epoch
-        self._state = state
-        self._pages = pages
-        self._records = records
-        self._bi = bi
-        self._summaries = summaries
-        self._games = games
-        self._events = events
+        self._state = parts.state
+        self._pages = parts.pages
+        self._records = parts.records
+        self._bi = parts.bi
+        self._summaries = parts.summaries
+        self._games = parts.games
+        self._events = parts.events
 
     @property
     def merchant_id(self) -> str:

@@ -49,7 +49,7 @@ from recordsync.warehouse.fields.promoted import PromotedCache
 from recordsync.warehouse.fields.store import FieldStore
 from recordsync.warehouse.lease import FleetSession, epochs, support
 from recordsync.warehouse.lease.backends import merchant_locks
-from recordsync.warehouse.merchant_store import MerchantStore
+from recordsync.warehouse.merchant_store import MerchantStore, StoreParts
 from recordsync.warehouse.pages.conflicts import retry_lost_conflicts
 from recordsync.warehouse.pages.store import PageStore
 from recordsync.warehouse.pool import CheckoutTimedPool, PoolDemand
@@ -291,9 +291,11 @@ class Warehouse:
         return self._merchant_store(merchant_id, None)
 
     def _merchant_store(self, merchant_id: str, epoch: int | None) -> MerchantStore:
-        return MerchantStore(
-            merchant_id,
-            epoch,
+        return MerchantStore(merchant_id, epoch, self.store_parts())
+
+    def store_parts(self) -> StoreParts:
+        """The stores a merchant's store stands on (a test's store of its own takes them)."""
+        return StoreParts(
             state=self.state,
             pages=self.pages,
             records=self.records,

@@ -46,17 +46,7 @@ class BuggyStore(MerchantStore):
     """The real fenced store whose first ``fail`` state reads raise, like a bug would."""
 
     def __init__(self, warehouse: Warehouse, merchant_id: str, epoch: int, script: Script) -> None:
-        super().__init__(
-            merchant_id,
-            epoch,
-            state=warehouse.state,
-            pages=warehouse.pages,
-            records=warehouse.records,
-            bi=warehouse.bi,
-            summaries=warehouse.summaries,
-            games=warehouse.games,
-            events=warehouse.events,
-        )
+        super().__init__(merchant_id, epoch, warehouse.store_parts())
         self._script = script
 
     def load_state(self) -> SyncState | None:
