@@ -331,6 +331,9 @@ def test_a_count_past_the_cap_is_shown_as_more_than():
     assert rows_text(dataclasses.replace(report, records_exact=True)) == "100,000"
 
 
+FIRST_ID = "0092fad3-1b7e-48a7-9c1d-5f0e4b2a7c31"  # a platform's record ids are UUIDs
+
+
 def test_status_lists_the_unknown_record_fields_with_first_and_last_sighting(
     config, capsys, tmp_path
 ):
@@ -342,7 +345,7 @@ def test_status_lists_the_unknown_record_fields_with_first_and_last_sighting(
             MERCHANT,
             REBUILD_JOB,
             Window(T0 - timedelta(days=1), T0),
-            records=[make_record("r-7", extra_fields='{"tax_amount":"0.25"}')],
+            records=[make_record(FIRST_ID, extra_fields='{"tax_amount":"0.25"}')],
             rejected=[],
             next_cursor="n1",
             cursor_issued_at=T0,
@@ -364,10 +367,13 @@ def test_status_lists_the_unknown_record_fields_with_first_and_last_sighting(
     finally:
         store.close()
     assert cli.main(["--config", str(config), "status"]) == 0
-    line = next(line for line in capsys.readouterr().out.splitlines() if "tax_amount" in line)
-    assert "r-7" in line
+    out = capsys.readouterr().out.splitlines()  # an 80-column pipe: every part shown whole
+    at = next(n for n, line in enumerate(out) if "tax_amount" in line)
+    assert "…" not in "".join(out[at - 3 : at + 3])
+    rows = [line for line in out[at : at + 4] if line.startswith("│")]
+    assert "".join(line.split("│")[-2].strip() for line in rows) == FIRST_ID
     assert cli.main(["--config", str(config), "status", "--json"]) == 0
     (seen,) = json.loads(capsys.readouterr().out)["merchants"][0]["unknown_fields"]
     assert seen["field"] == "tax_amount"
-    assert seen["first_record_id"] == "r-7"
+    assert seen["first_record_id"] == FIRST_ID
     assert seen["first_seen_at"] <= seen["last_seen_at"]

@@ -8,6 +8,8 @@ quiet exit a shell expects of a process whose pipe closed.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from rich.console import Console
 
 
@@ -16,3 +18,9 @@ class PipeConsole(Console):
 
     def on_broken_pipe(self) -> None:
         raise BrokenPipeError
+
+
+def utc_to_the_second(value: datetime) -> str:
+    """UTC to the second, ``Z``: short enough that a table of two times fits an 80-column pipe
+    whole (``+00:00`` and microseconds made rich cut every time to ``...+00:``)."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

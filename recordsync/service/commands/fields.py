@@ -16,7 +16,6 @@ already with another type (its dry run ends so too), or a schema this version do
 from __future__ import annotations
 
 import sys
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -26,7 +25,7 @@ from rich.table import Table
 from recordsync.core.errors import ConfigurationError
 from recordsync.core.settings import Settings
 from recordsync.platform.unknown_members import KNOWN_RECORD_FIELDS
-from recordsync.service.commands.console import PipeConsole
+from recordsync.service.commands.console import PipeConsole, utc_to_the_second
 from recordsync.service.signals import end_on_signals
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.fields.promoted import DONE, FILLING, TYPES, check_name
@@ -181,16 +180,10 @@ def _unknown_table(console: Console, rows: list[dict[str, Any]]) -> None:
         table.add_row(
             row["field"],
             str(row["merchants"]),
-            _to_the_second(row["first_seen_at"]),
-            _to_the_second(row["last_seen_at"]),
+            utc_to_the_second(row["first_seen_at"]),
+            utc_to_the_second(row["last_seen_at"]),
         )
     console.print(table)
-
-
-def _to_the_second(value: datetime) -> str:
-    """UTC to the second, ``Z``: short enough that the table fits an 80-column pipe whole
-    (``+00:00`` made rich cut every time to ``...+00:``)."""
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _plain(row: dict[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from rich.table import Table
 
 from recordsync.core.errors import RecordSyncError
 from recordsync.core.settings import Settings
-from recordsync.service.commands.console import PipeConsole
+from recordsync.service.commands.console import PipeConsole, utc_to_the_second
 from recordsync.service.readiness import assess_readiness
 from recordsync.warehouse import (
     Availability,
@@ -210,13 +210,15 @@ def render_status(console: Console, view: MerchantView) -> None:
         console.print(jobs)
     if view.unknown_fields:
         fields = Table(title="unknown record fields (kept in extra_fields)")
-        for column in ("field", "first seen", "last seen", "first record_id"):
-            fields.add_column(column)
+        fields.add_column("field")
+        for column in ("first seen", "last seen"):
+            fields.add_column(column, min_width=len("2026-12-04T02:33:41Z"), no_wrap=True)
+        fields.add_column("first record_id", overflow="fold")  # whole, to look it up
         for item in view.unknown_fields:
             fields.add_row(
                 item.field,
-                _when(item.first_seen_at),
-                _when(item.last_seen_at),
+                utc_to_the_second(item.first_seen_at),
+                utc_to_the_second(item.last_seen_at),
                 item.first_record_id,
             )
         console.print(fields)
