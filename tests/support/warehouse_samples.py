@@ -83,12 +83,16 @@ def row_view(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def start_rebuild_of_window(
-    store: Warehouse, plan: Sequence[Window] = (WINDOW,), *, defer_bi_indexes: bool = False
+    store: Warehouse,
+    plan: Sequence[Window] = (WINDOW,),
+    *,
+    defer_bi_indexes: bool = False,
+    merchant_id: str = MERCHANT,
 ) -> Warehouse:
-    """``store`` with a rebuild of ``MERCHANT`` anchored at ``T0`` over ``plan`` (the one
+    """``store`` with a rebuild of ``merchant_id`` anchored at ``T0`` over ``plan`` (the one
     ``WINDOW`` unless told)."""
     store.state.start_rebuild(
-        MERCHANT,
+        merchant_id,
         change_cursor="change-cursor-0",
         anchor_at=T0,
         history_from=plan[0].start,
@@ -99,11 +103,11 @@ def start_rebuild_of_window(
     return store
 
 
-def snapshot_page(store: Warehouse, *records: Record) -> None:
+def snapshot_page(store: Warehouse, *records: Record, merchant_id: str = MERCHANT) -> None:
     """``records`` committed as a page of the rebuild's one window (WINDOW)."""
     commit_window_page(
         store,
-        MERCHANT,
+        merchant_id,
         REBUILD_JOB,
         WINDOW,
         records=list(records),

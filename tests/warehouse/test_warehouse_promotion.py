@@ -9,18 +9,15 @@ import msgspec
 import pytest
 from sqlalchemy import text
 from support.dbfixtures import BACKEND_PARAMS
-from support.pages import commit_window_page
 from support.warehouse_samples import (
-    T0,
-    WINDOW,
     make_change,
     make_record,
     snapshot_page,
+    start_rebuild_of_window,
     tail_page,
 )
 
 from recordsync.core.extra_fields import members
-from recordsync.core.state import REBUILD_JOB
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.fields import promotion
 
@@ -123,26 +120,8 @@ def test_the_dry_run_counts_in_pieces_across_merchants_and_revisions_exactly(
     later = [msgspec.structs.replace(r, revision=2) for r in carrying[::3]]
     tail_page(rebuilding, *(make_change(r, 1000 + n) for n, r in enumerate(later)))
     other = "merchant-2"
-    rebuilding.state.start_rebuild(
-        other,
-        change_cursor="c0",
-        anchor_at=T0,
-        history_from=WINDOW.start,
-        snapshot_to=WINDOW.end,
-        windows=[WINDOW],
-    )
-    commit_window_page(
-        rebuilding,
-        other,
-        REBUILD_JOB,
-        WINDOW,
-        records=_records()[:50],
-        rejected=[],
-        next_cursor="w-1",
-        cursor_issued_at=T0,
-        done=False,
-        position="start",
-    )
+    start_rebuild_of_window(rebuilding, merchant_id=other)
+    snapshot_page(rebuilding, *_records()[:50], merchant_id=other)
     mine = ROWS // 2
     theirs = sum(1 for r in _records()[:50] if r.extra_fields and '"tax"' in r.extra_fields)
     expected = {"records": mine + theirs, "record_revisions": mine + len(later) + theirs}
