@@ -119,10 +119,11 @@ def resplit(window: Window, read_up_to: datetime, parts: int) -> list[Window]:
 
     Records come in ``(created_at, record_id)`` order, so every record created before the
     millisecond of ``read_up_to`` has been read: the pieces start at that millisecond (records
-    in it may be read twice; the highest revision wins) and end at the window's end.
+    in it may be read twice; the highest revision wins) and end at the window's end.  A rest
+    of one millisecond cannot be cut: nothing is left to cut then.
     """
     at = floor_ms(read_up_to.astimezone(UTC))
-    if parts <= 1 or not window.start < at < window.end:
+    if parts <= 1 or not window.start < at < window.end - MILLISECOND:
         return []
     return split_range(at, window.end, parts)
 

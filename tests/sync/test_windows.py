@@ -8,7 +8,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from support.fakes import (
     HOUR,
@@ -94,13 +94,15 @@ def test_split_pieces_are_equal_to_the_millisecond(
 
 
 @given(whole_ms, st.integers(min_value=2, max_value=86_400_000), times, st.integers(0, 20))
+# Read up to the last millisecond of a 2 ms window: a rest of 1 ms, which no cut divides.
+@example(EPOCH, 2, EPOCH + timedelta(microseconds=1000), 2)
 def test_a_resplit_covers_the_rest_of_the_window_from_the_last_records_millisecond(
     start: datetime, span_ms: int, read_up_to: datetime, parts: int
 ) -> None:
     window = Window(start, start + span_ms * MILLISECOND)
     pieces = resplit(window, read_up_to, parts)
     at = read_up_to.replace(microsecond=read_up_to.microsecond // 1000 * 1000)
-    if parts <= 1 or not window.start < at < window.end:
+    if parts <= 1 or not window.start < at or window.end - at < 2 * MILLISECOND:
         assert pieces == []
         return
     # Every record before the last one's millisecond was read: the pieces start there.
