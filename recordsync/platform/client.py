@@ -10,8 +10,9 @@ record-changes share the platform's limit) and carries a fresh X-Timestamp and s
 the target stays the same (spec: "every retry uses a fresh X-Timestamp and a new signature").
 The secret is asked for at every attempt too (a ``SecretProvider``), so a rotated secret signs
 the next request without a restart (spec: Authentication, Key rotation).  A client that syncs
-under a lease (``hold_under``) asks it before every attempt, and again right before sending:
-once the lease is not confirmed, nothing more goes out for the merchant
+under a lease (``hold_under``) asks it before every attempt, again after the budget's wait,
+and a last time right before the request's bytes are written to the socket (wire.py): once
+the lease is not confirmed, nothing more goes out for the merchant
 (``LeaseUnconfirmedError``), so a process cut off or paused past its lease never spends the
 new holder's rate limit.
 What is retried, and how long to wait, is ``RetryPolicy``'s decision; a 429 pauses the budget
@@ -512,11 +513,16 @@ class PlatformClient:
             try:
                 # The slot is stamped when the request's bytes are on the socket (wire.py);
                 # its answer's head coming back proves it arrived, so the budget may count
-                # from then (budget.py), not from when the whole body has been read.
-                with carrying(slot):
+                # from then (budget.py), not from when the whole body has been read.  The
+                # lease is asked a last time right before that write (wire.py).
+                gate = None if self._lease is None else self._check_lease
+                with carrying(slot, gate):
                     response, body = self._send(
                         endpoint, request, answered=None if slot is None else answer_hook(slot)
                     )
+            except LeaseUnconfirmedError:
+                handed = False  # held back at the socket: nothing of it went out
+                raise
             except PlatformError:
                 self._observer.on_response(
                     endpoint, None, None, time.perf_counter() - started, None

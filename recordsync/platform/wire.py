@@ -16,10 +16,20 @@ before it is written, and stamping after the write can only make the bound later
 earlier than the truth).  Until then the slot is unstamped and counts as starting now, so a
 request waiting for a connection holds its place without trusting any bound.
 
-The slot travels by thread: httpx's synchronous client writes in the calling thread, and
-``carrying`` names the slot for the one request that thread sends.  A transport that does not
-tell (a test's ``MockTransport``, a proxy taken from the environment) leaves the slot to the
-client, which stamps it when the answer's head is in: later than any arrival, so safe.
+The same write is the last moment a request can still be held back, so it is also where the
+client's ``gate`` is asked, right before the first bytes go out: a client under a lease
+(``PlatformClient.hold_under``) passes its lease check, and a request that waited past its
+lease for a connection (a connect to a slow platform may take its whole timeout), for the GIL
+or for a paused process is refused there, unsent, instead of reaching the platform after
+another process may hold the merchant.  Nothing in a process can make the check and the
+socket's ``send`` one step: a process stopped between the two still sends that one request
+when it resumes; the window is a few bytecodes wide.
+
+The slot and the gate travel by thread: httpx's synchronous client writes in the calling
+thread, and ``carrying`` names them for the one request that thread sends.  A transport that
+does not tell (a test's ``MockTransport``, a proxy taken from the environment) leaves the slot
+to the client, which stamps it when the answer's head is in: later than any arrival, so safe;
+its lease is asked by the client only, before the hand-over.
 """
 
 from __future__ import annotations
@@ -39,14 +49,22 @@ _carried = threading.local()
 
 
 @contextmanager
-def carrying(slot: Slot | None) -> Iterator[None]:
-    """While the calling thread sends one request, its socket write stamps ``slot``."""
-    previous = getattr(_carried, "slot", None)
-    _carried.slot = slot
+def carrying(slot: Slot | None, gate: Callable[[], None] | None = None) -> Iterator[None]:
+    """While the calling thread sends one request, its socket write stamps ``slot``, and
+    ``gate`` (which raises to hold the request back) is called right before its first write."""
+    previous = getattr(_carried, "slot", None), getattr(_carried, "gate", None)
+    _carried.slot, _carried.gate = slot, gate
     try:
         yield
     finally:
-        _carried.slot = previous
+        _carried.slot, _carried.gate = previous
+
+
+def _writing() -> None:
+    gate: Callable[[], None] | None = getattr(_carried, "gate", None)
+    if gate is not None:
+        gate()
+        _carried.gate = None  # the request is going out: its later writes are its own
 
 
 def _written() -> None:
@@ -56,7 +74,8 @@ def _written() -> None:
 
 
 class WireStream(httpcore.NetworkStream):
-    """A connection whose every ``write`` stamps the request the thread is carrying."""
+    """A connection whose ``write`` asks the carried request's gate first and stamps its slot
+    after."""
 
     def __init__(self, inner: httpcore.NetworkStream) -> None:
         self._inner = inner
@@ -65,6 +84,7 @@ class WireStream(httpcore.NetworkStream):
         return self._inner.read(max_bytes, timeout)
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        _writing()
         self._inner.write(buffer, timeout)
         _written()
 

@@ -10,7 +10,9 @@ import time
 
 import httpcore
 import httpx
+import pytest
 
+from recordsync.core.errors import LeaseUnconfirmedError
 from recordsync.core.secret import Secret
 from recordsync.platform.budget import RateBudget
 from recordsync.platform.client import PlatformClient
@@ -110,3 +112,31 @@ def test_a_slow_connection_does_not_eat_the_margin_the_platform_counts_no_violat
         stats = sim.stats()
         assert stats.rate_limit_violations == 0
         assert stats.requests[("record-changes", 200)] == 2
+
+
+def test_a_request_whose_lease_ran_out_while_it_connected_is_held_back_unsent():
+    """The lease is confirmed when the attempt starts and after the budget's wait, and has run
+    out by the time the slow connection is up: the request is refused at the socket, the
+    platform sees nothing, and its place in the budget is given back."""
+    config = SimConfig(merchant_id="m-wire", secret=SECRET, history_days=0.0)
+    with running_simulator(config) as sim:
+        network = SlowToConnect(CONNECT_DELAY)
+        confirmed_until = time.monotonic() + CONNECT_DELAY / 3
+        budget = RateBudget(1, 60.0, sleep=_never)
+        client = PlatformClient(
+            base_url=sim.base_url,
+            merchant_id="m-wire",
+            secret=Secret(SECRET),
+            budget=budget,
+            transport=wire_transport(verify=False, network=network),
+        )
+        client.hold_under(lambda: time.monotonic() < confirmed_until)
+        with client, pytest.raises(LeaseUnconfirmedError):
+            client.changes(from_now=True)
+        assert network.connections == 1
+        assert sum(sim.stats().requests.values()) == 0
+        budget.acquire().cancel()  # the window's one place is free again: no wait
+
+
+def _never(seconds: float) -> None:
+    raise AssertionError(f"the budget waited {seconds} s for a place nobody used")
