@@ -13,7 +13,12 @@ For every event the driver measures, and the caller judges:
 - two holders at once: every replica's ``/metrics`` sampled (``recordsync_lease_held``, the
   paused one excepted, which cannot answer), never two at 1 for one merchant;
 - requests of the victim for merchants it lost: its platform proxy must forward nothing from
-  the lease's end (the event + the lease of its ``timing``) until it holds a merchant again;
+  the lease's end (the event + the lease of its ``timing``) until it holds a merchant again.
+  A pause is the one exception no process can rule out: a thread stopped between its last
+  lease check and its socket write (a few bytecodes, ``platform.wire``) sends that request when
+  the process resumes.  Such a request was signed before the pause (its X-Timestamp, whole
+  seconds, is at most the pause's second), every other one after the process resumed,
+  seconds later; the first are counted apart (``in_flight_at_pause``), the second must be none;
 - its survival and its return: the victim is alive afterwards, and the shares even out again.
 
 At the end every merchant must equal the simulator's truth with no rate-limit violation.
@@ -24,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import re
 import signal
 import socket
 import threading
@@ -62,21 +68,38 @@ def free_port() -> int:
 
 
 class CountingProxy(FaultProxy):
-    """A fault proxy that also notes when each client chunk went through (a request)."""
+    """A fault proxy that also notes when each client chunk went through (a request) and the
+    X-Timestamp it was signed with (0 when the chunk carries none)."""
 
     def __init__(self, target: tuple[str, int]) -> None:
         super().__init__(target)
-        self.sent_at: list[float] = []
+        self.sent_at: list[tuple[float, int]] = []
         self._count_lock = threading.Lock()
 
     def _maybe_freeze(self, data: bytes) -> None:
+        found = _SIGNED_AT.search(data)
         with self._count_lock:
-            self.sent_at.append(time.monotonic())
+            self.sent_at.append((time.monotonic(), int(found[1]) if found else 0))
         super()._maybe_freeze(data)
 
-    def sent_between(self, start: float, end: float) -> int:
+    def sent_between(self, start: float, end: float, *, signed_after: int = -1) -> int:
+        """Requests that went through in [start, end) signed after the second ``signed_after``."""
         with self._count_lock:
-            return sum(1 for at in self.sent_at if start <= at < end)
+            return sum(
+                1 for at, signed in self.sent_at if start <= at < end and signed > signed_after
+            )
+
+
+_LEASE_EVENTS: Final = frozenset(
+    {
+        "merchant_held",
+        "merchant_released",
+        "lease_acquired",
+        "merchant_lost",
+        "merchant_handed_over",
+    }
+)
+_SIGNED_AT: Final = re.compile(rb"\r\nx-timestamp: *([0-9]{1,12})\r\n", re.IGNORECASE)
 
 
 @dataclass
@@ -157,6 +180,10 @@ class Event:
     merchants: list[str]
     takeover: float | None = None
     sent_after_lease: int = 0
+    in_flight_at_pause: int = 0  # signed before a pause, sent after the lease (module docstring)
+    longest_look: float = 0.0  # the longest time between two looks at the holders
+    # Not taken over in time: what every replica logged of its leases meanwhile, to say why.
+    timeline: list[str] = field(default_factory=list)
     double_holds: list[str] = field(default_factory=list)
     survived: bool = True
     rebalanced: float | None = None
@@ -254,6 +281,7 @@ class Chaos:
             victim.database.blackhole()
         began, began_wall = time.monotonic(), datetime.now(UTC)
         length = self.pause_seconds if kind == "pause" else self.cut_seconds
+        looked = began
         while time.monotonic() - began < length:
             now_held = holders(self.observer)
             if event.takeover is None and all(
@@ -262,12 +290,16 @@ class Chaos:
                 event.takeover = time.monotonic() - began
             self._sample_double_holds(event, paused=victim if kind == "pause" else None)
             time.sleep(0.25)
+            event.longest_look = max(event.longest_look, time.monotonic() - looked)
+            looked = time.monotonic()
         ended = time.monotonic()
         if kind == "pause":
             victim.process.send_signal(signal.SIGCONT)  # type: ignore[attr-defined]
         else:
             victim.database.heal()
         self._after(event, victim, began, began_wall, ended)
+        if event.takeover is None:
+            event.timeline = self._timeline(began_wall, began_wall + timedelta(seconds=length))
         self.log(f"  {kind}{' inside a write' if inside else ''} of {victim.name}: {event}")
         return event
 
@@ -281,7 +313,37 @@ class Chaos:
         back_mono = ended + 60.0
         if back is not None:
             back_mono = time.monotonic() - (datetime.now(UTC) - back).total_seconds()
-        event.sent_after_lease = victim.platform.sent_between(began + self.timing.lease, back_mono)
+        after_lease = began + self.timing.lease
+        sent = victim.platform.sent_between(after_lease, back_mono)
+        if event.kind == "pause":
+            paused_second = int(began_wall.timestamp())
+            event.sent_after_lease = victim.platform.sent_between(
+                after_lease, back_mono, signed_after=paused_second
+            )
+            event.in_flight_at_pause = sent - event.sent_after_lease
+        else:
+            event.sent_after_lease = sent
+
+    def _timeline(self, start: datetime, end: datetime) -> list[str]:
+        """Every replica's lease events and warnings in [start - 1 s, end], in time order, as
+        "+seconds replica event merchant error" from ``start``."""
+        lines: list[tuple[float, str]] = []
+        for replica in self.members:
+            for entry in events(replica.log):
+                at = datetime.fromisoformat(str(entry["timestamp"]))
+                offset = (at - start).total_seconds()
+                name = str(entry["event"])
+                wanted = name in _LEASE_EVENTS or entry.get("level") in {"warning", "error"}
+                if wanted and offset >= -1.0 and at <= end and "skipped" not in name:
+                    error = str(entry.get("error", ""))[:120]
+                    lines.append(
+                        (
+                            offset,
+                            f"+{offset:.2f} {replica.name} {name} "
+                            f"{entry.get('merchant_id', '')} {error}".rstrip(),
+                        )
+                    )
+        return [line for _, line in sorted(lines)]
 
     def _sample_double_holds(self, event: Event, *, paused: Replica | None) -> None:
         """Two replicas that claim one merchant, in two passes over their /metrics, the second
@@ -371,6 +433,7 @@ def summary(events_: list[Event]) -> dict[str, object]:
         "not taken over": sum(e.takeover is None for e in events_),
         "double holds seen": sum(len(e.double_holds) for e in events_),
         "requests after the lease": sum(e.sent_after_lease for e in events_),
+        "in flight at a pause": sum(e.in_flight_at_pause for e in events_),
         "crashed": sum(not e.survived for e in events_),
         "rebalanced max": max((e.rebalanced or 0.0) for e in events_) if events_ else None,
         "raw": [json.loads(json.dumps(e.__dict__, default=str)) for e in events_],
