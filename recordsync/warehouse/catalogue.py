@@ -165,7 +165,7 @@ def commit_pass(
         else:
             conn.execute(update(games).where(key).values(last_seen_at=now))
         if names != stored_names.get(game_id, {}):
-            _replace_names(conn, merchant_id, game_id, names)
+            _replace_names(conn, merchant_id, game_id, names, stored=game_id in stored_names)
     seen = set(unique) | set(kept_ids)
     kept = [game_id for game_id in kept_ids if game_id in stored and game_id not in unique]
     if kept:
@@ -192,13 +192,20 @@ def commit_pass(
     )
 
 
-def _replace_names(conn: Connection, merchant_id: str, game_id: str, names: dict[str, str]) -> None:
-    conn.execute(
-        delete(game_localizations).where(
-            game_localizations.c.merchant_id == merchant_id,
-            game_localizations.c.game_id == game_id,
+def _replace_names(
+    conn: Connection, merchant_id: str, game_id: str, names: dict[str, str], *, stored: bool
+) -> None:
+    """The game's names now ``names``; the old ones deleted only when there are some
+    (``stored``): on MariaDB a DELETE that finds nothing locks the gap after the key, which
+    reaches into the next merchant's names, and two merchants' first passes inserting there
+    deadlocked."""
+    if stored:
+        conn.execute(
+            delete(game_localizations).where(
+                game_localizations.c.merchant_id == merchant_id,
+                game_localizations.c.game_id == game_id,
+            )
         )
-    )
     if names:
         conn.execute(
             insert(game_localizations),

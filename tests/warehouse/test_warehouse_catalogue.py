@@ -9,11 +9,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import func, select
 from support.clocks import FakeClock
+from support.dbfixtures import SERVER_PARAMS
 from support.warehouse_reads import fetch_games
 
 from recordsync.core.errors import LeaseSupersededError
 from recordsync.core.models import Game, Localization
 from recordsync.warehouse import Warehouse
+from recordsync.warehouse.catalogue import commit_pass
 from recordsync.warehouse.schema import games
 
 MERCHANT = "m-cat"
@@ -220,3 +222,34 @@ def test_a_game_the_columns_cannot_hold_is_left_out_and_the_pass_commits(
     if "game_id" not in hostile:  # the entry is kept as stored: seen, not gone
         assert stored[game(2).game_id]["listed"]
         assert stored[game(2).game_id]["name"] == "Dragon Fortune 2"
+
+
+@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
+def test_two_merchants_first_passes_never_wait_for_each_other(warehouse):
+    """Each merchant's first pass while the other's is still open: no lock of one is in the
+    other's way.  A DELETE of names where none are stored locked the gap after them on
+    MariaDB (REPEATABLE READ's next-key lock), reaching into the next merchant's keys, and
+    two first passes inserting there waited for each other, a deadlock every few passes."""
+    engine = warehouse.engine
+    passes = {
+        merchant: [game(number) for number in range(5)] for merchant in ("m-cat-a", "m-cat-b")
+    }
+    with engine.connect() as first, engine.connect() as second:
+        for conn in (first, second):
+            _bound_lock_waits(conn, seconds=1)
+        with first.begin():
+            commit_pass(first, "m-cat-a", passes["m-cat-a"], now=T0)
+            with second.begin():
+                result = commit_pass(second, "m-cat-b", passes["m-cat-b"], now=T0)
+        assert result.added == 5
+    stored = [fetch_games(warehouse, merchant) for merchant in passes]
+    assert set(stored[0]) == set(stored[1]) == {g.game_id for g in passes["m-cat-a"]}
+    assert all(len(row["localizations"]) == 3 for row in stored[1].values())
+
+
+def _bound_lock_waits(conn, *, seconds: int) -> None:
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SET lock_timeout = '{seconds}s'")
+    else:
+        conn.exec_driver_sql(f"SET SESSION innodb_lock_wait_timeout = {seconds}")
+    conn.commit()
