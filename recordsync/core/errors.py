@@ -203,6 +203,16 @@ class PlatformUnreachableError(FatalPlatformError):
     does not resolve, the connection is refused, TLS fails): it ends, naming the cause,
     instead of retrying forever.  The daemon never raises it: it keeps trying."""
 
+    @classmethod
+    def after(cls, waited: float, cause: PlatformError) -> PlatformUnreachableError:
+        """The error of a command that found no way for ``waited`` seconds, ``cause`` last."""
+        return cls(
+            f"the platform could not be reached for {waited:.0f} s ({cause.args[0]}); "
+            "check base_url, the name service and the network "
+            "(RECORDSYNC_UNREACHABLE_TIMEOUT sets how long a command tries)",
+            endpoint=cause.endpoint,
+        )
+
 
 class CommandInterruptedError(RecordSyncError):
     """A one-shot command was stopped by SIGINT or SIGTERM before it finished: it exits

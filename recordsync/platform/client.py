@@ -47,6 +47,7 @@ from recordsync.core.errors import (
     InvalidRecordError,
     LeaseUnconfirmedError,
     PlatformError,
+    PlatformUnreachableError,
     ProtocolError,
     RateLimitedError,
     ResponseTooLargeError,
@@ -174,7 +175,14 @@ class PlatformClient:
         rng: random.Random | None = None,
         observer: ClientObserver | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        unreachable_after: float | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``unreachable_after``: once no attempt has found a way to the platform (a
+        ``TransportError`` at every attempt since) for that many seconds, requests are not
+        tried again, and a capabilities read that finds no way ends with
+        ``PlatformUnreachableError``: a one-shot command gives up on an unreachable platform
+        after that long (``sync.resilience``), not after its requests' retries as well."""
         self._origin, self._base_path = _split_base_url(base_url)
         if max_response_bytes < 1:
             raise ConfigurationError("max_response_bytes must be at least 1")
@@ -194,6 +202,10 @@ class PlatformClient:
         self._clock = clock
         self._sleep = sleep
         self._retry = retry or RetryPolicy()
+        self._unreachable_after = unreachable_after
+        self._monotonic = monotonic
+        # Since when no attempt has found a way to the platform (None: the last one did).
+        self._unreachable_since: float | None = None
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
         self._observer: ClientObserver = observer or NullObserver()
         self._limits = DEFAULT_LIMITS
@@ -267,6 +279,9 @@ class PlatformClient:
         except (AuthenticationError, ClockSkewError, UnexpectedRedirectError):
             raise
         except PlatformError as exc:
+            waited = self._gave_up_unreachable()
+            if isinstance(exc, TransportError) and waited is not None:
+                raise PlatformUnreachableError.after(waited, exc) from exc
             self._log.warning(
                 "capabilities_unavailable",
                 error=type(exc).__name__,
@@ -438,16 +453,38 @@ class PlatformClient:
         attempt = 0
         while True:
             attempt += 1
+            started = self._monotonic()
             try:
                 answer = self._attempt(endpoint, target, priority, chosen, rank=rank, fast=fast)
+                self._unreachable_since = None  # an answer: the platform is reachable
                 return parse(answer) if isinstance(answer, Reply) else answer.value
             except PlatformError as error:
+                if not isinstance(error, TransportError):
+                    self._unreachable_since = None
+                elif self._unreachable_since is None:
+                    self._unreachable_since = started
                 self._after_failure(endpoint, error, attempt, chosen)
+
+    def _unreachable_left(self) -> float | None:
+        """Seconds left before ``unreachable_after`` of no way to the platform is up (None:
+        no such bound, or the platform answered last)."""
+        since = self._unreachable_since
+        if self._unreachable_after is None or since is None:
+            return None
+        return self._unreachable_after - (self._monotonic() - since)
+
+    def _gave_up_unreachable(self) -> float | None:
+        """How long no attempt has found a way, once that is ``unreachable_after`` or more."""
+        left = self._unreachable_left()
+        if left is None or left > 0 or self._unreachable_after is None:
+            return None
+        return self._unreachable_after - left
 
     def _after_failure(
         self, endpoint: str, error: PlatformError, attempt: int, budget: RateBudget | None
     ) -> None:
-        """Raise ``error`` when it must not be retried; otherwise wait as the policy says."""
+        """Raise ``error`` when it must not be retried; otherwise wait as the policy says,
+        never past ``unreachable_after`` of no way to the platform."""
         decision = self._retry.decide(error, attempt, self._rng)
         if isinstance(error, RateLimitedError):
             self._observer.on_rate_limited(endpoint, error.retry_after)
@@ -463,6 +500,11 @@ class PlatformClient:
         if not decision.retry or not may_wait():
             raise error
         delay = decision.delay
+        left = self._unreachable_left()
+        if left is not None:
+            if left <= 0:
+                raise error
+            delay = min(delay, left)  # one more attempt when the time is up, not after it
         if budget is None:
             # Outside the budget nobody else waits for us: the caller itself honours the pause.
             delay = max(delay, decision.pause)

@@ -81,10 +81,12 @@ def merchant_client(
     stopper: Stopper,
     observer: ClientObserver | None = None,
     cold_since: float | None = None,
+    unreachable_after: float | None = None,
 ) -> PlatformClient:
     """The merchant's client: signing with the keeper's current secret, its record budget
     (cold, the spec's default limit until capabilities say otherwise) and its query budget
-    for the catalogue.  ``cold_since``: see ``RateBudget``."""
+    for the catalogue.  ``cold_since``: see ``RateBudget``; ``unreachable_after`` (a
+    command's ``unreachable_timeout``): see ``PlatformClient``."""
     assert merchant.base_url is not None
     budget = RateBudget(
         DEFAULT_LIMITS.record_requests,
@@ -105,6 +107,7 @@ def merchant_client(
         verify=settings.verify,
         sleep=stopper.sleep,
         observer=observer,
+        unreachable_after=unreachable_after,
     )
 
 

@@ -149,12 +149,7 @@ class StepRunner:
         if waited < self.give_up_after:
             return
         self.observer.error(PlatformUnreachableError.__name__)
-        raise PlatformUnreachableError(
-            f"the platform could not be reached for {waited:.0f} s ({exc.args[0]}); "
-            "check base_url, the name service and the network "
-            "(RECORDSYNC_UNREACHABLE_TIMEOUT sets how long a command tries)",
-            endpoint=exc.endpoint,
-        ) from exc
+        raise PlatformUnreachableError.after(waited, exc) from exc
 
     def _wait(self, seconds: float, what: str) -> None:
         if not may_wait():

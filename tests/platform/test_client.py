@@ -18,6 +18,7 @@ from recordsync.core.errors import (
     ClockSkewError,
     ConfigurationError,
     LeaseUnconfirmedError,
+    PlatformUnreachableError,
     ProjectionLagError,
     ProtocolError,
     RateLimitedError,
@@ -457,6 +458,42 @@ def test_transport_errors_are_translated_with_their_cause(fake_time):
         client.changes(cursor="c", limit=1)
     assert isinstance(caught.value.__cause__, httpx.ConnectError)
     assert caught.value.status is None
+
+
+def test_a_command_bounded_by_unreachable_after_stops_retrying_when_the_time_is_up(fake_time):
+    """No way to the platform for ``unreachable_after``: the request's retries stop there (they
+    would go on to the policy's sixth attempt, about 15 s), and a capabilities read that finds
+    no way ends the command at once, naming the cause."""
+    platform = Platform(fake_time, httpx.ConnectError("refused"))
+    started = fake_time()
+    with make_client(fake_time, platform, unreachable_after=2.0, monotonic=fake_time) as client:
+        with pytest.raises(TransportError):
+            client.changes(cursor="c", limit=1)
+        assert 2.0 <= fake_time() - started < 2.5
+        tried = len(platform.requests)
+        with pytest.raises(PlatformUnreachableError) as caught:
+            client.apply_capabilities()
+    assert len(platform.requests) == tried + 1  # the time was up: one look, no retries
+    assert "could not be reached for 2 s" in str(caught.value)
+    assert "RECORDSYNC_UNREACHABLE_TIMEOUT" in str(caught.value)
+
+
+def test_an_answer_restarts_the_count_of_unreachable_after(fake_time):
+    """Unreachable, then an answer, then unreachable again: the bound counts from the last
+    answer, not from the first failure."""
+    platform = Platform(
+        fake_time,
+        httpx.ConnectError("refused"),
+        envelope(CHANGES_PAGE),
+        httpx.ConnectError("refused"),
+    )
+    with make_client(fake_time, platform, unreachable_after=2.0, monotonic=fake_time) as client:
+        client.changes(cursor="c", limit=1)  # one refusal, then the answer
+        fake_time.sleep(10.0)
+        started = fake_time()
+        with pytest.raises(TransportError):
+            client.changes(cursor="c", limit=1)
+    assert fake_time() - started >= 2.0
 
 
 def test_truncated_body_is_a_protocol_error(fake_time):

@@ -77,7 +77,13 @@ def _print(
     if merchant.secret is None:
         raise ConfigurationError("the platform settings were not loaded for this command")
     secrets = SecretKeeper({merchant.merchant_id: merchant.secret}, overlap=settings.secret_overlap)
-    with merchant_client(settings, merchant, secrets=secrets, stopper=stopper) as client:
+    with merchant_client(
+        settings,
+        merchant,
+        secrets=secrets,
+        stopper=stopper,
+        unreachable_after=settings.unreachable_timeout,
+    ) as client:
         limits = read_limits(client, Purpose.COMMAND)
     plan = dry_run.estimate(
         title,

@@ -90,6 +90,9 @@ class MerchantCommand:
             stopper=stopper,
             observer=self._client_observer,
             cold_since=_cold_since(),
+            # The command gives up on a platform it cannot reach after this long; so does its
+            # request, instead of finishing its own retries first.
+            unreachable_after=settings.unreachable_timeout,
         )
         try:
             self.warehouse = Warehouse.connect(
