@@ -24,7 +24,12 @@ from recordsync.core.errors import ConfigurationError
 from recordsync.core.settings import Settings
 from recordsync.core.stopping import Stopper
 from recordsync.platform.client import ClientObserver, PlatformClient
-from recordsync.service.commands.handover import WATCH_EVERY, Handover, refuse_if_paused
+from recordsync.service.commands.handover import (
+    FOLLOW_EVERY,
+    WATCH_EVERY,
+    Handover,
+    refuse_if_paused,
+)
 from recordsync.service.commands.holder_versions import ask_if_holder_takes
 from recordsync.service.runtime import (
     MerchantEngines,
@@ -171,10 +176,12 @@ class MerchantCommand:
             before_taking=lambda: refuse_if_paused(controls.paused, merchant_id, what=what),
             # The fleet's own timing (RECORDSYNC_FLEET_TICK, RECORDSYNC_LEASE_SECONDS): which
             # replica is live, when a follower is alone long enough to take the lease back,
-            # and a watch that sees a daemon join within its first tick.
+            # a watch that sees a daemon join within its first tick, and a follower that looks
+            # at its request twice as often as the holder looks for requests.
             stale_after=self.settings.heartbeat_stale_after,
             take_back_after=self.settings.lease_seconds + self.settings.fleet_tick,
             watch_every=min(WATCH_EVERY, self.settings.fleet_tick / 2),
+            follow_every=min(FOLLOW_EVERY, self.settings.fleet_tick / 2),
         )
 
     def holding(self, epoch: int) -> MerchantStore:

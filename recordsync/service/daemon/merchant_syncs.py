@@ -45,7 +45,6 @@ from recordsync.core.stopping import Stopper
 from recordsync.metrics import Metrics
 from recordsync.platform.client import PlatformClient
 from recordsync.service.daemon.observers import ClientMetricsObserver, SyncMetricsObserver
-from recordsync.service.daemon.requested_work import POLL as REQUEST_POLL
 from recordsync.service.daemon.requested_work import RequestedWork
 from recordsync.service.ports.round_events.wakeups import CrossCheckMetricsObserver
 from recordsync.service.runtime import (
@@ -126,7 +125,7 @@ class MerchantSyncs:
         replica_id: str = "",
         extra_observer: Callable[[str], SyncObserver | None] = lambda _merchant: None,
         clock: Callable[[], float] = time.time,
-        request_poll: float = REQUEST_POLL,
+        request_poll: float | None = None,
         restart: RestartPolicy | None = None,
         rng: random.Random | None = None,
         monotonic: Callable[[], float] = time.monotonic,
@@ -156,7 +155,9 @@ class MerchantSyncs:
             stopper=stopper,
             held=self._built,
             backoff=lambda failures: self._restart.delay(failures, self._rng),
-            poll=request_poll,
+            # A tick of the fleet's (``settings.fleet_tick``): a request handed to this holder
+            # is taken up as soon as a hand-over to it would be.
+            poll=settings.fleet_tick if request_poll is None else request_poll,
             failure_site=failure_site,
         )
 

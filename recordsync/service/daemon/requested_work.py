@@ -37,6 +37,7 @@ from recordsync.core.errors import (
     RecordSyncError,
     ShutdownRequestedError,
 )
+from recordsync.core.settings import DEFAULT_FLEET_TICK
 from recordsync.core.state import REBUILD_JOB, SyncState
 from recordsync.core.stopping import Stopper
 from recordsync.metrics import Metrics
@@ -53,7 +54,7 @@ from recordsync.warehouse.requests.book import unfollowed_reason
 
 log = structlog.get_logger("recordsync")
 
-POLL: Final = 2.0  # seconds between looks for requests handed to this holder
+POLL: Final = DEFAULT_FLEET_TICK  # seconds between looks for requests (the daemon's: a tick)
 RESET_LOOK_EVERY: Final = 0.5  # seconds between looks for the new anchor of a reset
 # A reset asks the merchant's engine to end its generation (the pages in hand committed) and
 # anchor anew: seconds.  Past this, the request fails rather than being followed for ever.
