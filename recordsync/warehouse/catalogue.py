@@ -33,7 +33,7 @@ from sqlalchemy import Connection, Engine, and_, delete, insert, select, update
 from recordsync.core.models import Game
 from recordsync.core.state import EndpointAvailability
 from recordsync.warehouse import availability
-from recordsync.warehouse.connection import WRITE_OPTION, translate_errors
+from recordsync.warehouse.connection import side_by_side_writer, translate_errors
 from recordsync.warehouse.fencing import fenced_write
 from recordsync.warehouse.schema import CODE_LENGTH, ID_LENGTH, game_localizations, games
 from recordsync.warehouse.values import Availability, CatalogueResult, GameName
@@ -252,7 +252,7 @@ class GameStore:
 
     def __init__(self, engine: Engine, *, clock: Callable[[], datetime] = _utc_now) -> None:
         self._engine = engine
-        self._writer = engine.execution_options(**{WRITE_OPTION: True})
+        self._writer = side_by_side_writer(engine)  # merchants side by side
         self._clock = clock
 
     def commit_catalogue(

@@ -48,6 +48,24 @@ from recordsync.warehouse.timeouts import SessionLimits
 
 # Execution option marking a write transaction (SQLite then takes the write lock at BEGIN).
 WRITE_OPTION: Final = "recordsync_write"
+
+
+def side_by_side_writer(engine: Engine) -> Engine:
+    """The engine of writes that other merchants' (or replicas') writes run beside: marked
+    as writes, and on MariaDB at READ COMMITTED, PostgreSQL's level.
+
+    MariaDB's REPEATABLE READ locks the gap where a key is missing (a locking read of a row
+    not there yet, a DELETE that finds nothing) up to the next key, which is another
+    merchant's: two merchants' first rebuilds, catalogue passes or lease rows inserted side
+    by side then waited for each other, or deadlocked.  READ COMMITTED locks only the rows
+    found (and gaps for duplicate checks), which is all that writes of one merchant, fenced by
+    its lease, need."""
+    writer = engine.execution_options(**{WRITE_OPTION: True})
+    if engine.dialect.name in MYSQL_FAMILY:
+        writer = writer.execution_options(isolation_level="READ COMMITTED")
+    return writer
+
+
 # Per connection, filled only as pages are read: 32 MiB keeps a backfill's peak memory far
 # below its 150 MB budget (bench/memory.py) and gives most of what 128 MiB gives.
 SQLITE_CACHE_KIB: Final = 32 * 1024

@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 
 from recordsync.core.state import REBUILD_JOB, SyncState, Window, WindowProgress
 from recordsync.warehouse import drift_checks, sync_state
-from recordsync.warehouse.connection import WRITE_OPTION, translate_errors
+from recordsync.warehouse.connection import side_by_side_writer, translate_errors
 from recordsync.warehouse.fencing import fenced_write
 from recordsync.warehouse.values import DriftCheckRun
 
@@ -42,7 +42,7 @@ class StateStore:
         defer_bi_indexes: Callable[[str, str], None] = _keep_indexes,
     ) -> None:
         self._engine = engine
-        self._writer = engine.execution_options(**{WRITE_OPTION: True})
+        self._writer = side_by_side_writer(engine)  # merchants side by side
         self._clock = clock
         self._defer_bi_indexes = defer_bi_indexes
 

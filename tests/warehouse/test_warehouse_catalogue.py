@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import func, select
 from support.clocks import FakeClock
 from support.dbfixtures import SERVER_PARAMS
+from support.lockwaits import bound_lock_waits
 from support.warehouse_reads import fetch_games
 
 from recordsync.core.errors import LeaseSupersededError
@@ -236,7 +237,7 @@ def test_two_merchants_first_passes_never_wait_for_each_other(warehouse):
     }
     with engine.connect() as first, engine.connect() as second:
         for conn in (first, second):
-            _bound_lock_waits(conn, seconds=1)
+            bound_lock_waits(conn, seconds=1)
         with first.begin():
             commit_pass(first, "m-cat-a", passes["m-cat-a"], now=T0)
             with second.begin():
@@ -245,11 +246,3 @@ def test_two_merchants_first_passes_never_wait_for_each_other(warehouse):
     stored = [fetch_games(warehouse, merchant) for merchant in passes]
     assert set(stored[0]) == set(stored[1]) == {g.game_id for g in passes["m-cat-a"]}
     assert all(len(row["localizations"]) == 3 for row in stored[1].values())
-
-
-def _bound_lock_waits(conn, *, seconds: int) -> None:
-    if conn.dialect.name == "postgresql":
-        conn.exec_driver_sql(f"SET lock_timeout = '{seconds}s'")
-    else:
-        conn.exec_driver_sql(f"SET SESSION innodb_lock_wait_timeout = {seconds}")
-    conn.commit()

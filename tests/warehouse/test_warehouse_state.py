@@ -6,12 +6,15 @@ from datetime import timedelta
 
 import orjson
 import pytest
+from support.dbfixtures import SERVER_PARAMS
+from support.lockwaits import bound_lock_waits
 from support.pages import commit_window_page
 from support.warehouse_samples import DAY, MERCHANT, T0, make_record, windows
 
 from recordsync.core.state import REBUILD_JOB, Phase, TailPage, Window, backfill_job
 from recordsync.platform.parsing import parse_records_page
-from recordsync.warehouse import JobStatus, Warehouse, WriteResult
+from recordsync.warehouse import JobStatus, Warehouse, WriteResult, sync_state
+from recordsync.warehouse.connection import side_by_side_writer
 
 LONG_CURSOR = "c" * 4096
 SEQUENCE_30 = "123456789012345678901234567890"
@@ -343,3 +346,29 @@ def test_status_counts_rows_up_to_its_cap_and_says_more_beyond(warehouse):
     assert (exact.records, exact.records_exact) == (3, True)
     capped = warehouse.records.status(MERCHANT, count_cap=2)
     assert (capped.records, capped.records_exact) == (2, False)
+
+
+@pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
+def test_two_merchants_first_rebuilds_never_wait_for_each_other(warehouse: Warehouse):
+    """Each merchant's first rebuild while the other's is still open, on the connections the
+    state store writes through: MariaDB's REPEATABLE READ locked the gap where the new row
+    goes (the locking read of a merchant with no state yet), up to the next merchant's key, and
+    two merchants starting together waited for each other or deadlocked."""
+    writer = side_by_side_writer(warehouse.engine)
+    anchor = {
+        "change_cursor": "c-1",
+        "anchor_at": T0 + DAY,
+        "history_from": T0 - 2 * DAY,
+        "snapshot_to": T0,
+        "windows": windows(2, T0 - 2 * DAY),
+        "now": T0,
+    }
+    with writer.connect() as first, writer.connect() as second:
+        for conn in (first, second):
+            bound_lock_waits(conn, seconds=1)
+        with first.begin():
+            sync_state.start_rebuild(first, "m-state-a", **anchor)
+            with second.begin():
+                sync_state.start_rebuild(second, "m-state-b", **anchor)
+    for merchant in ("m-state-a", "m-state-b"):
+        assert warehouse.state.load_state(merchant).change_cursor == "c-1"

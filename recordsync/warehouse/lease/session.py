@@ -52,9 +52,8 @@ from typing import Final, TypeVar
 import structlog
 from sqlalchemy import Connection, Engine, func, select
 
-from recordsync.core.database_url import MYSQL_FAMILY
 from recordsync.core.errors import ConfigurationError, WarehouseUnavailableError
-from recordsync.warehouse.connection import WRITE_OPTION, translate_errors
+from recordsync.warehouse.connection import side_by_side_writer, translate_errors
 from recordsync.warehouse.lease import epochs, replicas
 from recordsync.warehouse.lease.backends import FLEET_CHANNEL, MerchantLocks
 from recordsync.warehouse.schema import ID_LENGTH
@@ -97,12 +96,8 @@ class FleetSession:
             locks.close()
             raise ConfigurationError(f"a replica id has 1 to {ID_LENGTH} characters")
         self._engine = engine
-        self._writer = engine.execution_options(**{WRITE_OPTION: True})
-        if engine.dialect.name in MYSQL_FAMILY:
-            # MariaDB's REPEATABLE READ locks the gap where a row is missing, so two replicas
-            # inserting their first lease or replica rows side by side would deadlock; READ
-            # COMMITTED locks only the rows, which is all these one-row writes need.
-            self._writer = self._writer.execution_options(isolation_level="READ COMMITTED")
+        # Two replicas insert their first lease or replica rows side by side.
+        self._writer = side_by_side_writer(engine)
         self._locks = locks
         self._replica_id = replica_id
         self._sleep = sleep

@@ -23,10 +23,9 @@ from typing import Protocol, TypeVar
 import structlog
 from sqlalchemy import Connection, Engine
 
-from recordsync.core.database_url import MYSQL_FAMILY
 from recordsync.core.models import Record
 from recordsync.core.state import TailPage, WindowPage
-from recordsync.warehouse.connection import WRITE_OPTION, translate_errors
+from recordsync.warehouse.connection import side_by_side_writer, translate_errors
 from recordsync.warehouse.fields.promoted import Promoted, PromotedCache
 from recordsync.warehouse.fields.sightings import SightingRefresh
 from recordsync.warehouse.pages import commits
@@ -72,15 +71,13 @@ class PageStore:
         rng: random.Random | None = None,
     ) -> None:
         self._engine = engine
-        self._committer = engine.execution_options(**{WRITE_OPTION: True})
-        if engine.dialect.name in MYSQL_FAMILY:
-            # Pages side by side: READ COMMITTED takes no gap locks but for duplicate checks
-            # (REPEATABLE READ locks the gap before every stored key a page upserts), and a
-            # statement after a lock, such as the count of open windows once the last one
-            # finishes, sees the newest commits, as on PostgreSQL.  The guards need no more:
-            # each compares with the row it has locked.  (Measured: no cost, and with rows
-            # in key order no deadlock under either level; bench/README.md, 7.)
-            self._committer = self._committer.execution_options(isolation_level="READ COMMITTED")
+        # Pages side by side: on MariaDB READ COMMITTED takes no gap locks but for duplicate
+        # checks (REPEATABLE READ locks the gap before every stored key a page upserts), and a
+        # statement after a lock, such as the count of open windows once the last one
+        # finishes, sees the newest commits, as on PostgreSQL.  The guards need no more: each
+        # compares with the row it has locked.  (Measured: no cost, and with rows in key
+        # order no deadlock under either level.)
+        self._committer = side_by_side_writer(engine)
         self._fence = fence
         self._promoted_fields = promoted
         self._clock = clock
