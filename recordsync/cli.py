@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +30,41 @@ EXIT_INCOMPLETE = 3
 # The reader of stdout went away (``recordsync report | head``): what a shell reports for a
 # process SIGPIPE ended, quietly, as ``cat`` or ``grep`` end there.
 EXIT_BROKEN_PIPE = 128 + 13
-# Commands that stop gracefully on SIGTERM/SIGINT; the others keep Python's defaults.
+# Commands that stop gracefully on SIGTERM/SIGINT; the others end at once (``_Signalled``).
 GRACEFUL_COMMANDS = frozenset({"run", "backfill", "verify", "demo", "resync", "reset", "promote"})
+
+
+class _Signalled(BaseException):
+    """SIGINT or SIGTERM in a command that has nothing to stop gracefully (``status``,
+    ``report``, ``migrate``, the state and pause commands): raised where the command is, as
+    Python raises KeyboardInterrupt, so that it ends with one line instead of a traceback
+    (SIGINT) or no word at all (SIGTERM).  A BaseException, so no ``except Exception`` of a
+    retry loop takes it for a failure to retry."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def _ending_on_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM raise ``_Signalled`` meanwhile (in the main thread: the only one
+    that may set handlers); the handlers before are put back after, for a caller that runs
+    ``main`` in its own process (the tests)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        raise _Signalled(signum)
+
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.signal(signum, handler) for signum in signals}
+    try:
+        yield
+    finally:
+        for signum, before in previous.items():
+            signal.signal(signum, before)
 
 
 def _time_arg(value: str) -> object:
@@ -253,15 +289,27 @@ def _add_config(parser: argparse.ArgumentParser, *, default: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if GRACEFUL_COMMANDS & set(argv):
-        early_signals.install()
     if argv[:1] == ["sim"]:
         from recordsync.sim.cli import main as sim_main  # noqa: PLC0415 - only for this command
 
         return sim_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    if GRACEFUL_COMMANDS & set(argv):
+        early_signals.install()
+        return _run(build_parser().parse_args(argv))
+    with _ending_on_signals():
+        return _run(build_parser().parse_args(argv))
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command, and its end as one line and an exit code, whatever ends it."""
     try:
         return _dispatch(args)
+    except _Signalled as stop:
+        name = signal.Signals(stop.signum).name
+        # These commands read, or write in one transaction (migrate: a revision at a time,
+        # which the same command goes on from): nothing of them is left half done.
+        print(f"recordsync: interrupted by {name}: run the same command again", file=sys.stderr)  # noqa: T201
+        return 128 + stop.signum
     except BrokenPipeError:
         # Python would report the failed flush of stdout at exit too: point it at nothing.
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -7,6 +7,9 @@ held (before: ``status --check`` still waited after 20 s)."""
 from __future__ import annotations
 
 import secrets
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -120,3 +123,53 @@ def test_read_commands_end_with_one_line_behind_a_lock(
     assert "Traceback" not in err
     # One lock wait (READS), the connection and the schema check: far from "for ever".
     assert took < READS.lock_wait + 5, took
+
+
+@pytest.mark.parametrize("warehouse_url", ["postgres"], indirect=True)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    "command", [["status"], ["report", "--days", "7"]], ids=["status", "report"]
+)
+def test_a_read_command_stopped_by_a_signal_ends_in_one_line(
+    warehouse: Warehouse, warehouse_url: str, tmp_path, signum: int, command: list[str]
+):
+    """Ctrl-C (or a SIGTERM) while ``status`` or ``report`` waits at its first read: one line
+    and 128 + the signal, never Python's traceback of a KeyboardInterrupt (nor, for SIGTERM,
+    an end with no word)."""
+    warehouse.close()
+    config = write_config(tmp_path, warehouse_url)
+    watcher = create_engine(make_url(warehouse_url), poolclass=pool.NullPool)
+    try:
+        with every_table_locked(warehouse_url):
+            process = subprocess.Popen(  # noqa: S603 - our own CLI, a process of its own
+                [sys.executable, "-m", "recordsync", "--config", config, *command],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            deadline = time.monotonic() + 20
+            while not _waits_for_a_lock(watcher):
+                assert process.poll() is None, process.communicate()
+                assert time.monotonic() < deadline, "the command never reached the lock"
+                time.sleep(0.05)
+            process.send_signal(signum)
+            _, stderr = process.communicate(timeout=20)
+    finally:
+        watcher.dispose()
+    name = signal.Signals(signum).name
+    assert process.returncode == 128 + signum, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"recordsync: interrupted by {name}: run the same command again"
+    )
+    assert "Traceback" not in stderr
+
+
+def _waits_for_a_lock(engine) -> bool:
+    with engine.connect() as conn:
+        waiting = conn.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+        ).scalar_one()
+    return bool(waiting)
