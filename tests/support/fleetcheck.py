@@ -111,12 +111,14 @@ def assert_truth(warehouse: Warehouse, sim: Simulator, merchants: list[str]) -> 
     """Every merchant equals the simulator's truth (waiting up to two minutes for the tails)."""
     deadline = time.monotonic() + 120
     problems = {merchant: ["not checked"] for merchant in merchants}
-    while problems and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
         problems = {
             merchant: found
             for merchant in problems
             if (found := differences(warehouse, merchant, sim.truth(merchant)))
         }
+        if not problems:
+            return
         time.sleep(0.5)
     assert problems == {}, {m: p[:3] for m, p in problems.items()}
 
