@@ -279,9 +279,9 @@ class PlatformClient:
         except (AuthenticationError, ClockSkewError, UnexpectedRedirectError):
             raise
         except PlatformError as exc:
-            waited = self._gave_up_unreachable()
-            if isinstance(exc, TransportError) and waited is not None:
-                raise PlatformUnreachableError.after(waited, exc) from exc
+            unreachable = self._unreachable_left()
+            if isinstance(exc, TransportError) and unreachable and unreachable[1] <= 0:
+                raise PlatformUnreachableError.after(unreachable[0], exc) from exc
             self._log.warning(
                 "capabilities_unavailable",
                 error=type(exc).__name__,
@@ -465,20 +465,14 @@ class PlatformClient:
                     self._unreachable_since = started
                 self._after_failure(endpoint, error, attempt, chosen)
 
-    def _unreachable_left(self) -> float | None:
-        """Seconds left before ``unreachable_after`` of no way to the platform is up (None:
-        no such bound, or the platform answered last)."""
+    def _unreachable_left(self) -> tuple[float, float] | None:
+        """(seconds no attempt has found a way to the platform, seconds left of
+        ``unreachable_after``); None without that bound, or when the platform answered last."""
         since = self._unreachable_since
         if self._unreachable_after is None or since is None:
             return None
-        return self._unreachable_after - (self._monotonic() - since)
-
-    def _gave_up_unreachable(self) -> float | None:
-        """How long no attempt has found a way, once that is ``unreachable_after`` or more."""
-        left = self._unreachable_left()
-        if left is None or left > 0 or self._unreachable_after is None:
-            return None
-        return self._unreachable_after - left
+        waited = self._monotonic() - since
+        return waited, self._unreachable_after - waited
 
     def _after_failure(
         self, endpoint: str, error: PlatformError, attempt: int, budget: RateBudget | None
@@ -500,11 +494,11 @@ class PlatformClient:
         if not decision.retry or not may_wait():
             raise error
         delay = decision.delay
-        left = self._unreachable_left()
-        if left is not None:
-            if left <= 0:
+        unreachable = self._unreachable_left()
+        if unreachable is not None:
+            if unreachable[1] <= 0:
                 raise error
-            delay = min(delay, left)  # one more attempt when the time is up, not after it
+            delay = min(delay, unreachable[1])  # one more attempt when the time is up
         if budget is None:
             # Outside the budget nobody else waits for us: the caller itself honours the pause.
             delay = max(delay, decision.pause)

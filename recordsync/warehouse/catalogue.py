@@ -196,9 +196,7 @@ def _replace_names(
     conn: Connection, merchant_id: str, game_id: str, names: dict[str, str], *, stored: bool
 ) -> None:
     """The game's names now ``names``; the old ones deleted only when there are some
-    (``stored``): on MariaDB a DELETE that finds nothing locks the gap after the key, which
-    reaches into the next merchant's names, and two merchants' first passes inserting there
-    deadlocked."""
+    (``stored``): a game seen for the first time has none, one statement fewer per new game."""
     if stored:
         conn.execute(
             delete(game_localizations).where(

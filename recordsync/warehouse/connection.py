@@ -50,6 +50,13 @@ from recordsync.warehouse.timeouts import SessionLimits
 WRITE_OPTION: Final = "recordsync_write"
 
 
+# Per connection, filled only as pages are read: 32 MiB keeps a backfill's peak memory far
+# below its 150 MB budget (bench/memory.py) and gives most of what 128 MiB gives.
+SQLITE_CACHE_KIB: Final = 32 * 1024
+SQLITE_CHECKPOINT_PAGES: Final = 16_384  # a WAL of up to 64 MiB between checkpoints
+MYSQL_POOL_RECYCLE_S: Final = 3600  # below MariaDB's default wait_timeout of 8 h
+
+
 def side_by_side_writer(engine: Engine) -> Engine:
     """The engine of writes that other merchants' (or replicas') writes run beside: marked
     as writes, and on MariaDB at READ COMMITTED, PostgreSQL's level.
@@ -64,13 +71,6 @@ def side_by_side_writer(engine: Engine) -> Engine:
     if engine.dialect.name in MYSQL_FAMILY:
         writer = writer.execution_options(isolation_level="READ COMMITTED")
     return writer
-
-
-# Per connection, filled only as pages are read: 32 MiB keeps a backfill's peak memory far
-# below its 150 MB budget (bench/memory.py) and gives most of what 128 MiB gives.
-SQLITE_CACHE_KIB: Final = 32 * 1024
-SQLITE_CHECKPOINT_PAGES: Final = 16_384  # a WAL of up to 64 MiB between checkpoints
-MYSQL_POOL_RECYCLE_S: Final = 3600  # below MariaDB's default wait_timeout of 8 h
 
 
 def create_warehouse_engine(

@@ -17,6 +17,7 @@ from recordsync.core.errors import LeaseSupersededError
 from recordsync.core.models import Game, Localization
 from recordsync.warehouse import Warehouse
 from recordsync.warehouse.catalogue import commit_pass
+from recordsync.warehouse.connection import side_by_side_writer
 from recordsync.warehouse.schema import games
 
 MERCHANT = "m-cat"
@@ -226,23 +227,32 @@ def test_a_game_the_columns_cannot_hold_is_left_out_and_the_pass_commits(
 
 
 @pytest.mark.parametrize("warehouse_url", SERVER_PARAMS, indirect=True)
-def test_two_merchants_first_passes_never_wait_for_each_other(warehouse):
-    """Each merchant's first pass while the other's is still open: no lock of one is in the
-    other's way.  A DELETE of names where none are stored locked the gap after them on
-    MariaDB (REPEATABLE READ's next-key lock), reaching into the next merchant's keys, and
-    two first passes inserting there waited for each other, a deadlock every few passes."""
-    engine = warehouse.engine
-    passes = {
-        merchant: [game(number) for number in range(5)] for merchant in ("m-cat-a", "m-cat-b")
-    }
-    with engine.connect() as first, engine.connect() as second:
+@pytest.mark.parametrize("renamed", [False, True], ids=["first-passes", "beside-a-rename"])
+def test_two_merchants_passes_never_wait_for_each_other(warehouse, renamed):
+    """One merchant's pass (its first, or one renaming every game it stored) while the next
+    merchant's first pass is still open, on the connections the catalogue writes through: no
+    lock of one is in the other's way.  At MariaDB's REPEATABLE READ a DELETE of names
+    locked the gap after them, up to the next merchant's keys, and the two waited for each
+    other: a deadlock every few passes when merchants start together."""
+    writer = side_by_side_writer(warehouse.engine)
+    games_of = [game(number) for number in range(5)]
+    if renamed:
+        with writer.begin() as conn:
+            commit_pass(conn, "m-cat-a", games_of, now=T0)
+        first_pass = [
+            game(n, name=f"Renamed {n}", localizations=(Localization("de", f"Umbenannt {n}"),))
+            for n in range(5)
+        ]
+    else:
+        first_pass = games_of
+    with writer.connect() as first, writer.connect() as second:
         for conn in (first, second):
             bound_lock_waits(conn, seconds=1)
         with first.begin():
-            commit_pass(first, "m-cat-a", passes["m-cat-a"], now=T0)
+            commit_pass(first, "m-cat-a", first_pass, now=T0)
             with second.begin():
-                result = commit_pass(second, "m-cat-b", passes["m-cat-b"], now=T0)
+                result = commit_pass(second, "m-cat-b", games_of, now=T0)
         assert result.added == 5
-    stored = [fetch_games(warehouse, merchant) for merchant in passes]
-    assert set(stored[0]) == set(stored[1]) == {g.game_id for g in passes["m-cat-a"]}
+    stored = [fetch_games(warehouse, merchant) for merchant in ("m-cat-a", "m-cat-b")]
+    assert set(stored[0]) == set(stored[1]) == {g.game_id for g in games_of}
     assert all(len(row["localizations"]) == 3 for row in stored[1].values())
